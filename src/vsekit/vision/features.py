@@ -1,0 +1,442 @@
+"""Image features for a corpus, computed once and cached on disk.
+
+Two kinds of features come out of one CNN pass:
+
+* ``one-layer``: the global-average-pooled penultimate activations (the classifier's input), the image
+  representation of Kiros et al. 2014 and of the CNN-MME baseline of Vilalta et al. 2017;
+* ``full``: the spatially averaged activations of every conv layer plus the FC layer, the raw input of the
+  Full-Network Embedding (Vilalta et al. 2017, section 3.1). Its fitted, ternary form lives next to it.
+
+A cache directory holds one feature matrix for one configuration: backbone, weights file (by content hash),
+layer set and preprocessing. Rows are keyed by image file (relative id, size and modification time), so an
+edited or added photo is recomputed and nothing else is. Rows are written into a float16 memory map and a
+``done`` mask is committed atomically every few seconds, which is what makes an interrupted extraction
+resumable without recomputing finished images. A directory made with another configuration is refused.
+
+Layout of a cache directory::
+
+    meta.json         configuration, image ids and file identities, dims, failed images
+    raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims)
+    done.npy          bool [n_images]: rows that hold finished features
+    fne.safetensors   fitted FullNetworkEmbedding statistics (full only, after ``fit_fne``)
+    fne_codes.npy     int8 {-1,0,1} [n_images, dim] (full only): the FNE, one byte per value
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from vsekit.data.corpus import Corpus
+from vsekit.device import resolve_device
+from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
+from vsekit.vision.backbones import BACKBONES, load_backbone, resolve_weights, weights_fingerprint
+from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
+from vsekit.vision.preprocess import Preprocessing, load_image
+
+LAYER_SETS = ("one-layer", "full")
+FORMAT_VERSION = 1
+_COMMIT_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    """Everything that changes the numbers in a feature matrix; its hash names the cache directory."""
+
+    backbone: str
+    weights_sha: str
+    layers: str
+    preprocessing: str
+    format_version: int = FORMAT_VERSION
+
+    def key(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def describe(self) -> str:
+        return (
+            f"backbone={self.backbone}, weights={self.weights_sha}, layers={self.layers}, "
+            f"preprocessing={self.preprocessing}"
+        )
+
+
+def default_cache_root() -> Path:
+    """``$VSEKIT_CACHE`` if set, else ``$XDG_CACHE_HOME/vsekit`` or ``~/.cache/vsekit``."""
+    if os.environ.get("VSEKIT_CACHE"):
+        return Path(os.environ["VSEKIT_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "vsekit"
+
+
+def feature_config(
+    backbone: str, layers: str = "one-layer", weights: str | Path | None = None
+) -> FeatureConfig:
+    if backbone not in BACKBONES:
+        raise VsekitError(f"unknown backbone {backbone!r}; known: {', '.join(sorted(BACKBONES))}")
+    if layers not in LAYER_SETS:
+        raise VsekitError(f"unknown layer set {layers!r}; known: {', '.join(LAYER_SETS)}")
+    path = resolve_weights(backbone, weights)
+    return FeatureConfig(
+        backbone=backbone,
+        weights_sha=weights_fingerprint(path),
+        layers=layers,
+        preprocessing=BACKBONES[backbone].preprocessing.key(),
+    )
+
+
+def _file_identity(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
+
+
+class FeatureStore:
+    """One cache directory: a feature matrix for a set of image files under one configuration."""
+
+    def __init__(self, path: Path, meta: dict) -> None:
+        self.path = Path(path)
+        self.meta = meta
+        self.config = FeatureConfig(**meta["config"])
+        self.image_ids: list[str] = list(meta["image_ids"])
+        self.dim: int = int(meta["dim"])
+        self._row = {image_id: i for i, image_id in enumerate(self.image_ids)}
+
+    # ----------------------------------------------------------------- opening
+    @classmethod
+    def open(cls, path: str | Path, expect: FeatureConfig | None = None) -> FeatureStore:
+        """Open an existing cache; refuse it if it was made with a configuration other than ``expect``."""
+        path = Path(path)
+        meta_path = path / "meta.json"
+        if not meta_path.is_file():
+            raise VsekitError(
+                f"{path}: not a vsekit feature cache (no meta.json); run `vsekit extract` first"
+            )
+        try:
+            meta = json.loads(meta_path.read_text())
+            FeatureConfig(**meta["config"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise VsekitError(f"{meta_path}: unreadable feature-cache metadata ({exc})") from exc
+        store = cls(path, meta)
+        if expect is not None and store.config != expect:
+            raise ConfigMismatchError(
+                f"{path}: this feature cache was made with {store.config.describe()}; "
+                f"this run needs {expect.describe()}. Use another --cache-dir or delete that directory."
+            )
+        return store
+
+    @property
+    def layers(self) -> str:
+        return self.config.layers
+
+    @property
+    def tap_names(self) -> list[str] | None:
+        return self.meta.get("tap_names")
+
+    @property
+    def tap_dims(self) -> list[int] | None:
+        return self.meta.get("tap_dims")
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return dict(self.meta.get("failed", {}))
+
+    def done_mask(self) -> np.ndarray:
+        done_path = self.path / "done.npy"
+        if not done_path.is_file():
+            return np.zeros(len(self.image_ids), dtype=bool)
+        return np.load(done_path)
+
+    def _raw(self, mode: str = "r") -> np.memmap:
+        return np.memmap(
+            self.path / "raw.f16", dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim)
+        )
+
+    def rows(self, image_ids: Sequence[str]) -> np.ndarray:
+        missing = [i for i in image_ids if i not in self._row]
+        if missing:
+            raise VsekitError(
+                f"{self.path}: {len(missing)} image(s) have no features in this cache, e.g. {missing[0]!r}; "
+                "run `vsekit extract` on the corpus"
+            )
+        rows = np.fromiter((self._row[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
+        done = self.done_mask()
+        if not done[rows].all():
+            bad = [image_ids[k] for k in np.flatnonzero(~done[rows])]
+            why = self.failed.get(bad[0], "extraction did not finish")
+            raise VsekitError(
+                f"{self.path}: {len(bad)} image(s) have no finished features, e.g. {bad[0]!r} ({why}); "
+                "re-run `vsekit extract` (it resumes) or leave those images out"
+            )
+        return rows
+
+    def raw(self, image_ids: Sequence[str] | None = None) -> np.ndarray:
+        """Raw pooled activations as float32 [n, dim], in the order of ``image_ids`` (default: all)."""
+        ids = self.image_ids if image_ids is None else list(image_ids)
+        rows = self.rows(ids)
+        return np.asarray(self._raw()[rows], dtype=np.float32)
+
+    # --------------------------------------------------------------------- FNE
+    def fne(self) -> FullNetworkEmbedding:
+        path = self.path / "fne.safetensors"
+        if not path.is_file():
+            raise VsekitError(
+                f"{self.path}: no fitted Full-Network Embedding here; run `vsekit extract --fne`"
+            )
+        return FullNetworkEmbedding.load(path)
+
+    def fne_codes(self, image_ids: Sequence[str] | None = None) -> np.ndarray:
+        """FNE ternary codes int8 [n, dim] in the order of ``image_ids`` (default: all)."""
+        ids = self.image_ids if image_ids is None else list(image_ids)
+        rows = self.rows(ids)
+        codes = np.load(self.path / "fne_codes.npy", mmap_mode="r")
+        return np.asarray(codes[rows])
+
+    def fit_fne(
+        self,
+        train_ids: Sequence[str],
+        thresholds: tuple[float, float] = DEFAULT_THRESHOLDS,
+        chunk: int = 512,
+    ) -> FullNetworkEmbedding:
+        """Fit the FNE statistics on the training images only, then write codes for every finished image."""
+        if self.layers != "full":
+            raise VsekitError(f"{self.path}: the Full-Network Embedding needs layers='full' features")
+        if len(train_ids) == 0:
+            raise VsekitError("cannot fit the Full-Network Embedding on an empty training split")
+        fne = FullNetworkEmbedding(
+            thresholds=thresholds, layer_names=self.tap_names, layer_dims=self.tap_dims
+        )
+        rows = self.rows(list(train_ids))
+        raw = self._raw()
+        for start in range(0, len(rows), chunk):
+            fne.partial_fit(np.asarray(raw[np.sort(rows[start : start + chunk])], dtype=np.float32))
+        done = self.done_mask()
+        codes = np.zeros((len(self.image_ids), self.dim), dtype=np.int8)
+        for start in range(0, len(self.image_ids), chunk):
+            block = slice(start, start + chunk)
+            codes[block] = fne.transform(np.asarray(raw[block], dtype=np.float32))
+        codes[~done] = 0
+        _atomic_save_npy(self.path / "fne_codes.npy", codes)
+        fne.save(self.path / "fne.safetensors")
+        self.meta["fne_fit_images"] = int(len(rows))
+        self._write_meta()
+        return fne
+
+    def _write_meta(self) -> None:
+        _atomic_write_bytes(self.path / "meta.json", json.dumps(self.meta, indent=1).encode())
+
+
+# -------------------------------------------------------------------- extraction
+def cache_dir_for(corpus: Corpus, config: FeatureConfig, cache_root: str | Path | None = None) -> Path:
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    corpus_tag = hashlib.sha256(str(Path(corpus.root).resolve()).encode()).hexdigest()[:8]
+    return root / "features" / f"{corpus.name}-{corpus_tag}-{config.backbone}-{config.layers}-{config.key()}"
+
+
+def _prepare_store(
+    path: Path, config: FeatureConfig, corpus: Corpus, ids: list[str], dims: dict
+) -> FeatureStore:
+    """Create the cache, or reconcile an existing one with the requested image files.
+
+    The store keeps the union of what it had and what is asked for: a row survives while its file is
+    unchanged (same size and modification time), so extracting one split and then the whole corpus
+    recomputes nothing twice. A row whose file changed or vanished is dropped.
+    """
+    requested = {i: (str(Path(corpus.images[i]).resolve()), _file_identity(corpus.images[i])) for i in ids}
+    dim = dims["dim"]
+    old: FeatureStore | None = None
+    kept: dict[str, tuple[str, list[int]]] = {}
+    if (path / "meta.json").is_file():
+        old = FeatureStore.open(path, expect=config)
+        if old.dim != dim:
+            raise ConfigMismatchError(f"{path}: cached features have dimension {old.dim}, expected {dim}")
+        for image_id, file_path in old.meta.get("paths", {}).items():
+            if (
+                Path(file_path).is_file()
+                and _file_identity(Path(file_path)) == old.meta["identities"][image_id]
+            ):
+                kept[image_id] = (file_path, old.meta["identities"][image_id])
+        if all(kept.get(i) == requested[i] for i in ids) and len(kept) == len(old.image_ids):
+            return old
+    entries = {**kept, **requested}
+    all_ids = sorted(entries)
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in ("fne.safetensors", "fne_codes.npy"):  # rows are about to move: old codes no longer align
+        (path / stale).unlink(missing_ok=True)
+    meta = {
+        "config": asdict(config),
+        "image_ids": all_ids,
+        "paths": {i: entries[i][0] for i in all_ids},
+        "identities": {i: entries[i][1] for i in all_ids},
+        "dim": dim,
+        "tap_names": dims.get("tap_names"),
+        "tap_dims": dims.get("tap_dims"),
+        "failed": {},
+    }
+    done = np.zeros(len(all_ids), dtype=bool)
+    new_raw = np.memmap(path / "raw.f16.new", dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
+    if old is not None:  # carry over finished rows whose file is unchanged
+        old_done = old.done_mask()
+        old_raw = old._raw()
+        for new_row, image_id in enumerate(all_ids):
+            old_row = old._row.get(image_id)
+            if old_row is not None and old_done[old_row] and kept.get(image_id) == entries[image_id]:
+                new_raw[new_row] = old_raw[old_row]
+                done[new_row] = True
+        del old_raw
+    new_raw.flush()
+    del new_raw
+    (path / "raw.f16.new").replace(path / "raw.f16")
+    _atomic_save_npy(path / "done.npy", done)
+    store = FeatureStore(path, meta)
+    store._write_meta()
+    return store
+
+
+def _load_batch(
+    paths: list[tuple[str, Path]], preprocessing: Preprocessing
+) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
+    ok_ids, tensors, failed = [], [], {}
+    for image_id, image_path in paths:
+        try:
+            tensors.append(preprocessing(load_image(image_path)))
+            ok_ids.append(image_id)
+        except ImageError as exc:
+            failed[image_id] = str(exc)
+    return ok_ids, (torch.stack(tensors) if tensors else None), failed
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def extract_features(
+    corpus: Corpus,
+    backbone: str = "mobilenet_v2",
+    layers: str = "one-layer",
+    *,
+    cache_dir: str | Path | None = None,
+    cache_root: str | Path | None = None,
+    weights: str | Path | None = None,
+    device: str = "auto",
+    batch_size: int = 32,
+    skip_bad_images: bool = False,
+    progress: bool = True,
+) -> FeatureStore:
+    """Compute (or resume computing) features for every image of ``corpus`` and return the store.
+
+    A corrupt or unreadable image stops the run with its name (finished rows are committed first, so a
+    re-run resumes) unless ``skip_bad_images``, which records it under ``failed`` and goes on: its row
+    stays unfinished, never zero-filled, and asking for its features later is an error naming it.
+    """
+    config = feature_config(backbone, layers, weights)
+    path = Path(cache_dir) if cache_dir is not None else cache_dir_for(corpus, config, cache_root)
+    ids = sorted(corpus.images)
+    if not ids:
+        raise VsekitError(f"{corpus.root}: the corpus has no images")
+    for image_id in ids:
+        if not corpus.images[image_id].is_file():
+            raise ImageError(f"{corpus.images[image_id]}: image file not found")
+
+    torch_device = resolve_device(device)
+    model = load_backbone(backbone, weights, device=torch_device)
+    full = layers == "full"
+    dims = {"dim": sum(model.tap_dims()) if full else model.pooled_dim}
+    if full:
+        dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
+    store = _prepare_store(path, config, corpus, ids, dims)
+
+    done = store.done_mask()
+    todo = [(image_id, corpus.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
+    failed = store.meta.setdefault("failed", {})
+    for image_id, _ in todo:
+        failed.pop(image_id, None)
+    if todo:  # codes fitted before these rows existed would be stale
+        for stale in ("fne.safetensors", "fne_codes.npy"):
+            (store.path / stale).unlink(missing_ok=True)
+    preprocessing = BACKBONES[backbone].preprocessing
+    raw = store._raw(mode="r+")
+    last_commit = time.monotonic()
+
+    def commit() -> None:
+        raw.flush()
+        _atomic_save_npy(store.path / "done.npy", done)
+        store._write_meta()
+
+    bar = tqdm(
+        total=len(ids),
+        initial=len(ids) - len(todo),
+        desc=f"extract {backbone} {layers}",
+        unit="img",
+        disable=not progress,
+    )
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool, torch.inference_mode():
+            batches = list(_batches(todo, batch_size))
+            pending = pool.submit(_load_batch, batches[0], preprocessing) if batches else None
+            for k in range(len(batches)):
+                ok_ids, pixels, bad = pending.result()
+                # decode the next batch while the CNN runs on this one
+                pending = (
+                    pool.submit(_load_batch, batches[k + 1], preprocessing) if k + 1 < len(batches) else None
+                )
+                if bad:
+                    failed.update(bad)
+                    if not skip_bad_images:
+                        first = next(iter(bad.values()))
+                        raise ImageError(f"{first} (use --skip-bad-images to leave it out and go on)")
+                    for message in bad.values():
+                        warnings.warn(f"skipped: {message}", stacklevel=2)
+                if pixels is not None:
+                    pooled, taps = model.forward_features(pixels.to(torch_device), taps=full)
+                    out = torch.cat(taps, dim=1) if full else pooled
+                    idx = [store._row[i] for i in ok_ids]
+                    raw[idx] = out.float().cpu().numpy().astype(np.float16)
+                    done[idx] = True
+                bar.update(len(batches[k]))
+                if time.monotonic() - last_commit > _COMMIT_EVERY_S:
+                    commit()
+                    last_commit = time.monotonic()
+    finally:
+        commit()
+        bar.close()
+    return FeatureStore.open(store.path, expect=config)
+
+
+def extract_fne(
+    corpus: Corpus,
+    backbone: str = "mobilenet_v2",
+    fit_split: str = "train",
+    thresholds: tuple[float, float] = DEFAULT_THRESHOLDS,
+    **kwargs,
+) -> FeatureStore:
+    """Full-network activations for every image, then the FNE fitted on ``fit_split`` and applied to all."""
+    store = extract_features(corpus, backbone, "full", **kwargs)
+    train_ids = corpus.split(fit_split).image_ids()
+    store.fit_fne(train_ids, thresholds=thresholds)
+    return store

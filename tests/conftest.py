@@ -1,0 +1,35 @@
+"""Shared fixtures. `flickr8k_full` finds the real Flickr8K (train + dev) or skips the test that needs it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# The shared data lives next to the repository: <repo>/../shared/data/flickr8k.
+DEFAULT_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def find_flickr8k_full() -> tuple[Path | None, str]:
+    """(path, "") when the real Flickr8K is present, else (None, reason). VSEKIT_SHARED_DATA overrides.
+
+    VSEKIT_SHARED_DATA may name the shared data folder (holding `flickr8k/`) or the Flickr8K folder itself.
+    """
+    env = os.environ.get("VSEKIT_SHARED_DATA")
+    base = Path(env).expanduser() if env else DEFAULT_SHARED_DATA
+    candidates = [base / "flickr8k", base] if env else [base / "flickr8k"]
+    for candidate in candidates:
+        if (candidate / "Images").is_dir() and (candidate / "Flickr8k_text").is_dir():
+            return candidate, ""
+    source = "VSEKIT_SHARED_DATA" if env else "the default location"
+    return None, f"real Flickr8K not found at {candidates[0]} ({source}); set VSEKIT_SHARED_DATA to run this"
+
+
+@pytest.fixture(scope="session")
+def flickr8k_full() -> Path:
+    """Path of the real Flickr8K folder (Images/, Flickr8k_text/); skips with the reason when absent."""
+    path, reason = find_flickr8k_full()
+    if path is None:
+        pytest.skip(reason)
+    return path

