@@ -117,6 +117,9 @@ def demo(
         _fail(exc)
     ids = store.image_ids
     feats = store.raw(ids)
+    feats -= feats.mean(
+        axis=0
+    )  # pooled ReLU activations are all positive: centre them, or every cosine is high
     feats /= np.linalg.norm(feats, axis=1, keepdims=True) + 1e-12
     sims = feats @ feats.T
     np.fill_diagonal(sims, -np.inf)
@@ -135,6 +138,236 @@ def demo(
         for rank, j in enumerate(np.argsort(-sims[q])[:top], start=1):
             table.add_row(f"#{rank} {sims[q, j]:.2f}", ids[j], captions[ids[j]][0])
         console.print(table)
+
+
+# -- joint embedding: train / eval / rank ------------------------------------------------------------
+
+
+def packaged_model_path() -> Path:
+    """Where the model shipped with vsekit lives (used when --model is not given)."""
+    return Path(__file__).resolve().parent / "pretrained" / "vse.safetensors"
+
+
+def _resolve_model_path(model: Path | None) -> Path:
+    if model is not None:
+        return model
+    path = packaged_model_path()
+    if not path.is_file():
+        raise VsekitError(
+            f"no pretrained model is shipped with this vsekit yet ({path} does not exist); "
+            "pass --model PATH (the model.safetensors that `vsekit train` writes)"
+        )
+    return path
+
+
+def _metrics_table(title: str, result: dict) -> Table:
+    table = Table(title=title, header_style="bold")
+    table.add_column("direction")
+    for name in ("R@1", "R@5", "R@10", "Med r", "Mean r"):
+        table.add_column(name, justify="right")
+    for key, label in (("i2t", "image annotation (i2t)"), ("t2i", "image search (t2i)")):
+        m = result[key]
+        table.add_row(
+            label,
+            f"{m['r1']:.1f}",
+            f"{m['r5']:.1f}",
+            f"{m['r10']:.1f}",
+            f"{m['medr']:g}",
+            f"{m['meanr']:.1f}",
+        )
+    table.caption = f"rsum {result['rsum']:.1f}"
+    return table
+
+
+def _write_json(path: Path, payload: object) -> None:
+    import json
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise VsekitError(f"{path}: cannot write JSON ({exc.strerror or exc})") from None
+
+
+@app.command()
+def train(
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    recipe: str = typer.Option(
+        ..., "--recipe", help="Recipe name (kiros-gru, fne-gru, vse-best) or path of a recipe JSON file."
+    ),
+    out: Path = typer.Option(..., "--out", help="Run directory: model, checkpoint, log and config go here."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in --out from its last checkpoint."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    num_threads: int | None = typer.Option(
+        None, "--num-threads", min=1, help="CPU threads for torch (1 is often fastest on a shared CPU)."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    cache_root: Path | None = typer.Option(
+        None, "--cache-root", help="Root of the feature cache (default $VSEKIT_CACHE or ~/.cache/vsekit)."
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train a joint image-sentence embedding; the best model by dev rsum goes to OUT/model.safetensors.
+
+    Interrupt it at any time: `--resume` with the same arguments continues from the last finished epoch
+    and gives exactly the weights an uninterrupted run would have.
+    """
+    import dataclasses
+
+    from vsekit.data import load_corpus
+    from vsekit.embedding.trainer import load_recipe
+    from vsekit.embedding.trainer import train as run_training
+
+    try:
+        config = load_recipe(recipe)
+        overrides = {
+            k: v
+            for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
+            if v is not None
+        }
+        config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
+        corpus = load_corpus(data)
+        console.print(
+            f"{corpus!r}\nrecipe {config.name}: {config.text_encoder} + {config.image_features} "
+            f"{config.backbone} features, K={config.embed_dim}, loss {config.loss}"
+        )
+        summary = run_training(
+            corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
+        )
+    except VsekitError as exc:
+        _fail(exc)
+    except KeyboardInterrupt:
+        err_console.print(
+            "interrupted: finished epochs are saved in the checkpoint; run the same command with --resume"
+        )
+        raise typer.Exit(code=130) from None
+    best = summary["best_dev"]
+    if best is None:
+        console.print(f"no dev evaluation yet; checkpoint in {out}")
+        return
+    console.print(
+        _metrics_table(f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']}", best)
+    )
+    console.print(f"model: {summary['model_path']}")
+
+
+@app.command("eval")
+def eval_command(
+    data: Path = typer.Option(..., "--data", help="Corpus directory or file."),
+    split: str = typer.Option("test", "--split", help="Split to rank (every image against every caption)."),
+    model: Path | None = typer.Option(None, "--model", help="Model file (default: the packaged model)."),
+    protocol: str = typer.Option("flickr", "--protocol", help="flickr, coco1k or coco5k."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the metrics to this JSON file."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help="Root of the feature cache."),
+) -> None:
+    """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
+    from vsekit.data import load_corpus
+    from vsekit.device import resolve_device
+    from vsekit.embedding.evaluate import evaluate_model
+    from vsekit.embedding.model import load_model
+
+    try:
+        torch_device = resolve_device(device)
+        path = _resolve_model_path(model)
+        vse, fne, _ = load_model(path, device=torch_device)
+        corpus = load_corpus(data)
+        result = evaluate_model(
+            vse, fne, corpus, split, protocol, cache_root=cache_root, device=str(torch_device)
+        )
+        if json_out is not None:
+            _write_json(json_out, result)
+    except VsekitError as exc:
+        _fail(exc)
+    title = (
+        f"{corpus.name} {split}: {result['n_images']} images x {result['n_captions']} captions, "
+        f"{protocol} protocol, {result['backbone']} {result['features']} features"
+    )
+    console.print(_metrics_table(title, result))
+    if json_out is not None:
+        console.print(f"metrics written to {json_out}")
+
+
+@app.command()
+def rank(
+    image: Path | None = typer.Option(None, "--image", help="Query image: rank captions for it."),
+    sentence: str | None = typer.Option(None, "--sentence", help="Query sentence: rank the split's images."),
+    model: Path | None = typer.Option(None, "--model", help="Model file (default: the packaged model)."),
+    captions: Path | None = typer.Option(None, "--captions", help="Candidate captions, one per line."),
+    data: Path | None = typer.Option(None, "--data", help="Corpus whose split provides the candidates."),
+    split: str = typer.Option("test", "--split", help="Split of --data to search."),
+    top: int = typer.Option(5, "--top", min=1, help="How many results to show."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help="Root of the feature cache."),
+) -> None:
+    """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
+    from vsekit.data import load_corpus
+    from vsekit.device import resolve_device
+    from vsekit.embedding.evaluate import features_for_files, model_features, rank_captions, rank_images
+    from vsekit.embedding.model import load_model
+
+    try:
+        if (image is None) == (sentence is None):
+            raise VsekitError("give exactly one query: --image IMG or --sentence TEXT")
+        if image is not None and (captions is None) == (data is None):
+            raise VsekitError("--image needs candidates: --captions FILE or --data DIR (with --split)")
+        if sentence is not None and data is None:
+            raise VsekitError("--sentence needs images to search: --data DIR (with --split)")
+        torch_device = resolve_device(device)
+        vse, fne, _ = load_model(_resolve_model_path(model), device=torch_device)
+        corpus = load_corpus(data) if data is not None else None
+        if image is not None:
+            if captions is not None:
+                candidates = _read_caption_lines(captions)
+            else:
+                candidates = [c.text for c in corpus.split(split).captions]
+            feats = features_for_files([image], vse, fne, device=torch_device)
+            hits = rank_captions(vse, feats[0], candidates, top=top)
+            rows = [{"rank": k, "score": s, "caption": c} for k, (c, s) in enumerate(hits, 1)]
+        else:
+            part = corpus.split(split)
+            ids = part.image_ids()
+            feats = model_features(vse, fne, corpus, ids, cache_root=cache_root, device=str(torch_device))
+            hits = rank_images(vse, sentence, feats, ids, top=top)
+            first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}
+            rows = [
+                {"rank": k, "score": s, "image": i, "path": str(corpus.images[i]), "caption": first[i]}
+                for k, (i, s) in enumerate(hits, 1)
+            ]
+        if json_out is not None:
+            _write_json(json_out, {"query": str(image) if image is not None else sentence, "results": rows})
+    except VsekitError as exc:
+        _fail(exc)
+    table = Table(title=f"query: {image if image is not None else sentence!r}", header_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    if image is not None:
+        table.add_column("caption")
+        for r in rows:
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["caption"])
+    else:
+        table.add_column("image")
+        table.add_column("first human caption")
+        for r in rows:
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["image"], r["caption"])
+    console.print(table)
+
+
+def _read_caption_lines(path: Path) -> list[str]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise VsekitError(f"{path}: captions file does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise VsekitError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise VsekitError(f"{path}: no captions (expected one caption per line)")
+    return texts
 
 
 def main() -> None:

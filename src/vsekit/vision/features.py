@@ -440,3 +440,55 @@ def extract_fne(
     train_ids = corpus.split(fit_split).image_ids()
     store.fit_fne(train_ids, thresholds=thresholds)
     return store
+
+
+FEATURE_KINDS = ("one-layer", "fne")
+
+
+def image_features(
+    corpus: Corpus,
+    image_ids: Sequence[str],
+    backbone: str = "mobilenet_v2",
+    kind: str = "one-layer",
+    fne: FullNetworkEmbedding | None = None,
+    fit_split: str = "train",
+    **extract_kwargs,
+) -> tuple[np.ndarray, FullNetworkEmbedding | None]:
+    """Image features for ``image_ids`` of ``corpus`` in that order, computing whatever is not cached.
+
+    ``kind="one-layer"``: float32 pooled activations. ``kind="fne"``: int8 {-1,0,1} Full-Network Embedding
+    codes. For FNE, pass the ``fne`` a model was trained with (its statistics travel with the model and
+    are applied unchanged to new images); without one, the statistics are fitted on ``fit_split`` of this
+    corpus. Returns ``(features, fne_used)``.
+    """
+    if kind not in FEATURE_KINDS:
+        raise VsekitError(f"unknown feature kind {kind!r}; known: {', '.join(FEATURE_KINDS)}")
+    ids = list(image_ids)
+    if kind == "one-layer":
+        store = extract_features(corpus.subset(ids), backbone, "one-layer", **extract_kwargs)
+        return store.raw(ids), None
+    if fne is None:
+        fit_ids = corpus.split(fit_split).image_ids()
+        store = extract_features(
+            corpus.subset(list(dict.fromkeys([*fit_ids, *ids]))), backbone, "full", **extract_kwargs
+        )
+        cached = store.path / "fne.safetensors"
+        reuse = cached.is_file() and store.meta.get("fne_fit_ids") == _ids_digest(fit_ids)
+        fne = store.fne() if reuse else store.fit_fne(fit_ids)
+        if not reuse:
+            store.meta["fne_fit_ids"] = _ids_digest(fit_ids)
+            store._write_meta()
+        return store.fne_codes(ids), fne
+    store = extract_features(corpus.subset(ids), backbone, "full", **extract_kwargs)
+    if fne.dim != store.dim:
+        raise ConfigMismatchError(
+            f"the model's Full-Network Embedding has {fne.dim} features but {backbone} gives {store.dim}"
+        )
+    codes = np.empty((len(ids), store.dim), dtype=np.int8)
+    for start in range(0, len(ids), 512):
+        codes[start : start + 512] = fne.transform(store.raw(ids[start : start + 512]))
+    return codes, fne
+
+
+def _ids_digest(ids: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:16]

