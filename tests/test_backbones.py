@@ -331,3 +331,19 @@ def test_load_image_errors_name_the_file(tmp_path: Path) -> None:
         with pytest.raises(ImageError, match="cannot read image") as info:
             load_image(path)
         assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_prepare_for_inference_keeps_the_numbers(name):
+    from vsekit.vision.backbones import prepare_for_inference
+
+    reference = load_backbone(name)
+    fused = prepare_for_inference(load_backbone(name))
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in fused.modules())
+    x = torch.randn(3, 3, 224, 224)
+    with torch.inference_mode():
+        pooled, taps = reference.forward_features(x, taps=True)
+        pooled_f, taps_f = fused.forward_features(x.contiguous(memory_format=torch.channels_last), taps=True)
+    torch.testing.assert_close(pooled_f, pooled, rtol=1e-4, atol=1e-4)
+    for a, b in zip(taps_f, taps, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)

@@ -173,6 +173,21 @@ class EfficientNetLite0(nn.Module):
             self._taps += b.tap_layout(f"_blocks.{i}")
         self._taps += [("_conv_head", HEAD_CHANNELS), ("_fc", num_classes)]
 
+    def conv_bn_pairs(self) -> list[tuple[str, str]]:
+        """(conv, BatchNorm) module paths of every conv, for folding BN into the conv at inference."""
+        bn_of = {
+            "_conv_stem": "_bn0",
+            "_expand_conv": "_bn0",
+            "_depthwise_conv": "_bn1",
+            "_project_conv": "_bn2",
+            "_conv_head": "_bn1",
+        }
+        pairs = []
+        for conv_name, _ in self._taps[:-1]:
+            parent, _, leaf = conv_name.rpartition(".")
+            pairs.append((conv_name, f"{parent}.{bn_of[leaf]}" if parent else bn_of[leaf]))
+        return pairs
+
     def tap_names(self) -> list[str]:
         """Module paths of the tapped layers: every conv (in order), then the final Linear."""
         return [n for n, _ in self._taps]

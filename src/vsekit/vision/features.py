@@ -41,7 +41,13 @@ from tqdm.auto import tqdm
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
-from vsekit.vision.backbones import BACKBONES, load_backbone, resolve_weights, weights_fingerprint
+from vsekit.vision.backbones import (
+    BACKBONES,
+    load_backbone,
+    prepare_for_inference,
+    resolve_weights,
+    weights_fingerprint,
+)
 from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
 from vsekit.vision.preprocess import Preprocessing, load_image
 
@@ -364,7 +370,7 @@ def extract_features(
             raise ImageError(f"{corpus.images[image_id]}: image file not found")
 
     torch_device = resolve_device(device)
-    model = load_backbone(backbone, weights, device=torch_device)
+    model = prepare_for_inference(load_backbone(backbone, weights, device=torch_device))
     full = layers == "full"
     dims = {"dim": sum(model.tap_dims()) if full else model.pooled_dim}
     if full:
@@ -413,7 +419,9 @@ def extract_features(
                     for message in bad.values():
                         warnings.warn(f"skipped: {message}", stacklevel=2)
                 if pixels is not None:
-                    pooled, taps = model.forward_features(pixels.to(torch_device), taps=full)
+                    pooled, taps = model.forward_features(
+                        pixels.to(torch_device, memory_format=torch.channels_last), taps=full
+                    )
                     out = torch.cat(taps, dim=1) if full else pooled
                     idx = [store._row[i] for i in ok_ids]
                     raw[idx] = out.float().cpu().numpy().astype(np.float16)

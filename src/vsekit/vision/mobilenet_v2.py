@@ -133,6 +133,14 @@ class MobileNetV2(nn.Module):
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.zeros_(m.bias)
 
+    def conv_bn_pairs(self) -> list[tuple[str, str]]:
+        """(conv, BatchNorm) module paths of every conv, for folding BN into the conv at inference."""
+        pairs = []
+        for conv_name, _ in self._taps[:-1]:  # every tap but the classifier is a conv followed by its BN
+            parent, _, index = conv_name.rpartition(".")
+            pairs.append((conv_name, f"{parent}.{int(index) + 1}"))
+        return pairs
+
     def tap_names(self) -> list[str]:
         """Module paths of the tapped layers: every conv (in order), then the classifier Linear."""
         return [n for n, _ in self._taps]

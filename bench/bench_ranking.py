@@ -1,0 +1,150 @@
+"""Benchmark: joint-embedding recipes on Flickr8K, ranked on the dev split.
+
+For each recipe: `vsekit train` on ../shared/data/flickr8k (train split; model selection on dev) as a child
+process, timed, with its own peak RSS (wait4); then the best model's dev metrics (1,000 images x 5,000
+captions, `flickr` protocol) and the time of the ranking evaluation itself (scores + ranks, embeddings
+given). Prints a table and writes bench/results/ranking.json (rows are merged by recipe name, so recipes
+can be benchmarked one at a time).
+
+    python bench/bench_ranking.py kiros-gru fne-gru vse-best [--threads 2] [--runs-dir bench/runs]
+    python bench/bench_ranking.py --reuse runs/kiros-gru       # collect a finished run without retraining
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
+RESULTS = REPO / "bench" / "results" / "ranking.json"
+
+
+def run_training(recipe: str, out_dir: Path, threads: int) -> dict:
+    cmd = [
+        str(Path(sys.executable).parent / "vsekit"),
+        "train",
+        "--data",
+        str(SHARED),
+        "--recipe",
+        recipe,
+        "--out",
+        str(out_dir),
+        "--num-threads",
+        str(threads),
+        "--no-progress",
+    ]
+    if (out_dir / "checkpoint.pt").is_file():
+        cmd.append("--resume")
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"training {recipe} failed (exit {os.waitstatus_to_exitcode(status)})")
+    return {"train_wall_s": wall, "train_peak_rss_mb": usage.ru_maxrss / 1024}
+
+
+def collect(run_dir: Path) -> dict:
+    from vsekit.data import load_corpus
+    from vsekit.embedding.evaluate import model_features
+    from vsekit.embedding.model import load_model
+    from vsekit.retrieval.metrics import evaluate_protocol
+
+    log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line.strip()]
+    best = max(log, key=lambda e: e["dev"]["rsum"])
+    config = json.loads((run_dir / "config.json").read_text())
+    model, fne, _ = load_model(run_dir / "model.safetensors")
+    dev = load_corpus(SHARED).split("dev")
+    image_ids = dev.image_ids()
+    with torch.inference_mode():
+        feats = model_features(model, fne, dev, image_ids, progress=False)
+        img = model.embed_images(torch.as_tensor(feats, dtype=torch.float32)).numpy()
+        cap = model.embed_texts([c.text for c in dev.captions]).numpy()
+    start = time.perf_counter()
+    metrics = evaluate_protocol(img, cap, image_ids, dev.caption_image_ids(), "flickr")
+    eval_s = time.perf_counter() - start
+    size_mb = (run_dir / "model.safetensors").stat().st_size / 2**20
+    return {
+        "recipe": config.get("name", run_dir.name),
+        "backbone": config["backbone"],
+        "features": config["image_features"],
+        "text_encoder": config["text_encoder"],
+        "loss": config["loss"]
+        + (
+            f" (after {config['max_violation_after_epoch']} sum epochs)"
+            if config.get("max_violation_after_epoch")
+            else ""
+        ),
+        "embed_dim": config["embed_dim"],
+        "best_epoch": best["epoch"],
+        "epochs_run": len(log),
+        "dev": {"i2t": metrics["i2t"], "t2i": metrics["t2i"], "rsum": metrics["rsum"]},
+        "dev_rsum_logged": best["dev"]["rsum"],
+        "eval_1k_x_5k_s": eval_s,
+        "model_mb": size_mb,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("recipes", nargs="*", help="recipe names (or JSON paths) to train and measure")
+    parser.add_argument("--reuse", nargs="*", default=[], type=Path, help="finished run dirs to collect")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs-dir", type=Path, default=REPO / "bench" / "runs")
+    args = parser.parse_args()
+    if not SHARED.is_dir():
+        raise SystemExit(f"{SHARED}: Flickr8K not found (set VSEKIT_SHARED_DATA)")
+
+    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
+    rows = {r["recipe"]: r for r in previous["rows"]}
+    for recipe in args.recipes:
+        out_dir = args.runs_dir / Path(recipe).stem
+        cost = run_training(recipe, out_dir, args.threads)
+        row = collect(out_dir)
+        row.update(cost, threads=args.threads)
+        rows[row["recipe"]] = row
+    for run_dir in args.reuse:
+        row = collect(run_dir)
+        old = rows.get(row["recipe"], {})
+        row.update({k: old[k] for k in ("train_wall_s", "train_peak_rss_mb", "threads") if k in old})
+        rows[row["recipe"]] = row
+
+    print(
+        f"{'recipe':<22}{'features':<22}{'text':<8}{'loss':<16}{'i2t R@1/5/10':>18}{'medr':>6}"
+        f"{'t2i R@1/5/10':>18}{'medr':>6}{'rsum':>8}{'train min':>10}"
+    )
+    for r in rows.values():
+        i, t = r["dev"]["i2t"], r["dev"]["t2i"]
+        train_min = f"{r['train_wall_s'] / 60:.1f}" if "train_wall_s" in r else "-"
+        print(
+            f"{r['recipe']:<22}{r['backbone'] + ' ' + r['features']:<22}{r['text_encoder']:<8}"
+            f"{r['loss'][:15]:<16}{i['r1']:6.1f}{i['r5']:6.1f}{i['r10']:6.1f}{i['medr']:6.0f}"
+            f"{t['r1']:6.1f}{t['r5']:6.1f}{t['r10']:6.1f}{t['medr']:6.0f}{r['dev']['rsum']:8.1f}{train_min:>10}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    out = {
+        "benchmark": "ranking",
+        "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
+        "date": date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "torch": torch.__version__,
+        "rows": list(rows.values()),
+    }
+    RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
