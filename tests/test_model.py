@@ -55,7 +55,13 @@ def test_forward_gives_unit_norm_embeddings_and_cosine_scores():
             "glove": False,
             "freeze_words": False,
         },
-        "image": {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 24},
+        "image": {
+            "backbone": "mobilenet_v2",
+            "kind": "one-layer",
+            "image_dim": 24,
+            "dropout": 0.0,
+            "rank": None,
+        },
         "embed_dim": 16,
     }
 
@@ -141,3 +147,20 @@ def test_wrong_files_are_refused_naming_the_file(tmp_path):
 def test_fne_model_needs_its_statistics(tmp_path):
     with pytest.raises(VsekitError, match="FNE"):
         save_model(_model("fne"), tmp_path / "x.safetensors")
+
+
+def test_low_rank_projection_with_dropout_round_trips(tmp_path):
+    vocab = Vocabulary.build([["a", "dog"], ["a", "cat"]])
+    text = build_text_encoder("gru", vocab, word_dim=8, hidden_dim=6)
+    model = JointEmbedding(text, 40, "mobilenet_v2", "one-layer", vocab, image_dropout=0.5, image_rank=4)
+    assert sum(p.numel() for p in model.image_proj.parameters()) == 40 * 4 + 4 * 6 + 6
+    feats = torch.randn(3, 40)
+    model.train()
+    assert not torch.equal(model.encode_images(feats), model.encode_images(feats))  # dropout is active
+    model.eval()
+    before = model.embed_images(feats)
+    assert torch.equal(before, model.embed_images(feats))  # and off at inference
+    save_model(model, tmp_path / "m.safetensors")
+    loaded, _, _ = load_model(tmp_path / "m.safetensors")
+    assert loaded.config["image"]["rank"] == 4 and loaded.config["image"]["dropout"] == 0.5
+    torch.testing.assert_close(loaded.embed_images(feats), before)

@@ -53,30 +53,53 @@ class JointEmbedding(nn.Module):
         backbone: str,
         kind: str,
         vocab: Vocabulary | None = None,
+        image_dropout: float = 0.0,
+        image_rank: int | None = None,
     ) -> None:
         super().__init__()
         self.embed_dim = int(text_encoder.output_dim)
+        self.image_dim = int(image_dim)
+        if not 0.0 <= image_dropout < 1.0:
+            raise ValueError(f"image_dropout must be in [0, 1), got {image_dropout}")
         # W_I in R^{K x D} (Kiros sec. 2.2): x = W_I q. The bias makes it the affine map of Vilalta sec. 3.2.
-        self.image_proj = nn.Linear(int(image_dim), self.embed_dim)
+        # With image_rank=r, W_I = B A is factored through r dimensions: still one linear map, but
+        # D*r + r*K parameters instead of D*K, which is what keeps an 18,056-d FNE model shippable.
+        if image_rank:
+            self.image_proj = nn.Sequential(
+                nn.Linear(self.image_dim, int(image_rank), bias=False),
+                nn.Linear(int(image_rank), self.embed_dim),
+            )
+        else:
+            self.image_proj = nn.Linear(self.image_dim, self.embed_dim)
+        # Dropout on the image features (training only): regularises the wide FNE projection, which
+        # otherwise fits the 6,000 training images within a few epochs.
+        self.image_dropout = nn.Dropout(image_dropout) if image_dropout else nn.Identity()
         self.text_encoder = text_encoder
         self.vocab = vocab
         encoder_name, encoder_kwargs = encoder_spec(text_encoder)
         self.config: dict[str, Any] = {
             "text_encoder": encoder_name,
             "text_encoder_config": encoder_kwargs,
-            "image": {"backbone": backbone, "kind": kind, "image_dim": int(image_dim)},
+            "image": {
+                "backbone": backbone,
+                "kind": kind,
+                "image_dim": self.image_dim,
+                "dropout": float(image_dropout),
+                "rank": int(image_rank) if image_rank else None,
+            },
             "embed_dim": self.embed_dim,
         }
 
     @property
     def device(self) -> torch.device:
-        return self.image_proj.weight.device
+        return next(self.image_proj.parameters()).device
 
     # -- training path -------------------------------------------------------------------------------
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """Unit-norm image embeddings ``[n, K]`` with autograd (FNE int8 codes are cast to float)."""
-        return F.normalize(self.image_proj(features.to(self.image_proj.weight.dtype)), dim=-1)
+        dtype = next(self.image_proj.parameters()).dtype
+        return F.normalize(self.image_proj(self.image_dropout(features.to(dtype))), dim=-1)
 
     def encode_texts(self, **prepared: torch.Tensor) -> torch.Tensor:
         """Unit-norm sentence embeddings ``[B, K]`` from ``text_encoder.prepare`` output, with autograd."""
@@ -97,10 +120,10 @@ class JointEmbedding(nn.Module):
         Batched because FNE features are wide: 5,000 x 18,056 in float32 would be 360 MB at once.
         """
         x = torch.as_tensor(features)
-        if x.ndim != 2 or x.shape[1] != self.image_proj.in_features:
+        if x.ndim != 2 or x.shape[1] != self.image_dim:
             raise VsekitError(
                 f"image features have shape {tuple(x.shape)}; this model expects [n, "
-                f"{self.image_proj.in_features}] ({self.config['image']['backbone']} "
+                f"{self.image_dim}] ({self.config['image']['backbone']} "
                 f"{self.config['image']['kind']} features)"
             )
         was_training = self.training
@@ -247,7 +270,15 @@ def load_model(
         raise VsekitError(str(exc)) from exc
     with no_pretrained_init():
         encoder = build_text_encoder(enc_name, vocab, **enc_kwargs)
-    model = JointEmbedding(encoder, image["image_dim"], image["backbone"], image["kind"], vocab)
+    model = JointEmbedding(
+        encoder,
+        image["image_dim"],
+        image["backbone"],
+        image["kind"],
+        vocab,
+        image_dropout=image.get("dropout", 0.0),
+        image_rank=image.get("rank"),
+    )
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(state, strict=True)  # copy_ casts float16 weights into the float32 params

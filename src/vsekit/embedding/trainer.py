@@ -97,6 +97,8 @@ class TrainConfig:
     embed_dim: int = 1024
     backbone: str = "mobilenet_v2"
     image_features: str = "one-layer"
+    image_dropout: float = 0.0
+    image_rank: int | None = None
     train_split: str = "train"
     dev_split: str = "dev"
     loss: str = "sum"
@@ -141,7 +143,9 @@ class TrainConfig:
         for name in ("embed_dim", "batch_size", "epochs", "eval_every", "vocab_min_count"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
-        for name in ("lr_decay_epochs", "patience", "num_threads", "vocab_max_size"):
+        if not 0.0 <= self.image_dropout < 1.0:
+            raise bad("image_dropout", "must be in [0, 1)")
+        for name in ("lr_decay_epochs", "patience", "num_threads", "vocab_max_size", "image_rank"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise bad(name, "must be >= 1 or null")
@@ -503,7 +507,15 @@ def train(
             f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
             f"{config.embed_dim}"
         )
-    model = JointEmbedding(encoder, image_dim, config.backbone, config.image_features, vocab).to(dev)
+    model = JointEmbedding(
+        encoder,
+        image_dim,
+        config.backbone,
+        config.image_features,
+        vocab,
+        image_dropout=config.image_dropout,
+        image_rank=config.image_rank,
+    ).to(dev)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = (
