@@ -91,6 +91,7 @@ def collect(run_dir: Path) -> dict:
         "dev": {"i2t": metrics["i2t"], "t2i": metrics["t2i"], "rsum": metrics["rsum"]},
         "dev_rsum_logged": best["dev"]["rsum"],
         "eval_1k_x_5k_s": eval_s,
+        "train_epochs_time_s": sum(e.get("time_s", 0.0) for e in log),  # from the run's own log
         "model_mb": size_mb,
     }
 
@@ -127,7 +128,7 @@ def main() -> None:
     )
     for r in rows.values():
         i, t = r["dev"]["i2t"], r["dev"]["t2i"]
-        train_min = f"{r['train_wall_s'] / 60:.1f}" if "train_wall_s" in r else "-"
+        train_min = f"{r.get('train_wall_s', r['train_epochs_time_s']) / 60:.1f}"
         print(
             f"{r['recipe']:<22}{r['backbone'] + ' ' + r['features']:<22}{r['text_encoder']:<8}"
             f"{r['loss'][:15]:<16}{i['r1']:6.1f}{i['r5']:6.1f}{i['r10']:6.1f}{i['medr']:6.0f}"
