@@ -142,7 +142,7 @@ def full_extraction(batch: int) -> dict:
             str(batch),
         ]
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "TQDM_DISABLE": "1"})
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         elapsed = time.perf_counter() - start
         meta = json.loads((Path(tmp) / "c" / "meta.json").read_text())
     peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
