@@ -7,10 +7,8 @@ ranks captions for a real photo.
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +17,7 @@ from typer.testing import CliRunner
 
 import vsekit.embedding.evaluate as evaluate_mod
 import vsekit.embedding.trainer as trainer_mod
+from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.cli import app, sample_data_path
 from vsekit.data import load_corpus
 
@@ -30,21 +29,6 @@ def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-la
     assert kind == "one-layer"
     seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
     return np.stack([np.random.default_rng(s).standard_normal(DIM).astype(np.float32) for s in seeds]), None
-
-
-def write_tiny_corpus(root: Path, n_train: int = 16, n_dev: int = 6, n_test: int = 6) -> Path:
-    by_image = load_corpus(sample_data_path()).captions_by_image()
-    ids = list(by_image)[: n_train + n_dev + n_test]
-    (root / "Images").mkdir(parents=True, exist_ok=True)
-    with open(root / "captions.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["image", "caption", "split"])
-        for k, image_id in enumerate(ids):
-            (root / "Images" / image_id).touch()
-            split = "train" if k < n_train else "dev" if k < n_train + n_dev else "test"
-            for text in by_image[image_id]:
-                writer.writerow([image_id, text, split])
-    return root / "captions.csv"
 
 
 @pytest.fixture(autouse=True)
