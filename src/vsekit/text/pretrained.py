@@ -152,7 +152,7 @@ class MiniLMEncoder(TextEncoder):
         self,
         output_dim: int = 1024,
         *,
-        head: str = "mlp",
+        head: str = "residual",
         hidden_dim: int = 1024,
         dropout: float = 0.0,
         normalize_input: bool = True,
