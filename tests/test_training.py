@@ -229,7 +229,7 @@ def test_early_stopping_after_patience_evaluations_without_improvement(corpus, t
 def test_recipes_load_by_name_and_path(tmp_path):
     assert {"kiros-gru", "fne-gru", "vse-best"} <= set(list_recipes())
     kiros, fne, best = load_recipe("kiros-gru"), load_recipe("fne-gru"), load_recipe("vse-best")
-    assert (kiros.image_features, fne.image_features, best.image_features) == ("one-layer", "fne", "fne")
+    assert (kiros.image_features, fne.image_features) == ("one-layer", "fne")
     assert kiros.text_encoder == fne.text_encoder == "gru" and kiros.loss == fne.loss == "sum"
     assert (kiros.margin, kiros.lr, kiros.batch_size, kiros.grad_clip, kiros.epochs) == (
         0.2,
@@ -241,8 +241,10 @@ def test_recipes_load_by_name_and_path(tmp_path):
     assert kiros.vocab_max_size == 1000 and kiros.embed_dim == 1024
     assert best.loss == "max_violation" and best.max_violation_after_epoch == 2
     assert best.max_violation_at(2) is False and best.max_violation_at(3) is True
-    # the shipped model's recipe: its FNE projection must stay factored to fit the 15 MB package budget
-    assert best.text_encoder == "minilm" and best.image_rank == 256 and best.image_dropout == 0.5
+    assert best.text_encoder == "minilm" and best.image_features == "one-layer" and best.image_dropout == 0.4
+    # the FNE variant's projection must stay factored to fit the 15 MB package budget
+    fne_minilm = load_recipe("fne-minilm")
+    assert fne_minilm.image_features == "fne" and fne_minilm.image_rank == 256
     with pytest.raises(VsekitError, match="unknown recipe 'nope'.*kiros-gru"):
         load_recipe("nope")
     path = tmp_path / "mine.json"
