@@ -120,19 +120,20 @@ def features_for_files(
     a photo gets the features it would have had inside a corpus. FNE models apply their saved statistics.
     """
     from vsekit.device import resolve_device
-    from vsekit.vision.backbones import BACKBONES, load_backbone
+    from vsekit.vision.backbones import BACKBONES, load_backbone, prepare_for_inference
     from vsekit.vision.preprocess import load_image
 
     _check_fne(model, fne)
     spec = model.config["image"]
     dev = resolve_device(device)
-    cnn = load_backbone(spec["backbone"], weights, device=dev)
+    # the same BN-folded, channels-last network as the feature cache, so a file gets the cache's numbers
+    cnn = prepare_for_inference(load_backbone(spec["backbone"], weights, device=dev))
     preprocessing = BACKBONES[spec["backbone"]].preprocessing
     full = spec["kind"] == "fne"
     rows = []
     with torch.inference_mode():
         for path in paths:
-            pixels = preprocessing(load_image(Path(path)))[None].to(dev)
+            pixels = preprocessing(load_image(Path(path)))[None].to(dev, memory_format=torch.channels_last)
             pooled, taps = cnn.forward_features(pixels, taps=full)
             out = torch.cat(taps, dim=1) if full else pooled
             rows.append(out.float().cpu().half().float().numpy())
