@@ -4,7 +4,8 @@ For each recipe: `vsekit train` on ../shared/data/flickr8k (train split; model s
 process, timed, with its own peak RSS (wait4); then the best model's dev metrics (1,000 images x 5,000
 captions, `flickr` protocol) and the time of the ranking evaluation itself (scores + ranks, embeddings
 given). Prints a table and writes bench/results/ranking.json (rows are merged by recipe name, so recipes
-can be benchmarked one at a time).
+can be benchmarked one at a time). An ensemble recipe's row also lists each member's best dev epoch and
+metrics (from ``RUN/seed-<s>/log.jsonl``); its train time is the sum over the members.
 
     python bench/bench_ranking.py kiros-gru fne-gru vse-best [--threads 2] [--runs-dir bench/runs]
     python bench/bench_ranking.py --reuse runs/kiros-gru       # collect a finished run without retraining
@@ -60,10 +61,15 @@ def collect(run_dir: Path) -> dict:
     from vsekit.embedding.model import load_model
     from vsekit.retrieval.metrics import evaluate_protocol
 
-    log = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line.strip()]
-    best = max(log, key=lambda e: e["dev"]["rsum"])
     config = json.loads((run_dir / "config.json").read_text())
-    model, fne, _ = load_model(run_dir / "model.safetensors")
+    seeds = config.get("ensemble_seeds")
+    member_dirs = [run_dir / f"seed-{s}" for s in seeds] if seeds else [run_dir]
+    logs = [
+        [json.loads(line) for line in (d / "log.jsonl").read_text().splitlines() if line.strip()]
+        for d in member_dirs
+    ]
+    bests = [max((e for e in log if "dev" in e), key=lambda e: e["dev"]["rsum"]) for log in logs]
+    model, fne, meta = load_model(run_dir / "model.safetensors")
     dev = load_corpus(SHARED).split("dev")
     image_ids = dev.image_ids()
     with torch.inference_mode():
@@ -85,14 +91,26 @@ def collect(run_dir: Path) -> dict:
             if config.get("max_violation_after_epoch")
             else ""
         ),
-        "embed_dim": config["embed_dim"],
-        "best_epoch": best["epoch"],
-        "epochs_run": len(log),
+        "embed_dim": model.embed_dim,
+        "best_epoch": bests[0]["epoch"] if not seeds else [b["epoch"] for b in bests],
+        "epochs_run": len(logs[0]) if not seeds else [len(log) for log in logs],
         "dev": {"i2t": metrics["i2t"], "t2i": metrics["t2i"], "rsum": metrics["rsum"]},
-        "dev_rsum_logged": best["dev"]["rsum"],
+        "dev_rsum_logged": bests[0]["dev"]["rsum"] if not seeds else meta["dev"]["rsum"],
         "eval_1k_x_5k_s": eval_s,
-        "train_epochs_time_s": sum(e.get("time_s", 0.0) for e in log),  # from the run's own log
+        # from the runs' own logs (for an ensemble: every member's epochs)
+        "train_epochs_time_s": sum(e.get("time_s", 0.0) for log in logs for e in log),
         "model_mb": size_mb,
+        **(
+            {
+                "ensemble_seeds": seeds,
+                "members": [
+                    {"seed": s, "best_epoch": b["epoch"], "epochs_run": len(log), "dev": b["dev"]}
+                    for s, b, log in zip(seeds, bests, logs, strict=True)
+                ],
+            }
+            if seeds
+            else {}
+        ),
     }
 
 

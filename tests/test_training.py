@@ -21,7 +21,7 @@ from corpus_helpers import write_tiny_corpus
 from vsekit.cli import sample_data_path
 from vsekit.data import Caption, Corpus, load_corpus
 from vsekit.embedding.evaluate import evaluate_model
-from vsekit.embedding.model import load_model
+from vsekit.embedding.model import EnsembleEmbedding, load_model
 from vsekit.embedding.trainer import TrainConfig, list_recipes, load_checkpoint, load_recipe, train
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.vision.fne import FullNetworkEmbedding
@@ -258,4 +258,86 @@ def test_recipes_load_by_name_and_path(tmp_path):
         load_recipe(path)
     path.write_text(json.dumps({"loss": "sum", "max_violation_after_epoch": 2}))
     with pytest.raises(VsekitError, match="max_violation_after_epoch"):
+        load_recipe(path)
+
+
+# -- ensembles ---------------------------------------------------------------------------------------
+
+ENSEMBLE = dataclasses.replace(TINY, epochs=2, ensemble_seeds=[3, 5])
+
+
+def test_ensemble_recipe_trains_one_run_per_seed_and_packs_them(corpus, tmp_path):
+    summary = _run(corpus, ENSEMBLE, tmp_path / "ens")
+    out = tmp_path / "ens"
+    assert {p.name for p in out.iterdir()} == {"config.json", "model.safetensors", "seed-3", "seed-5"}
+    assert json.loads((out / "config.json").read_text())["ensemble_seeds"] == [3, 5]
+    # each member is exactly the single run of its seed
+    lone = _run(corpus, dataclasses.replace(TINY, epochs=2, seed=5), tmp_path / "lone")
+    _assert_same_run(out / "seed-5", tmp_path / "lone")
+    assert summary["members"][1]["best_dev"] == lone["best_dev"]
+    assert [m["seed"] for m in summary["members"]] == [3, 5] and summary["epochs_completed"] == [2, 2]
+    # the packed model: both members' best weights, its dev numbers recorded and reproducible
+    model, fne, meta = load_model(summary["model_path"])
+    assert isinstance(model, EnsembleEmbedding) and len(model.members) == 2 and model.embed_dim == 48
+    single, _, _ = load_model(out / "seed-5" / "model.safetensors")
+    assert all(torch.equal(v, model.members[1].state_dict()[k]) for k, v in single.state_dict().items())
+    assert meta["dev"] == summary["best_dev"] and [m["seed"] for m in meta["members"]] == [3, 5]
+    assert meta["train"]["ensemble_seeds"] == [3, 5]
+    result = evaluate_model(model, fne, corpus, "dev", feature_fn=fake_features())
+    assert {k: result[k] for k in ("i2t", "t2i", "rsum")} == summary["best_dev"]
+
+
+def test_ensemble_resumes_after_a_crash_in_the_second_member(corpus, tmp_path, monkeypatch):
+    _run(corpus, ENSEMBLE, tmp_path / "full")
+    calls = {"n": 0}
+    real = trainer_mod.evaluate_dev
+
+    def crash_in_member_2(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # member 1 evaluated epochs 1-2; crash in member 2's first epoch
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_mod, "evaluate_dev", crash_in_member_2)
+    with pytest.raises(KeyboardInterrupt):
+        _run(corpus, ENSEMBLE, tmp_path / "crashed")
+    assert not (tmp_path / "crashed" / "model.safetensors").exists()
+    with pytest.raises(VsekitError, match="seed-3.*--resume"):
+        _run(corpus, ENSEMBLE, tmp_path / "crashed")  # never overwrite a member silently
+    _run(corpus, ENSEMBLE, tmp_path / "crashed", resume=True)
+    for member in ("seed-3", "seed-5"):
+        _assert_same_run(tmp_path / "full" / member, tmp_path / "crashed" / member)
+    a, b = (
+        load_file(tmp_path / "full" / "model.safetensors"),
+        load_file(tmp_path / "crashed" / "model.safetensors"),
+    )
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # a single-model run directory is not taken over by an ensemble recipe
+    _run(corpus, dataclasses.replace(TINY, epochs=1), tmp_path / "single")
+    with pytest.raises(VsekitError, match="single-model run"):
+        _run(corpus, ENSEMBLE, tmp_path / "single", resume=True)
+
+
+def test_checkpoint_from_before_ensemble_seeds_existed_resumes(corpus, tmp_path):
+    _run(corpus, dataclasses.replace(TINY, epochs=1), tmp_path / "run")
+    path = tmp_path / "run" / "checkpoint.pt"
+    ckpt = load_checkpoint(path)
+    del ckpt["config"]["ensemble_seeds"]  # as written by the trainer before the field existed
+    torch.save(ckpt, path)
+    assert _run(corpus, TINY, tmp_path / "run", resume=True)["epochs_completed"] == 4
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ([1, "a"], "must be a list of int or null"),
+        ([], "non-empty"),
+        ([1, 1], "distinct"),
+        (3, "list of int"),
+    ],
+)
+def test_ensemble_seeds_are_validated(tmp_path, value, message):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"ensemble_seeds": value}))
+    with pytest.raises(VsekitError, match=f"ensemble_seeds.*{message}"):
         load_recipe(path)

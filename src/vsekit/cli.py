@@ -247,7 +247,9 @@ def train(
         False, "--resume", help="Continue the run in --out from its last checkpoint."
     ),
     epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
-    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Override the recipe's seed (an ensemble recipe then trains one model)."
+    ),
     num_threads: int | None = typer.Option(
         None, "--num-threads", min=1, help="CPU threads for torch (1 is often fastest on a shared CPU)."
     ),
@@ -275,11 +277,14 @@ def train(
             for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
             if v is not None
         }
+        if seed is not None:
+            overrides["ensemble_seeds"] = None
         config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
         corpus = load_corpus(data)
         console.print(
             f"{corpus!r}\nrecipe {config.name}: {config.text_encoder} + {config.image_features} "
             f"{config.backbone} features, K={config.embed_dim}, loss {config.loss}"
+            + (f", ensemble of seeds {config.ensemble_seeds}" if config.ensemble_seeds else "")
         )
         summary = run_training(
             corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
@@ -292,6 +297,13 @@ def train(
         )
         raise typer.Exit(code=130) from None
     best = summary["best_dev"]
+    if "members" in summary:
+        for m in summary["members"]:
+            title = f"member seed {m['seed']}: best dev epoch {m['best_epoch']} of {m['epochs_completed']}"
+            console.print(_metrics_table(title, m["best_dev"]))
+        console.print(_metrics_table(f"ensemble of {len(summary['members'])} members on dev", best))
+        console.print(f"model: {summary['model_path']}")
+        return
     if best is None:
         console.print(f"no dev evaluation yet; checkpoint in {out}")
         return

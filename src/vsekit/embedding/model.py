@@ -9,11 +9,17 @@ Full-Network Embedding (FN-MME, whose {-1, 0, 1} int8 codes are cast to float). 
 :class:`~vsekit.text.TextEncoder`. Everything needed to rebuild the model (encoder config, vocabulary,
 image feature spec) travels with it, and ``save_model`` writes one safetensors file: weights as tensors,
 the rest as JSON in the header metadata. Nothing is pickled.
+
+:class:`EnsembleEmbedding` packs M such models (independently seeded) as one joint embedding of dimension
+M*K: each member's unit-norm embedding, concatenated and scaled by 1/sqrt(M). The packed vectors are
+unit-norm and their dot product is the mean of the members' cosines, so eval, rank, demo and search use
+an ensemble exactly like a single model. It saves to and loads from one file the same way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,13 +35,77 @@ from vsekit.errors import CorpusError, VsekitError
 from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretrained_init
 from vsekit.vision.fne import FullNetworkEmbedding
 
-__all__ = ["MODEL_FORMAT", "JointEmbedding", "load_model", "save_model"]
+__all__ = ["MODEL_FORMAT", "EnsembleEmbedding", "JointEmbedding", "load_model", "save_model"]
 
 MODEL_FORMAT = "vsekit.JointEmbedding"
-MODEL_FORMAT_VERSION = 1
+#: Version 1: one JointEmbedding. Version 2 adds ensembles (single models are still written as version 1,
+#: so older vsekit versions keep reading them; they refuse an ensemble file with an "upgrade" message).
+MODEL_FORMAT_VERSION = 2
 
 
-class JointEmbedding(nn.Module):
+class _JointSpace(nn.Module):
+    """Inference helpers shared by :class:`JointEmbedding` and :class:`EnsembleEmbedding`.
+
+    Subclasses provide ``encode_images``, ``encode_texts``, ``text_encoder`` (whose ``prepare`` feeds
+    ``encode_texts``), ``image_dim``, ``embed_dim`` and ``config``.
+    """
+
+    embed_dim: int
+    image_dim: int
+    config: dict[str, Any]
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    def forward(
+        self, image_features: torch.Tensor, **prepared_text: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(img_emb [B, K], cap_emb [B, K])``, both unit-norm: ``img_emb @ cap_emb.T`` is the cosine."""
+        return self.encode_images(image_features), self.encode_texts(**prepared_text)
+
+    @torch.no_grad()
+    def embed_images(self, features: torch.Tensor | np.ndarray, batch_size: int = 1024) -> torch.Tensor:
+        """Unit-norm embeddings of image features ``[n, D]`` (eval mode, no grad, batched; CPU result).
+
+        Batched because FNE features are wide: 5,000 x 18,056 in float32 would be 360 MB at once.
+        """
+        x = torch.as_tensor(features)
+        if x.ndim != 2 or x.shape[1] != self.image_dim:
+            raise VsekitError(
+                f"image features have shape {tuple(x.shape)}; this model expects [n, "
+                f"{self.image_dim}] ({self.config['image']['backbone']} "
+                f"{self.config['image']['kind']} features)"
+            )
+        was_training = self.training
+        self.eval()
+        try:
+            out = [
+                self.encode_images(x[i : i + batch_size].to(self.device)).float().cpu()
+                for i in range(0, x.shape[0], batch_size)
+            ]
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.empty(0, self.embed_dim)
+
+    @torch.no_grad()
+    def embed_texts(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
+        """Unit-norm embeddings of raw sentences ``[n, K]`` (eval mode, no grad, batched; CPU result)."""
+        texts = list(texts)
+        was_training = self.training
+        self.eval()
+        try:
+            out = []
+            for i in range(0, len(texts), batch_size):
+                prepared = self.text_encoder.prepare(texts[i : i + batch_size])
+                prepared = {k: v.to(self.device) for k, v in prepared.items()}
+                out.append(self.encode_texts(**prepared).float().cpu())
+        finally:
+            self.train(was_training)
+        return torch.cat(out) if out else torch.empty(0, self.embed_dim)
+
+
+class JointEmbedding(_JointSpace):
     """Linear image projection + sentence encoder into one unit-norm K-dimensional space.
 
     Args:
@@ -90,10 +160,6 @@ class JointEmbedding(nn.Module):
             "embed_dim": self.embed_dim,
         }
 
-    @property
-    def device(self) -> torch.device:
-        return next(self.image_proj.parameters()).device
-
     # -- training path -------------------------------------------------------------------------------
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
@@ -105,53 +171,76 @@ class JointEmbedding(nn.Module):
         """Unit-norm sentence embeddings ``[B, K]`` from ``text_encoder.prepare`` output, with autograd."""
         return F.normalize(self.text_encoder(**prepared), dim=-1)
 
-    def forward(
-        self, image_features: torch.Tensor, **prepared_text: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(img_emb [B, K], cap_emb [B, K])``, both unit-norm: ``img_emb @ cap_emb.T`` is the cosine."""
-        return self.encode_images(image_features), self.encode_texts(**prepared_text)
 
-    # -- inference helpers ---------------------------------------------------------------------------
+class EnsembleEmbedding(_JointSpace):
+    """M joint embeddings of one architecture packed as one joint embedding of dimension M*K.
 
-    @torch.no_grad()
-    def embed_images(self, features: torch.Tensor | np.ndarray, batch_size: int = 1024) -> torch.Tensor:
-        """Unit-norm embeddings of image features ``[n, D]`` (eval mode, no grad, batched; CPU result).
+    With ``x_m``, ``v_m`` the unit-norm image and sentence embeddings of member m, the packed embeddings
+    are ``x = [x_1, ..., x_M] / sqrt(M)`` and ``v = [v_1, ..., v_M] / sqrt(M)``. Then ``|x| = |v| = 1``
+    and ``x . v = (1/M) sum_m x_m . v_m``: ranking by the packed dot product *is* ranking by the mean of
+    the members' cosine scores (score averaging), and everything that uses a joint embedding (``eval``,
+    ``rank``, ``demo``, search) uses the ensemble unchanged.
 
-        Batched because FNE features are wide: 5,000 x 18,056 in float32 would be 360 MB at once.
-        """
-        x = torch.as_tensor(features)
-        if x.ndim != 2 or x.shape[1] != self.image_dim:
-            raise VsekitError(
-                f"image features have shape {tuple(x.shape)}; this model expects [n, "
-                f"{self.image_dim}] ({self.config['image']['backbone']} "
-                f"{self.config['image']['kind']} features)"
-            )
-        was_training = self.training
-        self.eval()
-        try:
-            out = [
-                self.encode_images(x[i : i + batch_size].to(self.device)).float().cpu()
-                for i in range(0, x.shape[0], batch_size)
-            ]
-        finally:
-            self.train(was_training)
-        return torch.cat(out) if out else torch.empty(0, self.embed_dim)
+    The members keep their own image projections and text heads; anything frozen in their text encoders
+    (the pretrained MiniLM transformer and its per-text cache) is shared with the first member, so the
+    transformer is held, and each sentence encoded, once. ``text_encoder`` is the first member's: its
+    ``prepare`` is the common front end that feeds :meth:`encode_texts`.
 
-    @torch.no_grad()
-    def embed_texts(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
-        """Unit-norm embeddings of raw sentences ``[n, K]`` (eval mode, no grad, batched; CPU result)."""
-        texts = list(texts)
-        was_training = self.training
-        self.eval()
-        try:
-            out = []
-            for i in range(0, len(texts), batch_size):
-                prepared = self.text_encoder.prepare(texts[i : i + batch_size])
-                prepared = {k: v.to(self.device) for k, v in prepared.items()}
-                out.append(self.encode_texts(**prepared).float().cpu())
-        finally:
-            self.train(was_training)
-        return torch.cat(out) if out else torch.empty(0, self.embed_dim)
+    Args:
+        members: the models, all with the same ``config`` and vocabulary (e.g. one recipe, other seeds).
+    """
+
+    def __init__(self, members: Sequence[JointEmbedding]) -> None:
+        super().__init__()
+        members = list(members)
+        if not members:
+            raise VsekitError("an ensemble needs at least one member")
+        first = members[0]
+        for k, member in enumerate(members[1:], start=2):
+            if not isinstance(member, JointEmbedding) or member.config != first.config:
+                raise VsekitError(
+                    f"ensemble member {k} differs from member 1 in its architecture or image features "
+                    "(config); an ensemble packs models of one recipe"
+                )
+            if member.vocab != first.vocab:
+                raise VsekitError(f"ensemble member {k} has another vocabulary than member 1")
+        self.members = nn.ModuleList(members)
+        for member in members[1:]:
+            member.text_encoder.share_frozen(first.text_encoder)
+        self.member_dim = first.embed_dim
+        self.embed_dim = self.member_dim * len(members)
+        self.image_dim = first.image_dim
+        self.vocab = first.vocab
+        self.config: dict[str, Any] = {
+            **first.config,
+            "embed_dim": self.embed_dim,
+            "ensemble": {"members": len(members), "member_embed_dim": self.member_dim},
+        }
+        self._scale = 1.0 / math.sqrt(len(members))
+
+    @property
+    def text_encoder(self) -> TextEncoder:
+        """The first member's text encoder: its ``prepare`` output feeds every member's head."""
+        return self.members[0].text_encoder
+
+    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+        """Packed unit-norm image embeddings ``[n, M*K]`` (with autograd)."""
+        return torch.cat([m.encode_images(features) for m in self.members], dim=-1) * self._scale
+
+    def encode_texts(self, **prepared: torch.Tensor) -> torch.Tensor:
+        """Packed unit-norm sentence embeddings ``[B, M*K]`` from ``text_encoder.prepare`` output."""
+        return torch.cat([m.encode_texts(**prepared) for m in self.members], dim=-1) * self._scale
+
+
+def _member_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The config of one member of an ensemble config (a plain config comes back unchanged)."""
+    ensemble = config.get("ensemble")
+    if ensemble is None:
+        return config
+    return {
+        **{k: v for k, v in config.items() if k != "ensemble"},
+        "embed_dim": int(ensemble["member_embed_dim"]),
+    }
 
 
 # -- persistence -------------------------------------------------------------------------------------
@@ -172,7 +261,7 @@ def _fne_from(meta: dict[str, str], mean: np.ndarray, m2: np.ndarray) -> FullNet
 
 
 def save_model(
-    model: JointEmbedding,
+    model: JointEmbedding | EnsembleEmbedding,
     path: str | os.PathLike[str],
     fne: FullNetworkEmbedding | None = None,
     extra_meta: dict[str, Any] | None = None,
@@ -184,7 +273,8 @@ def save_model(
     scores move by well under 1e-2), and ``fne.mean`` / ``fne.m2`` in float64 when the model reads FNE
     features (the statistics are never halved: they define the thresholds). Header metadata (JSON
     strings): ``format``, ``format_version``, ``config``, ``vocab``, ``dtype``, ``fne`` (settings),
-    ``extra``.
+    ``extra``. An ensemble is the same file with its members' tensors under ``model.members.<m>.`` and
+    ``config["ensemble"]``; it is written as format version 2, a single model as version 1.
     """
     from safetensors.torch import save_file
 
@@ -200,7 +290,7 @@ def save_model(
         tensors[f"model.{key}"] = value.contiguous()
     meta = {
         "format": MODEL_FORMAT,
-        "format_version": str(MODEL_FORMAT_VERSION),
+        "format_version": "2" if isinstance(model, EnsembleEmbedding) else "1",
         "config": json.dumps(model.config),
         "vocab": json.dumps(model.vocab.to_dict() if model.vocab is not None else None),
         "dtype": "float16" if half else "float32",
@@ -226,8 +316,10 @@ def save_model(
 
 def load_model(
     path: str | os.PathLike[str], device: str | torch.device = "cpu"
-) -> tuple[JointEmbedding, FullNetworkEmbedding | None, dict[str, Any]]:
+) -> tuple[JointEmbedding | EnsembleEmbedding, FullNetworkEmbedding | None, dict[str, Any]]:
     """Read a file written by :func:`save_model`: ``(model in eval mode, fne or None, meta)``.
+
+    The model is an :class:`EnsembleEmbedding` when the file holds one, else a :class:`JointEmbedding`.
 
     ``meta`` is the ``extra_meta`` given at save time plus ``config`` and ``dtype``. float16 weights are
     loaded into a float32 model. Anything that is not a vsekit model (a missing file, another
@@ -260,25 +352,36 @@ def load_model(
         vocab_dict = json.loads(header["vocab"])
         fne_meta = json.loads(header.get("fne", "null"))
         extra = json.loads(header.get("extra", "{}"))
-        enc_name, enc_kwargs = config["text_encoder"], dict(config["text_encoder_config"])
-        image = config["image"]
-    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        n_members = int(config["ensemble"]["members"]) if "ensemble" in config else None
+        member_config = _member_config(config)
+        enc_name, enc_kwargs = member_config["text_encoder"], dict(member_config["text_encoder_config"])
+        image = member_config["image"]
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise VsekitError(f"{path}: damaged vsekit model header ({type(exc).__name__}: {exc})") from exc
     try:
         vocab = Vocabulary.from_dict(vocab_dict, source=f"{path} (vocab)") if vocab_dict else None
     except CorpusError as exc:
         raise VsekitError(str(exc)) from exc
-    with no_pretrained_init():
-        encoder = build_text_encoder(enc_name, vocab, **enc_kwargs)
-    model = JointEmbedding(
-        encoder,
-        image["image_dim"],
-        image["backbone"],
-        image["kind"],
-        vocab,
-        image_dropout=image.get("dropout", 0.0),
-        image_rank=image.get("rank"),
-    )
+
+    def build() -> JointEmbedding:
+        with no_pretrained_init():
+            encoder = build_text_encoder(enc_name, vocab, **enc_kwargs)
+        return JointEmbedding(
+            encoder,
+            image["image_dim"],
+            image["backbone"],
+            image["kind"],
+            vocab,
+            image_dropout=image.get("dropout", 0.0),
+            image_rank=image.get("rank"),
+        )
+
+    if n_members is None:
+        model: JointEmbedding | EnsembleEmbedding = build()
+    else:
+        if n_members < 1:
+            raise VsekitError(f"{path}: damaged vsekit model header (an ensemble of {n_members} members)")
+        model = EnsembleEmbedding([build() for _ in range(n_members)])
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(state, strict=True)  # copy_ casts float16 weights into the float32 params

@@ -13,6 +13,12 @@ depends on (weights, Adam moments, scheduler, counters, every RNG state includin
 generator) as tensors and plain containers, so ``torch.load(weights_only=True)`` reads it and
 ``resume=True`` continues bit for bit where an interrupted run stopped: 2 epochs + resume to 4 gives the
 same weights as 4 epochs in one go.
+
+A recipe with ``ensemble_seeds`` trains one such run per seed, in turn, into ``OUT/seed-<s>/`` (each
+selected on dev rsum and resumable like any run), then packs the members' best models into one
+:class:`~vsekit.embedding.model.EnsembleEmbedding` in ``OUT/model.safetensors``. The members share the
+frozen MiniLM transformer and its per-text cache, so the training captions are encoded once, not once per
+member.
 """
 
 from __future__ import annotations
@@ -39,10 +45,10 @@ from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
-from vsekit.embedding.model import JointEmbedding, save_model
+from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.retrieval.metrics import evaluate_protocol
-from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, build_text_encoder
+from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.vision.features import FEATURE_KINDS, image_features
 from vsekit.vision.fne import FullNetworkEmbedding
 
@@ -84,6 +90,9 @@ class TrainConfig:
     N+1.. use the hardest negative (None: hardest negative from the first epoch, no warm-up). The loss of
     a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``).
 
+    ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
+    the module docstring); None trains the single model of ``seed``.
+
     ``patience`` counts dev evaluations (every ``eval_every`` epochs) without a better rsum; None never
     stops early (the best epoch is still the one kept). ``lr_decay_epochs`` is StepLR's step size
     (None: constant learning rate). ``text_encoder_kwargs`` go to the encoder constructor; its output
@@ -115,6 +124,7 @@ class TrainConfig:
     vocab_max_size: int | None = 1000
     patience: int | None = 5
     seed: int = 0
+    ensemble_seeds: list[int] | None = None
     eval_every: int = 1
     num_threads: int | None = None
 
@@ -158,6 +168,10 @@ class TrainConfig:
             raise bad(name, "is out of range")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise bad("grad_clip", "must be > 0 or null")
+        if self.ensemble_seeds is not None and (
+            not self.ensemble_seeds or len(set(self.ensemble_seeds)) != len(self.ensemble_seeds)
+        ):
+            raise bad("ensemble_seeds", "must be a non-empty list of distinct seeds or null")
         return self
 
     @classmethod
@@ -173,7 +187,11 @@ class TrainConfig:
         for key, value in data.items():
             if not _type_ok(value, hints[key]):
                 raise VsekitError(f"{source}: field '{key}' must be {_type_name(hints[key])}, got {value!r}")
-        return cls(**{k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}).validate(source)
+        copied = {
+            k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
+            for k, v in data.items()
+        }
+        return cls(**copied).validate(source)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -189,6 +207,11 @@ def _type_ok(value: Any, hint: Any) -> bool:
     for option in options:
         if option is type(None) and value is None:
             return True
+        if typing.get_origin(option) is list:
+            (item,) = typing.get_args(option)
+            if isinstance(value, list) and all(_type_ok(v, item) for v in value):
+                return True
+            continue
         if option is float and isinstance(value, int | float) and not isinstance(value, bool):
             return True
         if option is int and isinstance(value, int) and not isinstance(value, bool):
@@ -199,8 +222,14 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 
 def _type_name(hint: Any) -> str:
-    args = typing.get_args(hint) or (hint,)
-    return " or ".join("null" if a is type(None) else a.__name__ for a in args)
+    def name(a: Any) -> str:
+        if a is type(None):
+            return "null"
+        if typing.get_origin(a) is list:
+            return f"a list of {name(typing.get_args(a)[0])}"
+        return a.__name__
+
+    return " or ".join(name(a) for a in typing.get_args(hint) or (hint,))
 
 
 def list_recipes() -> list[str]:
@@ -310,9 +339,15 @@ def _feature_identity(backbone: str, kind: str, image_dim: int, fne: FullNetwork
     return ident
 
 
+#: Defaults of TrainConfig fields: a checkpoint written before a field existed ran with its default.
+_FIELD_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING
+}
+
+
 def _check_same_run(ckpt: dict, path: Path, config: TrainConfig, ident: dict, data: dict, vocab) -> None:
     """ConfigMismatchError naming the first field where the checkpoint's run differs from this one."""
-    old_cfg = ckpt["config"]
+    old_cfg = {**_FIELD_DEFAULTS, **ckpt["config"]}
     for key, value in config.to_dict().items():
         if key in RESUMABLE_FIELDS:
             continue
@@ -387,7 +422,7 @@ def _as_tensor(features: np.ndarray, n: int, what: str) -> torch.Tensor:
 
 
 def evaluate_dev(
-    model: JointEmbedding,
+    model: JointEmbedding | EnsembleEmbedding,
     features: torch.Tensor,
     texts: Sequence[str],
     image_ids: Sequence[str],
@@ -439,10 +474,103 @@ def train(
 
     Returns a summary: ``out_dir``, ``model_path``, ``epochs_completed``, ``best_epoch``, ``best_rsum``,
     ``best_dev`` (the dev metrics of the best epoch), ``stopped_early``, ``history`` (the log entries).
+
+    With ``config.ensemble_seeds`` every seed is such a run in ``out_dir/seed-<s>`` (``resume`` applies to
+    each) and ``out_dir/model.safetensors`` is their packed ensemble; the summary then has ``members``
+    (the member summaries, each with its ``seed``), ``best_dev`` / ``best_rsum`` of the ensemble on dev,
+    and ``epochs_completed`` / ``best_epoch`` as lists over the members.
     """
     config.validate()
     say = log if log is not None else tqdm.write
-    out = Path(out_dir)
+    run = dict(
+        resume=resume, progress=progress, device=device, cache_root=cache_root, feature_fn=feature_fn, say=say
+    )
+    if config.ensemble_seeds:
+        return _train_ensemble(corpus, config, Path(out_dir), **run)
+    return _train_one(corpus, config, Path(out_dir), **run)[0]
+
+
+def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) -> dict[str, Any]:
+    """Train one member per seed in ``out/seed-<s>`` (sharing the frozen text encoder), then pack them."""
+    assert config.ensemble_seeds
+    say = run["say"]
+    if (out / CHECKPOINT_NAME).exists():
+        raise VsekitError(
+            f"{out} holds a single-model run ({CHECKPOINT_NAME}); an ensemble recipe trains into "
+            "seed-<s>/ subdirectories: choose another --out"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
+    members: list[dict[str, Any]] = []
+    shared: TextEncoder | None = None
+    n = len(config.ensemble_seeds)
+    for k, seed in enumerate(config.ensemble_seeds, start=1):
+        say(f"ensemble member {k}/{n}: seed {seed} -> {out / f'seed-{seed}'}")
+        member_config = dataclasses.replace(config, seed=seed, ensemble_seeds=None)
+        summary, ctx = _train_one(corpus, member_config, out / f"seed-{seed}", share_text_from=shared, **run)
+        shared = ctx.encoder
+        if summary["best_dev"] is None:
+            raise VsekitError(f"{out / f'seed-{seed}'}: the run has no dev-selected model to pack")
+        members.append({"seed": seed, **summary})
+
+    models = [load_model(m["model_path"], device=ctx.device)[0] for m in members]
+    for model in models:
+        model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
+    packed = EnsembleEmbedding(models)
+    metrics = evaluate_dev(packed, ctx.dev_feats, ctx.dev_texts, ctx.dev_ids, ctx.dev_cap_ids)
+    metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+    member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
+    save_model(
+        packed,
+        out / MODEL_NAME,
+        fne=ctx.fne,
+        extra_meta={"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta},
+    )
+    for m in member_meta:
+        say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
+    say(
+        f"ensemble of {n}: i2t R@1 {metrics['i2t']['r1']:.1f} | t2i R@1 {metrics['t2i']['r1']:.1f} "
+        f"| rsum {metrics['rsum']:.1f} -> {out / MODEL_NAME}"
+    )
+    return {
+        "out_dir": str(out),
+        "model_path": str(out / MODEL_NAME),
+        "epochs_completed": [m["epochs_completed"] for m in members],
+        "best_epoch": [m["best_epoch"] for m in members],
+        "best_rsum": metrics["rsum"],
+        "best_dev": metrics,
+        "stopped_early": [m["stopped_early"] for m in members],
+        "history": [],
+        "members": members,
+    }
+
+
+@dataclass
+class _RunContext:
+    """What an ensemble needs from a finished member run: its device, text encoder and dev data."""
+
+    device: torch.device
+    encoder: TextEncoder
+    fne: FullNetworkEmbedding | None
+    dev_feats: torch.Tensor
+    dev_texts: list[str]
+    dev_ids: list[str]
+    dev_cap_ids: list[str]
+
+
+def _train_one(
+    corpus: Corpus,
+    config: TrainConfig,
+    out: Path,
+    resume: bool,
+    progress: bool,
+    device: str | torch.device,
+    cache_root: str | os.PathLike[str] | None,
+    feature_fn: FeatureFn | None,
+    say: Callable[[str], None],
+    share_text_from: TextEncoder | None = None,
+) -> tuple[dict[str, Any], _RunContext]:
+    """One training run (see :func:`train`); ``share_text_from`` lends its frozen text encoder part."""
     ckpt_path = out / CHECKPOINT_NAME
     ckpt = None
     if ckpt_path.exists():
@@ -502,6 +630,8 @@ def train(
     random.seed(config.seed)
     enc_kwargs = {**config.text_encoder_kwargs, EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim}
     encoder = build_text_encoder(config.text_encoder, vocab, **enc_kwargs)
+    if share_text_from is not None:
+        encoder.share_frozen(share_text_from)  # after building: the seeded RNG draws stay those of a lone run
     if encoder.output_dim != config.embed_dim:
         raise VsekitError(
             f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
@@ -641,7 +771,7 @@ def train(
         if state["stopped_early"]:
             say(f"early stopping: no better dev rsum in {config.patience} evaluations")
 
-    return {
+    summary = {
         "out_dir": str(out),
         "model_path": str(out / MODEL_NAME),
         "epochs_completed": state["epoch"],
@@ -651,6 +781,7 @@ def train(
         "stopped_early": state["stopped_early"],
         "history": history,
     }
+    return summary, _RunContext(dev, encoder, fne, dev_feats, dev_texts, dev_ids, dev_cap_ids)
 
 
 def _read_log(path: Path, upto: int) -> list[dict]:

@@ -74,6 +74,14 @@ class TextEncoder(nn.Module):
     def config(self) -> dict:
         raise NotImplementedError
 
+    def share_frozen(self, other: TextEncoder) -> None:
+        """Use ``other``'s frozen, untrained parts instead of this encoder's own copy (ensembles).
+
+        Only encoders that hold something frozen outside their trained weights (the pretrained MiniLM and
+        its per-text cache) have anything to share; for the others this does nothing.
+        """
+        del other
+
 
 def _token_ids(vocab: Vocabulary, text: str) -> list[int]:
     """Word ids of a caption; a caption with no word left after tokenisation reads as one <unk>.

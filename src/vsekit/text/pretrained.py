@@ -305,6 +305,25 @@ class MiniLMEncoder(TextEncoder):
         self._frozen.model.eval()
         return self
 
+    def share_frozen(self, other: TextEncoder) -> None:
+        """Use ``other``'s frozen transformer, tokenizer and per-text cache (members of an ensemble).
+
+        The two encoders then hold one transformer and encode each text once between them; this
+        encoder's own copy is released. Only the frozen part is shared: the heads (and fine-tuned top
+        layers) stay each encoder's own. Both must freeze the same layers (their ``prepare`` outputs are
+        then interchangeable).
+        """
+        if other is self:
+            return
+        if not isinstance(other, MiniLMEncoder) or other.finetune_last != self.finetune_last:
+            raise ValueError(
+                "share_frozen needs another MiniLMEncoder with the same finetune_last "
+                f"(this one: {self.finetune_last})"
+            )
+        self._frozen = other._frozen
+        self.tokenizer, self.max_length = other.tokenizer, other.max_length
+        self._cache = other._cache
+
     def clear_cache(self) -> None:
         """Forget cached sentence results (they never go stale: the cached part is frozen)."""
         self._cache.clear()
