@@ -1,0 +1,178 @@
+"""A trained m-RNN captioner as one object and one file: network, vocabulary, image spec, FNE statistics.
+
+The file is safetensors: ``model.<param>`` tensors (float16 when ``half``), ``fne.mean``/``fne.m2`` in
+float64 for FNE-conditioned captioners, and JSON header fields ``format`` (``vsekit.captioner``),
+``format_version``, ``method`` (``mrnn``), ``config`` (the network), ``image`` (backbone, feature kind,
+dimension), ``vocab``, ``fne``, ``decoding`` (defaults) and ``extra`` (recipe, dev scores, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vsekit.captioning.decode import Caption, beam_search, greedy, sample
+from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
+from vsekit.data.vocab import Vocabulary
+from vsekit.embedding.model import _fne_from
+from vsekit.errors import VsekitError
+from vsekit.vision.fne import FullNetworkEmbedding
+
+__all__ = ["CAPTIONER_FORMAT", "DECODINGS", "MRNNCaptioner", "load_captioner", "save_captioner"]
+
+CAPTIONER_FORMAT = "vsekit.captioner"
+CAPTIONER_FORMAT_VERSION = 1
+DECODINGS = ("beam", "greedy", "sample")
+
+
+@dataclass
+class MRNNCaptioner:
+    """A multimodal RNN with what it needs to turn image features into caption strings."""
+
+    model: MultimodalRNN
+    vocab: Vocabulary
+    image: dict[str, Any]  # {"backbone", "kind", "image_dim"}: what features the network reads
+    fne: FullNetworkEmbedding | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    method = "mrnn"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """``{"image": spec}``: the shape :func:`vsekit.embedding.evaluate.features_for_files` reads."""
+        return {"image": self.image}
+
+    def decode(
+        self,
+        features: torch.Tensor | np.ndarray,
+        decoding: str = "beam",
+        beam_size: int = 3,
+        max_len: int = 20,
+        length_penalty: float = 0.0,
+        temperature: float = 1.0,
+        n_best: int = 1,
+        batch_size: int = 256,
+        generator: torch.Generator | None = None,
+    ) -> list[list[Caption]]:
+        """Decoded captions per image (``n_best`` for beam search, one otherwise), best first."""
+        if decoding not in DECODINGS:
+            raise VsekitError(f"unknown decoding {decoding!r}; known: {', '.join(DECODINGS)}")
+        x = torch.as_tensor(np.asarray(features))
+        if x.ndim != 2 or x.shape[1] != self.image["image_dim"]:
+            raise VsekitError(
+                f"image features have shape {tuple(x.shape)}; this captioner reads "
+                f"{self.image['image_dim']}-d {self.image['backbone']} {self.image['kind']} features"
+            )
+        self.model.eval()
+        out: list[list[Caption]] = []
+        for start in range(0, x.shape[0], batch_size):
+            chunk = x[start : start + batch_size].to(self.model.device)
+            if decoding == "beam":
+                out.extend(beam_search(self.model, chunk, beam_size, max_len, length_penalty, n_best))
+            elif decoding == "greedy":
+                out.extend([c] for c in greedy(self.model, chunk, max_len))
+            else:
+                out.extend([c] for c in sample(self.model, chunk, temperature, max_len, generator))
+        return out
+
+    def caption(self, features: torch.Tensor | np.ndarray, **decode_kwargs: Any) -> list[str]:
+        """The best caption of each image as a string."""
+        return [self.text(caps[0]) for caps in self.decode(features, **decode_kwargs)]
+
+    def text(self, caption: Caption) -> str:
+        return " ".join(self.vocab.decode(caption.tokens))
+
+
+def save_captioner(captioner: MRNNCaptioner, path: str | os.PathLike[str], half: bool = False) -> Path:
+    """Write ``captioner`` to one safetensors file, atomically (float16 weights when ``half``)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    if captioner.image["kind"] == "fne" and captioner.fne is None:
+        raise VsekitError(f"{path}: this captioner reads FNE features; it needs its FNE statistics")
+    tensors = {}
+    for key, value in captioner.model.state_dict().items():
+        value = value.detach().cpu()
+        tensors[f"model.{key}"] = (value.half() if half and value.is_floating_point() else value).contiguous()
+    header = {
+        "format": CAPTIONER_FORMAT,
+        "format_version": str(CAPTIONER_FORMAT_VERSION),
+        "method": "mrnn",
+        "config": json.dumps(captioner.model.config.to_dict()),
+        "image": json.dumps(captioner.image),
+        "vocab": json.dumps(captioner.vocab.to_dict()),
+        "dtype": "float16" if half else "float32",
+        "extra": json.dumps(captioner.meta),
+        "fne": "null",
+    }
+    if captioner.fne is not None and captioner.image["kind"] == "fne":
+        state = captioner.fne.state_dict()
+        tensors["fne.mean"] = torch.from_numpy(np.ascontiguousarray(state["mean"], dtype=np.float64))
+        tensors["fne.m2"] = torch.from_numpy(np.ascontiguousarray(state["m2"], dtype=np.float64))
+        header["fne"] = json.dumps(dict(captioner.fne.metadata()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        save_file(tensors, str(tmp), metadata=header)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_captioner(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> MRNNCaptioner:
+    """Read a file written by :func:`save_captioner` (eval mode, float32 weights).
+
+    A missing file, another kind of safetensors file, a corrupt header or weights that do not fit the
+    config are a VsekitError naming ``path``.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise VsekitError(f"{path}: captioner file not found")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            if header.get("format") != CAPTIONER_FORMAT:
+                hint = " (it is a joint-embedding model)" if header.get("format") == "vsekit.model" else ""
+                raise VsekitError(f"{path}: not a vsekit captioner file{hint}")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except VsekitError:
+        raise
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise VsekitError(f"{path}: not a vsekit captioner file ({exc})") from exc
+    try:
+        version = int(header.get("format_version", "0"))
+        if version > CAPTIONER_FORMAT_VERSION:
+            raise VsekitError(f"{path}: captioner format {version} is newer than this vsekit reads; upgrade")
+        if header.get("method") != "mrnn":
+            raise VsekitError(f"{path}: unknown captioner method {header.get('method')!r}")
+        model = MultimodalRNN(MultimodalRNNConfig(**json.loads(header["config"])))
+        state = {k[len("model.") :]: v.float() for k, v in tensors.items() if k.startswith("model.")}
+        model.load_state_dict(state, strict=True)
+        vocab = Vocabulary.from_dict(json.loads(header["vocab"]), source=f"{path} (vocab)")
+        image = json.loads(header["image"])
+        fne_meta = json.loads(header.get("fne", "null"))
+        fne = (
+            _fne_from(fne_meta, tensors["fne.mean"].numpy(), tensors["fne.m2"].numpy()) if fne_meta else None
+        )
+        extra = json.loads(header.get("extra", "{}"))
+    except VsekitError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, json.JSONDecodeError) as exc:
+        raise VsekitError(f"{path}: damaged captioner file ({type(exc).__name__}: {exc})") from exc
+    if len(vocab) != model.config.vocab_size:
+        raise VsekitError(
+            f"{path}: vocabulary has {len(vocab)} words but the network {model.config.vocab_size}"
+        )
+    model.to(device).eval()
+    return MRNNCaptioner(model=model, vocab=vocab, image=image, fne=fne, meta=extra)

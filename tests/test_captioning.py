@@ -1,0 +1,311 @@
+"""The multimodal RNN captioner: model, decoders, file format, nearest-neighbour baseline and trainer."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
+from vsekit.captioning.decode import beam_search, greedy, sample
+from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig, caption_batch
+from vsekit.captioning.nearest import NearestNeighbourCaptioner, consensus_caption
+from vsekit.captioning.trainer import (
+    CaptionTrainConfig,
+    length_bucketed_batches,
+    load_caption_recipe,
+    train_captioner,
+)
+from vsekit.data import load_corpus
+from vsekit.data.vocab import Vocabulary
+from vsekit.errors import ConfigMismatchError, VsekitError
+
+CELLS = ("lstm", "rnn")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(cell: str, vocab_size: int = 9, image_dim: int = 6, seed: int = 0) -> MultimodalRNN:
+    torch.manual_seed(seed)
+    config = MultimodalRNNConfig(
+        image_dim=image_dim, vocab_size=vocab_size, cell=cell, word_dim=8, hidden_dim=12
+    )
+    model = MultimodalRNN(config).eval()
+    with torch.no_grad():  # a peakier random model than the init, so decoders disagree when they should
+        model.output.weight.mul_(20)
+    return model
+
+
+def teacher_forced_log_prob(
+    model: MultimodalRNN, features: torch.Tensor, captions: list[list[int]]
+) -> torch.Tensor:
+    vocab = Vocabulary([f"w{i}" for i in range(model.config.vocab_size - 4)])
+    inputs, targets = caption_batch(captions, vocab)
+    with torch.no_grad():
+        logp = torch.log_softmax(model(features, inputs).double(), dim=-1)
+    picked = logp.gather(2, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+    return (picked * (targets != -100)).sum(dim=1)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_shapes_and_loss(cell):
+    model = tiny_model(cell)
+    features = torch.randn(3, 6)
+    inputs, targets = caption_batch([[4, 5], [6], [4, 5, 6, 7]], Vocabulary(["a", "b", "c", "d", "e"]))
+    assert inputs.shape == targets.shape == (3, 5)
+    assert inputs[:, 0].tolist() == [Vocabulary.start_id] * 3
+    assert targets[1].tolist() == [6, Vocabulary.end_id, -100, -100, -100]
+    assert model(features, inputs).shape == (3, 5, 9)
+    loss = model.loss(features, inputs, targets)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    # the masked loss equals cross-entropy over the real positions of the full logits
+    full = torch.nn.functional.cross_entropy(model(features, inputs).flatten(0, 1), targets.flatten())
+    assert torch.allclose(loss, full, atol=1e-6)
+
+
+def test_first_step_is_eq_14_with_the_image_bias():
+    """h_1 = ReLU(W_hx x_START + b_h + b_v), b_v = W_hi CNN(I) (Eq. 13-14, h_0 = 0), computed by hand."""
+    model = tiny_model("rnn")
+    image = torch.randn(2, 6)
+    rnn = model.rnn
+    x_start = model.word_embedding.weight[Vocabulary.start_id]
+    b_v = image @ model.image_bias.weight.T + model.image_bias.bias
+    expected = torch.relu(rnn.weight_ih_l0 @ x_start + rnn.bias_ih_l0 + rnn.bias_hh_l0 + b_v)
+    _, state = model.start(image)
+    assert torch.allclose(state[0][0], expected, atol=1e-6)
+    # step 2 reads only the state and the word: h_2 = ReLU(W_hx x_w + W_hh h_1 + b_h), no image term
+    _, state2 = model.step(torch.tensor([5, 5]), state)
+    x_w = model.word_embedding.weight[5]
+    h2 = torch.relu(rnn.weight_ih_l0 @ x_w + expected @ rnn.weight_hh_l0.T + rnn.bias_ih_l0 + rnn.bias_hh_l0)
+    assert torch.allclose(state2[0][0], h2, atol=1e-6)
+
+
+def test_output_bias_is_log_unigram_frequency():
+    model = tiny_model("lstm", vocab_size=6)
+    model.init_output_bias(torch.tensor([0.0, 2, 0, 2, 4, 0]))
+    probs = torch.softmax(model.output.bias, dim=0)
+    assert probs[4].item() == pytest.approx(0.5, abs=1e-3)
+    assert probs[1].item() == pytest.approx(0.25, abs=1e-3)
+    assert probs[0].item() < 1e-3
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_beam_of_one_is_greedy(cell):
+    model = tiny_model(cell, vocab_size=14)
+    features = torch.randn(7, 6) * 3
+    g = greedy(model, features, max_len=8)
+    b = beam_search(model, features, beam_size=1, max_len=8)
+    assert [c.tokens for c in g] == [caps[0].tokens for caps in b]
+    assert [c.log_prob for c in g] == pytest.approx([caps[0].log_prob for caps in b], abs=1e-9)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_scores_are_teacher_forced_log_probabilities(cell):
+    model = tiny_model(cell, vocab_size=14)
+    features = torch.randn(4, 6)
+    best = [caps[0] for caps in beam_search(model, features, beam_size=3, max_len=10)]
+    assert all(c.tokens and len(c.tokens) <= 10 for c in best)
+    expected = teacher_forced_log_prob(model, features, [list(c.tokens) for c in best])
+    assert [c.log_prob for c in best] == pytest.approx(expected.tolist(), abs=1e-5)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_wide_beam_finds_the_exact_best_caption(cell):
+    """Brute force: with a beam as wide as the search space, beam search returns the true argmax."""
+    model = tiny_model(cell, vocab_size=7, seed=3)  # 3 real words (ids 4..6)
+    features = torch.randn(3, 6) * 2
+    max_len = 3
+    all_captions = [list(c) for n in range(1, max_len + 1) for c in itertools.product([4, 5, 6], repeat=n)]
+    exact = []
+    for i in range(3):
+        scores = teacher_forced_log_prob(
+            model, features[i : i + 1].expand(len(all_captions), -1), all_captions
+        )
+        order = scores.argsort(descending=True)[:3].tolist()
+        exact.append([(tuple(all_captions[j]), scores[j].item()) for j in order])
+    found = beam_search(model, features, beam_size=27, max_len=max_len, n_best=3)
+    for caps, truth in zip(found, exact, strict=True):
+        assert [c.tokens for c in caps] == [t for t, _ in truth]
+        assert [c.log_prob for c in caps] == pytest.approx([s for _, s in truth], abs=1e-6)
+
+
+def test_length_penalty_prefers_longer_captions():
+    model = tiny_model("lstm", vocab_size=14, seed=1)
+    features = torch.randn(16, 6)
+    plain = beam_search(model, features, beam_size=4, max_len=12)
+    normed = beam_search(model, features, beam_size=4, max_len=12, length_penalty=1.0)
+    assert sum(len(c[0].tokens) for c in normed) >= sum(len(c[0].tokens) for c in plain)
+
+
+def test_sampling_is_seeded_and_cold_sampling_is_greedy():
+    model = tiny_model("lstm", vocab_size=14)
+    features = torch.randn(5, 6)
+    a = sample(model, features, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    b = sample(model, features, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert [c.tokens for c in a] == [c.tokens for c in b]
+    cold = sample(model, features, temperature=1e-4, generator=torch.Generator().manual_seed(1))
+    assert [c.tokens for c in cold] == [c.tokens for c in greedy(model, features)]
+    with pytest.raises(VsekitError, match="temperature"):
+        sample(model, features, temperature=0)
+
+
+def test_decoders_never_emit_specials_or_empty_captions():
+    model = tiny_model("rnn", vocab_size=9)
+    with torch.no_grad():  # make <unk>, <pad>, <start> and END the most likely words everywhere
+        model.output.bias[:4] = 50.0
+    features = torch.randn(4, 6)
+    for caps in [greedy(model, features, max_len=5), [c[0] for c in beam_search(model, features, 2, 5)]]:
+        for c in caps:
+            assert c.tokens and all(t >= 4 for t in c.tokens)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_tiny_model_overfits_and_beam_search_reproduces_the_captions(cell):
+    vocab = Vocabulary("a dog cat runs sits on the grass mat red ball".split())
+    captions = ["a dog runs on the grass", "a cat sits on the mat", "the red ball", "a dog sits"]
+    ids = [vocab.encode(c.split()) for c in captions]
+    torch.manual_seed(0)
+    features = torch.eye(4, 8) * 3
+    model = MultimodalRNN(
+        MultimodalRNNConfig(8, len(vocab), cell=cell, word_dim=16, hidden_dim=32, dropout=0, image_dropout=0)
+    )
+    inputs, targets = caption_batch(ids, vocab)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
+    for _ in range(300):
+        loss = model.loss(features, inputs, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert loss.item() < 0.05
+    captioner = MRNNCaptioner(model.eval(), vocab, {"backbone": "x", "kind": "one-layer", "image_dim": 8})
+    assert captioner.caption(features, decoding="beam", beam_size=3) == captions
+    assert captioner.caption(features, decoding="greedy") == captions
+
+
+def test_captioner_file_round_trip(tmp_path):
+    vocab = Vocabulary([f"w{i}" for i in range(10)])
+    model = tiny_model("lstm", vocab_size=len(vocab), image_dim=6)
+    image = {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 6}
+    captioner = MRNNCaptioner(model, vocab, image, meta={"recipe": {"name": "t"}})
+    features = torch.randn(5, 6)
+    path = save_captioner(captioner, tmp_path / "c.safetensors")
+    loaded = load_captioner(path)
+    assert loaded.vocab == vocab and loaded.image == image and loaded.meta == {"recipe": {"name": "t"}}
+    assert loaded.caption(features) == captioner.caption(features)
+    half = load_captioner(save_captioner(captioner, tmp_path / "h.safetensors", half=True))
+    assert (tmp_path / "h.safetensors").stat().st_size < path.stat().st_size * 0.6
+    assert half.caption(features, decoding="greedy") == captioner.caption(features, decoding="greedy")
+    with pytest.raises(VsekitError, match="captioner reads 6-d"):
+        loaded.caption(torch.randn(2, 5))
+
+
+def test_bad_captioner_files_are_named(tmp_path):
+    from safetensors.torch import save_file
+
+    with pytest.raises(VsekitError, match="not found"):
+        load_captioner(tmp_path / "missing.safetensors")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a safetensors file")
+    with pytest.raises(VsekitError, match="junk.safetensors"):
+        load_captioner(junk)
+    joint = tmp_path / "joint.safetensors"
+    save_file({"x": torch.zeros(1)}, str(joint), metadata={"format": "vsekit.model"})
+    with pytest.raises(VsekitError, match="joint-embedding model"):
+        load_captioner(joint)
+
+
+def test_consensus_caption_and_nearest_neighbour():
+    assert consensus_caption(["a dog runs", "a dog runs fast", "two cats sleep"]) in {
+        "a dog runs",
+        "a dog runs fast",
+    }
+    assert consensus_caption(["only one"]) == "only one"
+    feats = np.array([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]], dtype=np.float32)
+    caps = {"a": ["a red car", "a red car parked"], "b": ["a dog"], "c": ["blue sky", "a blue sky", "sky"]}
+    nn = NearestNeighbourCaptioner().fit(feats, ["a", "b", "c"], caps)
+    query = np.array([[0.1, 0.9, 0.0], [0.0, 0.2, 5.0], [3.0, 0.0, 0.1]], dtype=np.float32)
+    assert nn.neighbours(query) == [1, 2, 0]
+    # "blue sky": F1 0.8 with "a blue sky", 0.667 with "sky" (mean 0.733) beats "a blue sky" (0.8, 0.5)
+    assert nn.caption(query) == ["a dog", "blue sky", "a red car"]
+    with pytest.raises(VsekitError, match="without captions"):
+        NearestNeighbourCaptioner().fit(feats, ["a", "b", "z"], caps)
+
+
+def test_length_bucketed_batches_cover_every_caption_once():
+    lengths = [int(x) for x in np.random.default_rng(0).integers(1, 30, size=1000)]
+    batches = length_bucketed_batches(lengths, 32, torch.Generator().manual_seed(0), pool=10)
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    assert all(len(b) <= 32 for b in batches)
+    spread = np.mean([max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches])
+    assert spread < 5  # similar lengths per batch (a random batch spans ~25)
+
+
+def test_recipes_load_and_bad_recipe_fields_are_named(tmp_path):
+    assert load_caption_recipe("mrnn-lstm").cell == "lstm"
+    assert load_caption_recipe("mrnn-rnn").cell == "rnn"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"cell": "gru"}))
+    with pytest.raises(VsekitError, match="cell"):
+        load_caption_recipe(bad)
+    bad.write_text(json.dumps({"epochz": 3}))
+    with pytest.raises(VsekitError, match="epochz"):
+        load_caption_recipe(bad)
+    with pytest.raises(VsekitError, match="available"):
+        load_caption_recipe("no-such-recipe")
+
+
+# -- trainer on a tiny corpus with fake features and a fake metric ------------------------------------
+
+
+def fake_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
+    rows = [np.random.default_rng(abs(hash(i)) % 2**32).standard_normal(16) for i in image_ids]
+    return np.stack(rows).astype(np.float32), None
+
+
+def word_overlap_score(predictions, references):
+    """A stand-in metric (no Java): mean fraction of predicted words found in the references, x100."""
+    values = []
+    for image_id, text in predictions.items():
+        ref_words = {w for r in references[image_id] for w in r.lower().split()}
+        words = text.split()
+        values.append(sum(w in ref_words for w in words) / max(len(words), 1))
+    return {"bleu4": 0.0, "cider": 100 * float(np.mean(values))}
+
+
+def test_trainer_writes_a_loadable_captioner_and_resumes(tmp_path):
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus"))
+    config = CaptionTrainConfig(
+        word_dim=16, hidden_dim=24, batch_size=16, epochs=2, min_word_count=1, lr=0.01, patience=10
+    )
+    kwargs = {
+        "progress": False,
+        "feature_fn": fake_features,
+        "score_fn": word_overlap_score,
+        "log": lambda s: None,
+    }
+    summary = train_captioner(corpus, config, tmp_path / "run", **kwargs)
+    assert summary["epochs_completed"] == 2 and summary["best_epoch"] in (1, 2)
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in log] == [1, 2] and log[1]["train_loss"] < log[0]["train_loss"]
+    captioner = load_captioner(summary["model_path"])
+    assert captioner.image == {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 16}
+    assert len(captioner.caption(np.zeros((2, 16), np.float32))) == 2
+
+    with pytest.raises(VsekitError, match="--resume"):
+        train_captioner(corpus, config, tmp_path / "run", **kwargs)
+    longer = CaptionTrainConfig(**{**config.to_dict(), "epochs": 3})
+    resumed = train_captioner(corpus, longer, tmp_path / "run", resume=True, **kwargs)
+    assert resumed["epochs_completed"] == 3 and len(resumed["history"]) == 3
+    other = CaptionTrainConfig(**{**config.to_dict(), "epochs": 4, "hidden_dim": 32})
+    with pytest.raises(ConfigMismatchError, match="hidden_dim"):
+        train_captioner(corpus, other, tmp_path / "run", resume=True, **kwargs)
