@@ -429,6 +429,10 @@ def _read_caption_lines(path: Path) -> list[str]:
     return texts
 
 
+# the captioning commands live in their own module and register themselves on `app` when imported
+from vsekit import cli_captioning  # noqa: E402, F401
+
+
 def main() -> None:
     app()
 

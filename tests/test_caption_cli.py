@@ -1,0 +1,172 @@
+"""`vsekit train-captioner` and `vsekit caption` as a user runs them (tiny corpus, fake features)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import vsekit.captioning.trainer as trainer_mod
+import vsekit.vision.features as features_mod
+from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
+from vsekit.captioning.metrics import METRIC_KEYS
+from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
+from vsekit.cli import app, sample_data_path
+from vsekit.data.vocab import Vocabulary
+
+runner = CliRunner()
+DIM = 1280
+
+
+def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
+    assert kind == "one-layer"
+    seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
+    return np.stack([np.random.default_rng(s).standard_normal(DIM).astype(np.float32) for s in seeds]), None
+
+
+def overlap_score(predictions, references):
+    return {"bleu4": 1.0, "cider": float(len(predictions))}
+
+
+@pytest.fixture(autouse=True)
+def fakes(monkeypatch):
+    monkeypatch.setattr(trainer_mod, "image_features", fake_image_features)
+    monkeypatch.setattr(trainer_mod, "default_score_fn", overlap_score)
+    monkeypatch.setattr(features_mod, "image_features", fake_image_features)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("capcli")
+    data = write_tiny_corpus(root / "corpus")
+    recipe = root / "tiny.json"
+    recipe.write_text(
+        json.dumps({"word_dim": 16, "hidden_dim": 24, "batch_size": 16, "epochs": 2, "min_word_count": 1})
+    )
+    return {"data": data, "recipe": recipe, "out": root / "run"}
+
+
+def test_train_captioner_then_caption_a_split(trained, tmp_path):
+    result = runner.invoke(
+        app,
+        [
+            "train-captioner",
+            "--data",
+            str(trained["data"]),
+            "--recipe",
+            str(trained["recipe"]),
+            "--out",
+            str(trained["out"]),
+            "--no-progress",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    model = trained["out"] / "captioner.safetensors"
+    assert model.is_file() and "best dev epoch" in result.output
+
+    again = runner.invoke(
+        app,
+        [
+            "train-captioner",
+            "--data",
+            str(trained["data"]),
+            "--recipe",
+            str(trained["recipe"]),
+            "--out",
+            str(trained["out"]),
+            "--no-progress",
+        ],
+    )
+    assert again.exit_code == 2 and "--resume" in again.output
+
+    scores, lines = tmp_path / "scores.json", tmp_path / "captions.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "caption",
+            "--data",
+            str(trained["data"]),
+            "--split",
+            "test",
+            "--model",
+            str(model),
+            "--json",
+            str(scores),
+            "--out",
+            str(lines),
+            "--beam",
+            "2",
+            "--n",
+            "2",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(scores.read_text())
+    assert set(METRIC_KEYS) | {"n_images", "method", "backbone"} <= set(payload)
+    assert payload["n_images"] == 6 and payload["method"] == "mrnn" and payload["backbone"] == "mobilenet_v2"
+    rows = [json.loads(line) for line in lines.read_text().splitlines()]
+    assert len(rows) == 6 and all(r["caption"] == r["n_best"][0] and len(r["n_best"]) <= 2 for r in rows)
+
+
+def test_nearest_neighbour_method_on_a_split(trained, tmp_path):
+    scores = tmp_path / "nn.json"
+    result = runner.invoke(
+        app,
+        [
+            "caption",
+            "--method",
+            "nn",
+            "--data",
+            str(trained["data"]),
+            "--split",
+            "dev",
+            "--json",
+            str(scores),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(scores.read_text())
+    assert payload["method"] == "nn" and payload["n_images"] == 6
+    assert payload["in_training_set"] == 100.0  # nearest-neighbour captions are training captions
+
+
+def test_caption_an_image_file_with_the_real_backbone(tmp_path):
+    vocab = Vocabulary("a dog runs on the grass".split())
+    torch.manual_seed(0)
+    model = MultimodalRNN(
+        MultimodalRNNConfig(image_dim=DIM, vocab_size=len(vocab), word_dim=8, hidden_dim=16)
+    )
+    path = save_captioner(
+        MRNNCaptioner(model, vocab, {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": DIM}),
+        tmp_path / "c.safetensors",
+    )
+    photo = next((sample_data_path() / "Images").glob("*.jpg"))
+    result = runner.invoke(app, ["caption", "--image", str(photo), "--model", str(path), "--n", "2"])
+    assert result.exit_code == 0, result.output
+    assert photo.name in result.output and "1. " in result.output and "2. " in result.output
+    assert load_captioner(path).vocab == vocab
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["caption"], "give images to describe"),
+        (["caption", "--image", "x.jpg", "--method", "magic"], "unknown --method"),
+        (["caption", "--image", "x.jpg", "--json", "s.json"], "--json and --out need --data"),
+        (["caption", "--image", "x.jpg", "--decoding", "best"], "unknown --decoding"),
+        (["train-captioner", "--data", "d", "--recipe", "nope", "--out", "o"], "unknown captioning recipe"),
+    ],
+)
+def test_bad_arguments_give_one_clear_line(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
