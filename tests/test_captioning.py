@@ -309,3 +309,21 @@ def test_trainer_writes_a_loadable_captioner_and_resumes(tmp_path):
     other = CaptionTrainConfig(**{**config.to_dict(), "epochs": 4, "hidden_dim": 32})
     with pytest.raises(ConfigMismatchError, match="hidden_dim"):
         train_captioner(corpus, other, tmp_path / "run", resume=True, **kwargs)
+
+
+def test_factored_image_projection_round_trips(tmp_path):
+    """image_rank > 0 factors W_hi (for 18K-d FNE codes); the file records it and reloads exactly."""
+    vocab = Vocabulary([f"w{i}" for i in range(6)])
+    torch.manual_seed(0)
+    config = MultimodalRNNConfig(image_dim=40, vocab_size=len(vocab), word_dim=8, hidden_dim=12, image_rank=5)
+    model = MultimodalRNN(config).eval()
+    assert [tuple(p.shape) for p in model.image_bias.parameters()] == [(5, 40), (48, 5), (48,)]
+    captioner = MRNNCaptioner(
+        model, vocab, {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 40}
+    )
+    features = torch.randn(3, 40)
+    loaded = load_captioner(save_captioner(captioner, tmp_path / "f.safetensors"))
+    assert loaded.model.config.image_rank == 5
+    assert loaded.caption(features, beam_size=2) == captioner.caption(features, beam_size=2)
+    with pytest.raises(VsekitError, match="image_rank"):
+        MultimodalRNNConfig(image_dim=4, vocab_size=6, image_rank=-1).validate()

@@ -47,10 +47,13 @@ class MultimodalRNNConfig:
     hidden_dim: int = 512
     dropout: float = 0.5  # on the word vectors and on h_t before the softmax (not inside the recurrence)
     image_dropout: float = 0.5  # on CNN(I) before W_hi
+    image_rank: int = 0  # > 0: W_hi factored as (D x r)(r x H), for wide FNE features (18K x 2K is 37M)
 
     def validate(self) -> MultimodalRNNConfig:
         if self.cell not in CELLS:
             raise VsekitError(f"unknown captioner cell {self.cell!r}; known: {', '.join(CELLS)}")
+        if int(self.image_rank) < 0:
+            raise VsekitError(f"captioner config: image_rank must be >= 0, got {self.image_rank}")
         for name in ("image_dim", "vocab_size", "word_dim", "hidden_dim"):
             if int(getattr(self, name)) <= 0:
                 raise VsekitError(f"captioner config: {name} must be positive, got {getattr(self, name)}")
@@ -72,7 +75,13 @@ class MultimodalRNN(nn.Module):
         gates = 4 if config.cell == "lstm" else 1
         self.word_embedding = nn.Embedding(config.vocab_size, config.word_dim)  # x_t
         self.image_dropout = nn.Dropout(config.image_dropout)
-        self.image_bias = nn.Linear(config.image_dim, gates * config.hidden_dim)  # W_hi (Eq. 13)
+        if config.image_rank:  # W_hi (Eq. 13), factored
+            self.image_bias: nn.Module = nn.Sequential(
+                nn.Linear(config.image_dim, config.image_rank, bias=False),
+                nn.Linear(config.image_rank, gates * config.hidden_dim),
+            )
+        else:
+            self.image_bias = nn.Linear(config.image_dim, gates * config.hidden_dim)  # W_hi (Eq. 13)
         rnn_cls = nn.LSTM if config.cell == "lstm" else nn.RNN
         rnn_kwargs = {} if config.cell == "lstm" else {"nonlinearity": "relu"}
         # W_hx, W_hh, b_h (Eq. 14)
@@ -83,8 +92,13 @@ class MultimodalRNN(nn.Module):
 
     def _init_weights(self) -> None:
         nn.init.uniform_(self.word_embedding.weight, -0.1, 0.1)
-        nn.init.normal_(self.image_bias.weight, std=0.01)
-        nn.init.zeros_(self.image_bias.bias)
+        for layer in self.image_bias.modules():
+            if isinstance(layer, nn.Linear):
+                nn.init.normal_(
+                    layer.weight, std=0.01 if layer.out_features > self.config.image_rank else 0.02
+                )
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
         nn.init.uniform_(self.output.weight, -0.1, 0.1)
         nn.init.zeros_(self.output.bias)
         if self.config.cell == "rnn":

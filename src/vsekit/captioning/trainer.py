@@ -66,6 +66,7 @@ class CaptionTrainConfig:
     hidden_dim: int = 512
     dropout: float = 0.5
     image_dropout: float = 0.5
+    image_rank: int = 0
     backbone: str = "mobilenet_v2"
     image_features: str = "one-layer"
     min_word_count: int = 5  # Karpathy's threshold: words seen fewer times become <unk>
@@ -285,6 +286,7 @@ def train_captioner(
             hidden_dim=config.hidden_dim,
             dropout=config.dropout,
             image_dropout=config.image_dropout,
+            image_rank=config.image_rank,
         )
     )
     model.init_output_bias(target_counts([ids for _, ids in pairs], vocab))
