@@ -327,3 +327,52 @@ def test_factored_image_projection_round_trips(tmp_path):
     assert loaded.caption(features, beam_size=2) == captioner.caption(features, beam_size=2)
     with pytest.raises(VsekitError, match="image_rank"):
         MultimodalRNNConfig(image_dim=4, vocab_size=6, image_rank=-1).validate()
+
+
+# -- reranking the beam with the joint embedding -------------------------------------------------------
+
+
+def test_rerank_choose_and_tune_on_hand_made_candidates():
+    from vsekit.captioning.decode import Caption
+    from vsekit.captioning.rerank import choose, tune_rerank
+
+    # image a: the likely caption is wrong, the slightly less likely one matches the image
+    cands = [[Caption((4, 5), -1.0), Caption((4, 6, 7), -1.5)], [Caption((5,), -0.5), Caption((6, 7), -3.0)]]
+    texts = [["a wrong", "a right one"], ["right", "wrong too"]]
+    cosines = [[0.1, 0.4], [0.5, 0.2]]
+    assert choose(cands, cosines, weight=0, length_penalty=0) == [0, 0]
+    # weight 2: a: -1 + 0.2 = -0.8 vs -1.5 + 0.8 = -0.7 -> 1; b: -0.5 + 1.0 vs -3 + 0.4 -> 0
+    assert choose(cands, cosines, weight=2, length_penalty=0) == [1, 0]
+    # length penalty 1 alone: a: -1/3 vs -1.5/4 = -0.375 -> 0
+    assert choose(cands, cosines, weight=0, length_penalty=1) == [0, 0]
+
+    def right_count(predictions, references):
+        hits = sum(p.split()[-1] in {"one", "right"} for p in predictions.values())
+        return {"cider": float(hits), "bleu4": 0.0}
+
+    weight, penalty, grid = tune_rerank(
+        cands,
+        texts,
+        cosines,
+        ["a", "b"],
+        {"a": ["x"], "b": ["y"]},
+        right_count,
+        weights=(0, 2),
+        length_penalties=(0.0,),
+    )
+    assert (weight, penalty) == (2, 0.0) and len(grid) == 2
+
+
+def test_embedding_cosines_pair_each_image_with_its_own_candidates():
+    from vsekit.captioning.rerank import embedding_cosines
+
+    class FakeJoint:
+        def embed_images(self, feats):
+            return torch.nn.functional.normalize(torch.as_tensor(feats, dtype=torch.float32), dim=1)
+
+        def embed_texts(self, texts):
+            table = {"x": [1.0, 0.0], "y": [0.0, 1.0], "xy": [0.6, 0.8]}
+            return torch.tensor([table[t] for t in texts])
+
+    cos = embedding_cosines(FakeJoint(), np.array([[1.0, 0.0], [0.0, 2.0]]), [["x", "xy"], ["x", "y", "xy"]])
+    assert cos[0] == pytest.approx([1.0, 0.6]) and cos[1] == pytest.approx([0.0, 1.0, 0.8])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -99,23 +100,64 @@ def _scores_table(title: str, scores: dict[str, Any]) -> Table:
 
 
 class _Generator:
-    """One interface over the three methods: ``describe(features or files) -> list of n-best lists``."""
+    """One interface over the three methods: ``describe(features, n) -> n-best caption lists``.
 
-    def __init__(self, method: str, model: Path | None, decode: dict[str, Any], device: str) -> None:
+    m-RNN captioners carrying tuned rerank settings rerank their beam with the joint embedding (see
+    :mod:`vsekit.captioning.rerank`); the SC-NLM needs the joint embedding for its conditioning vectors.
+    Both use ``joint_model`` (default: the model shipped with vsekit).
+    """
+
+    def __init__(
+        self,
+        method: str,
+        model: Path | None,
+        decode: dict[str, Any],
+        device: str,
+        rerank: bool = True,
+        joint_model: Path | None = None,
+    ) -> None:
         self.method, self.decode, self.device = method, decode, device
+        self.joint = self.joint_fne = self.rerank = None
+        self.joint_path = joint_model
         if method == "mrnn":
             from vsekit.captioning.captioner import load_captioner
+            from vsekit.captioning.rerank import RerankSettings
 
             self.captioner = load_captioner(_resolve_captioner_path(model), device=device)
             self.image = self.captioner.image
+            tuned = self.captioner.meta.get("rerank")
+            if rerank and tuned and decode["decoding"] == "beam":
+                self.rerank = RerankSettings.from_dict(tuned)
+                self._load_joint()
+            if decode["beam_size"] is None:
+                decode["beam_size"] = self.rerank.beam_size if self.rerank else 3
         elif method == "scnlm":
-            from vsekit.captioning.scnlm_cli import load_scnlm_generator
+            from vsekit.captioning.scnlm import load_scnlm
 
-            self.captioner = load_scnlm_generator(model, device=device)
-            self.image = self.captioner.image
+            if model is None:
+                raise VsekitError("--method scnlm needs --model PATH (the file bench/train_scnlm.py writes)")
+            self._load_joint()
+            self.captioner = load_scnlm(model, joint_model=self.joint)
+            self.image = dict(self.joint.config["image"])
         else:
             self.image = {"backbone": decode.get("backbone", "mobilenet_v2"), "kind": "one-layer"}
             self.captioner = None  # fitted on the training split by fit_nn
+
+    def _load_joint(self) -> None:
+        from vsekit.cli import _resolve_model_path
+        from vsekit.embedding.model import load_model
+
+        self.joint_path = _resolve_model_path(self.joint_path)
+        self.joint, self.joint_fne, _ = load_model(self.joint_path, device=self.device)
+        if self.rerank is not None and self.rerank.joint_model_sha256:
+            from vsekit.captioning.rerank import file_fingerprint
+
+            if file_fingerprint(self.joint_path) != self.rerank.joint_model_sha256:
+                warnings.warn(
+                    f"the captioner's rerank weights were tuned with another joint model than "
+                    f"{self.joint_path}; captions may be reranked suboptimally",
+                    stacklevel=2,
+                )
 
     def fit_nn(self, corpus, train_split: str, cache_root: Path | None) -> None:
         from vsekit.captioning.nearest import NearestNeighbourCaptioner
@@ -135,14 +177,40 @@ class _Generator:
 
     @property
     def fne(self):
+        if self.method == "scnlm":
+            return self.joint_fne
         return getattr(self.captioner, "fne", None)
 
-    def describe(self, features, n: int) -> list[list[str]]:
+    @property
+    def needs_joint_features(self) -> bool:
+        return self.joint is not None
+
+    def describe(self, features, n: int, joint_features=None) -> list[list[str]]:
+        """n-best captions per image; ``joint_features`` are the joint model's inputs for the images."""
+        import torch
+
         if self.method == "nn":
             return [[c] for c in self.captioner.caption(features)]
         if self.method == "scnlm":
-            return self.captioner.generate(features, n_best=n)
+            return self.captioner.generate(self.joint.embed_images(torch.as_tensor(features)), n_best=n)
         decode = {k: v for k, v in self.decode.items() if k != "backbone"}
+        if self.rerank is not None:
+            from vsekit.captioning.rerank import embedding_cosines
+
+            settings = self.rerank
+            decode["n_best"] = decode["beam_size"]
+            candidates = self.captioner.decode(features, **decode)
+            texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
+            cosines = embedding_cosines(self.joint, joint_features, texts)
+            out = []
+            for caps, group, cos in zip(candidates, texts, cosines, strict=True):
+                combined = [
+                    c.normalized(settings.length_penalty) + settings.weight * x
+                    for c, x in zip(caps, cos, strict=True)
+                ]
+                order = sorted(range(len(group)), key=lambda j: -combined[j])
+                out.append([group[j] for j in order[:n]])
+            return out
         if decode["decoding"] == "beam":
             decode["n_best"] = min(n, decode["beam_size"])
             return [
@@ -166,7 +234,18 @@ def caption_command(
         "mrnn", "--method", help="mrnn (multimodal RNN), scnlm or nn (nearest neighbour)."
     ),
     decoding: str = typer.Option("beam", "--decoding", help="m-RNN decoding: beam, greedy or sample."),
-    beam: int = typer.Option(3, "--beam", min=1, help="Beam size (beam decoding)."),
+    beam: int | None = typer.Option(
+        None, "--beam", min=1, help="Beam size (default: the captioner's rerank beam if it has one, else 3)."
+    ),
+    rerank: bool = typer.Option(
+        True,
+        "--rerank/--no-rerank",
+        help="m-RNN: rerank the beam with the joint embedding, using the weights tuned on dev (if the "
+        "captioner has them).",
+    ),
+    joint_model: Path | None = typer.Option(
+        None, "--joint-model", help="Joint embedding for reranking and SC-NLM (default: the shipped one)."
+    ),
     n: int = typer.Option(
         1, "--n", min=1, help="Captions per image to print (n-best of the beam, or samples)."
     ),
@@ -211,7 +290,7 @@ def caption_command(
             "max_len": max_len,
             "backbone": backbone,
         }
-        generator = _Generator(method, model, settings, torch_device)
+        generator = _Generator(method, model, settings, torch_device, rerank=rerank, joint_model=joint_model)
         if image:
             _caption_files(generator, list(image), n, train_data, cache_root)
         else:
@@ -232,7 +311,13 @@ def _caption_files(generator: _Generator, files: list[Path], n: int, train_data,
     if missing:
         raise VsekitError(f"image file not found: {', '.join(missing)}")
     feats = features_for_files(files, generator, generator.fne, device=generator.device)
-    for path, captions in zip(files, generator.describe(feats, n), strict=True):
+    joint_feats = None
+    if generator.rerank is not None:
+        same = generator.joint.config["image"]["backbone"] == generator.image["backbone"] and (
+            generator.joint.config["image"]["kind"] == generator.image["kind"] == "one-layer"
+        )
+        joint_feats = feats if same else features_for_files(files, generator.joint, generator.joint_fne)
+    for path, captions in zip(files, generator.describe(feats, n, joint_feats), strict=True):
         console.print(f"[bold]{path}[/]")
         for k, text in enumerate(captions, start=1):
             console.print(f"  {k}. {text}" if len(captions) > 1 else f"  {text}")
@@ -262,8 +347,15 @@ def _caption_split(generator, data, split, n, train_data, json_out, out, cache_r
         cache_root=cache_root,
         device=generator.device,
     )
+    joint_feats = None
+    if generator.rerank is not None:
+        from vsekit.embedding.evaluate import model_features
+
+        joint_feats = model_features(
+            generator.joint, generator.joint_fne, corpus, ids, cache_root=cache_root, device=generator.device
+        )
     t0 = time.perf_counter()
-    generated = generator.describe(feats, n)
+    generated = generator.describe(feats, n, joint_feats)
     seconds = time.perf_counter() - t0
     predictions = {i: caps[0] for i, caps in zip(ids, generated, strict=True)}
     scores = score_captions(predictions, references)
@@ -282,6 +374,7 @@ def _caption_split(generator, data, split, n, train_data, json_out, out, cache_r
         "beam": settings["beam_size"]
         if generator.method == "mrnn" and settings["decoding"] == "beam"
         else None,
+        "rerank": generator.rerank.to_dict() if generator.rerank is not None else None,
         "in_training_set": round(100 * in_train / len(ids), 1) if train_sentences else None,
         "captions_per_s": round(len(ids) / max(seconds, 1e-9), 1),
     }
@@ -298,6 +391,7 @@ def _caption_split(generator, data, split, n, train_data, json_out, out, cache_r
     title = (
         f"{corpus.name} {split}: {len(ids)} images, {generator.method}"
         + (f" ({settings['decoding']}, beam {settings['beam_size']})" if generator.method == "mrnn" else "")
+        + (" + joint-embedding rerank" if generator.rerank is not None else "")
         + f", {spec['backbone']} {spec['kind']} features"
     )
     console.print(_scores_table(title, result))

@@ -48,7 +48,7 @@ CAPTIONER_NAME = "captioner.safetensors"
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "vsekit.captioner-checkpoint"
 CAPTION_RECIPES_DIR = Path(vsekit.__file__).resolve().parent / "recipes" / "captioning"
-RESUMABLE_FIELDS = frozenset({"name", "description", "epochs", "patience", "num_threads"})
+RESUMABLE_FIELDS = frozenset({"name", "description", "epochs", "patience", "num_threads", "rerank_beam"})
 
 FeatureFn = Callable[..., tuple[np.ndarray, Any]]
 ScoreFn = Callable[[dict[str, str], dict[str, list[str]]], dict[str, float | None]]
@@ -81,6 +81,7 @@ class CaptionTrainConfig:
     lr_decay_gamma: float = 0.5
     grad_clip_value: float = 5.0  # element-wise, as in the paper
     patience: int = 5
+    rerank_beam: int = 0  # > 0: after training, tune reranking of this many beam candidates on dev
     seed: int = 0
     num_threads: int = 0
     train_split: str = "train"
@@ -401,9 +402,15 @@ def train_captioner(
             },
             ckpt_path,
         )
+    rerank = None
+    if config.rerank_beam and best_epoch:
+        rerank = tune_captioner_rerank(
+            out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
+        )
     return {
         "out_dir": str(out),
         "model_path": str(out / CAPTIONER_NAME),
+        "rerank": rerank,
         "best_epoch": best_epoch,
         "best_dev": next((h["dev"] for h in history if h["epoch"] == best_epoch), None),
         "epochs_completed": history[-1]["epoch"] if history else 0,
@@ -411,3 +418,61 @@ def train_captioner(
         "history": history,
         "vocab_size": len(vocab),
     }
+
+
+def tune_captioner_rerank(
+    captioner_path: Path,
+    corpus: Corpus,
+    dev_split: str,
+    beam_size: int,
+    score_fn: ScoreFn,
+    feature_fn: FeatureFn | None = None,
+    say: Callable[[str], None] = print,
+    joint_model_path: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Tune the joint-embedding reranking of a captioner's beam on dev and store it in the file.
+
+    Decodes every dev image with ``beam_size`` candidates, scores each candidate's cosine with its
+    image under the joint model (default: the one shipped with vsekit), grid-searches the weights
+    (:func:`vsekit.captioning.rerank.tune_rerank`) and rewrites the captioner with ``meta["rerank"]``
+    (the settings) and ``meta["dev_rerank"]`` (their dev scores).
+    """
+    from vsekit.captioning.captioner import load_captioner
+    from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, tune_rerank
+    from vsekit.cli import packaged_model_path
+    from vsekit.embedding.evaluate import model_features
+    from vsekit.embedding.model import load_model
+
+    feature_fn = feature_fn or image_features
+    joint_path = Path(joint_model_path) if joint_model_path else packaged_model_path()
+    joint, joint_fne, _ = load_model(joint_path)
+    captioner = load_captioner(captioner_path)
+    refs = {i: caps for i, caps in corpus.split(dev_split).captions_by_image().items() if caps}
+    ids = list(refs)
+    spec = captioner.image
+    feats, _ = feature_fn(corpus, ids, spec["backbone"], spec["kind"], fne=captioner.fne)
+    t0 = time.perf_counter()
+    candidates = captioner.decode(feats, beam_size=beam_size, n_best=beam_size)
+    texts = [[captioner.text(c) for c in caps] for caps in candidates]
+    joint_feats = model_features(joint, joint_fne, corpus, ids, feature_fn=feature_fn)
+    cosines = embedding_cosines(joint, joint_feats, texts)
+    seconds = time.perf_counter() - t0
+    weight, penalty, grid = tune_rerank(candidates, texts, cosines, ids, refs, score_fn)
+    settings = RerankSettings(beam_size, weight, penalty, file_fingerprint(joint_path))
+    best = next(g for g in grid if g["weight"] == weight and g["length_penalty"] == penalty)
+    plain = next(g for g in grid if g["weight"] == 0 and g["length_penalty"] == 0.0)
+    captioner.meta["rerank"] = settings.to_dict()
+    captioner.meta["dev_rerank"] = {
+        "best": best,
+        "beam_only": plain,
+        "grid": grid,
+        "seconds": round(seconds, 1),
+    }
+    save_captioner(captioner, captioner_path)
+    say(
+        f"rerank on dev ({len(ids)} images, beam {beam_size}): weight {weight:g}, "
+        f"length penalty {penalty:g}: "
+        f"CIDEr {best['cider']:.1f} B-4 {best['bleu4']:.1f} (beam alone: CIDEr {plain['cider']:.1f} "
+        f"B-4 {plain['bleu4']:.1f})"
+    )
+    return captioner.meta["dev_rerank"] | {"settings": settings.to_dict()}
