@@ -185,6 +185,34 @@ def demo(
     console.print(
         _metrics_table(f"ranking the whole sample ({len(ids)} photos x {len(captions)} captions)", result)
     )
+    _demo_generated(split, ids, model_path, device, n_images * 2)
+
+
+def _demo_generated(split, ids: list[str], joint_path: Path, device: str, count: int) -> None:
+    """The shipped captioner describing sample photos, beside a human caption of each."""
+    from vsekit.cli_captioning import demo_captions
+
+    shown = ids[:: max(1, len(ids) // max(1, count))][:count]
+    try:
+        generated = demo_captions(split, shown, joint_path, device)
+    except VsekitError as exc:
+        _fail(exc)
+    if generated is None:
+        console.print("[dim]no captioner is shipped with this vsekit; skipping generated captions[/]")
+        return
+    by_image = split.captions_by_image()
+    table = Table(
+        title="captions by the shipped captioner (m-RNN LSTM, beam search + joint-embedding rerank)",
+        expand=True,
+        header_style="bold",
+        title_justify="left",
+    )
+    table.add_column("photo", width=26)
+    table.add_column("generated")
+    table.add_column("a human caption")
+    for image_id, text in zip(shown, generated, strict=True):
+        table.add_row(image_id, text, by_image[image_id][0])
+    console.print(table)
 
 
 # -- joint embedding: train / eval / rank ------------------------------------------------------------

@@ -401,3 +401,31 @@ def _caption_split(generator, data, split, n, train_data, json_out, out, cache_r
         console.print(f"[bold]{i}[/]: {predictions[i]}  [dim](human: {references[i][0]})[/]")
     if json_out is not None:
         console.print(f"scores written to {json_out}")
+
+
+def demo_captions(corpus, image_ids: list[str], joint_model_path: Path, device: str) -> list[str] | None:
+    """Captions of the shipped m-RNN (reranked as tuned) for the demo, or None if none is shipped."""
+    from vsekit.device import resolve_device
+    from vsekit.vision.features import image_features
+
+    if not packaged_captioner_path().is_file():
+        return None
+    device = str(resolve_device(device))
+    settings = {
+        "decoding": "beam",
+        "beam_size": None,
+        "temperature": 1.0,
+        "length_penalty": 0.0,
+        "max_len": 20,
+    }
+    generator = _Generator("mrnn", None, settings, device, rerank=True, joint_model=joint_model_path)
+    spec = generator.image
+    feats, _ = image_features(
+        corpus, image_ids, spec["backbone"], spec["kind"], fne=generator.fne, device=device
+    )
+    joint_feats = None
+    if generator.rerank is not None:
+        from vsekit.embedding.evaluate import model_features
+
+        joint_feats = model_features(generator.joint, generator.joint_fne, corpus, image_ids, device=device)
+    return [caps[0] for caps in generator.describe(feats, 1, joint_feats)]
