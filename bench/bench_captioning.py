@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--mrnn", action="append", default=[], type=Path, help="m-RNN run directory")
     parser.add_argument("--scnlm", action="append", default=[], type=Path, help="SC-NLM model file")
     parser.add_argument("--nn", action="store_true", help="nearest-neighbour baseline (one-layer features)")
+    parser.add_argument("--nn-fne", action="store_true", help="nearest-neighbour baseline on FNE features")
     parser.add_argument("--beams", default="1,3", help="beam sizes for m-RNN rows")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
@@ -100,6 +101,9 @@ def main() -> None:
         rows.append(row(f"scnlm {path.parent.name}", scores))
     if args.nn:
         rows.append(row("nearest neighbour", run_caption(["--method", "nn"], args.threads)))
+    if args.nn_fne:
+        scores = run_caption(["--method", "nn", "--features", "fne"], args.threads)
+        rows.append(row("nearest neighbour (FNE)", scores))
 
     previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
     merged = {r["name"]: r for r in previous.get("rows", [])}

@@ -140,8 +140,12 @@ class _Generator:
             self.captioner = load_scnlm(model, joint_model=self.joint)
             self.image = dict(self.joint.config["image"])
         else:
-            self.image = {"backbone": decode.get("backbone", "mobilenet_v2"), "kind": "one-layer"}
+            self.image = {
+                "backbone": decode.get("backbone", "mobilenet_v2"),
+                "kind": decode.get("features", "one-layer"),
+            }
             self.captioner = None  # fitted on the training split by fit_nn
+            self._nn_fne = None
 
     def _load_joint(self) -> None:
         from vsekit.cli import _resolve_model_path
@@ -165,8 +169,8 @@ class _Generator:
 
         part = corpus.split(train_split)
         ids = [i for i, caps in part.captions_by_image().items() if caps]
-        feats, _ = image_features(
-            corpus, ids, self.image["backbone"], "one-layer", cache_root=cache_root, device=self.device
+        feats, self._nn_fne = image_features(
+            corpus, ids, self.image["backbone"], self.image["kind"], cache_root=cache_root, device=self.device
         )
         self.image["image_dim"] = int(feats.shape[1])
         self.captioner = NearestNeighbourCaptioner().fit(feats, ids, part.captions_by_image())
@@ -179,6 +183,8 @@ class _Generator:
     def fne(self):
         if self.method == "scnlm":
             return self.joint_fne
+        if self.method == "nn":
+            return self._nn_fne
         return getattr(self.captioner, "fne", None)
 
     @property
@@ -193,7 +199,7 @@ class _Generator:
             return [[c] for c in self.captioner.caption(features)]
         if self.method == "scnlm":
             return self.captioner.generate(self.joint.embed_images(torch.as_tensor(features)), n_best=n)
-        decode = {k: v for k, v in self.decode.items() if k != "backbone"}
+        decode = {k: v for k, v in self.decode.items() if k not in ("backbone", "features")}
         if self.rerank is not None:
             from vsekit.captioning.rerank import embedding_cosines
 
@@ -258,6 +264,9 @@ def caption_command(
         None, "--train-data", help="nn method: corpus whose train split is searched (default: --data)."
     ),
     backbone: str = typer.Option("mobilenet_v2", "--backbone", help="nn method: CNN for the similarity."),
+    features: str = typer.Option(
+        "one-layer", "--features", help="nn method: one-layer or fne (Full-Network Embedding) features."
+    ),
     json_out: Path | None = typer.Option(None, "--json", help="With --data: write the scores to this JSON."),
     out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
@@ -273,6 +282,8 @@ def caption_command(
     try:
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+        if features not in ("one-layer", "fne"):
+            raise VsekitError(f"unknown --features {features!r}; choose one-layer or fne")
         if decoding not in ("beam", "greedy", "sample"):
             raise VsekitError(f"unknown --decoding {decoding!r}; choose beam, greedy or sample")
         if bool(image) == (data is not None):
@@ -289,6 +300,7 @@ def caption_command(
             "length_penalty": length_penalty,
             "max_len": max_len,
             "backbone": backbone,
+            "features": features,
         }
         generator = _Generator(method, model, settings, torch_device, rerank=rerank, joint_model=joint_model)
         if image:
