@@ -242,7 +242,8 @@ def train_captioner(
                 "or choose another --out"
             )
         ckpt = _load_checkpoint(ckpt_path)
-        saved = ckpt["config"]
+        # a field added after the run started is compared with its default (what the run used)
+        saved = {**CaptionTrainConfig().to_dict(), **ckpt["config"]}
         for key, value in config.to_dict().items():
             if key not in RESUMABLE_FIELDS and saved.get(key) != value:
                 raise ConfigMismatchError(
