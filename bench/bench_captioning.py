@@ -60,6 +60,13 @@ def training_cost(run_dir: Path) -> dict:
     }
 
 
+def has_rerank(model: Path) -> bool:
+    from safetensors import safe_open
+
+    with safe_open(str(model), framework="pt") as f:
+        return "rerank" in json.loads((f.metadata() or {}).get("extra", "{}"))
+
+
 def row(name: str, scores: dict, extra: dict | None = None) -> dict:
     return {
         "name": name,
@@ -79,6 +86,7 @@ def main() -> None:
     )
     parser.add_argument("--mrnn", action="append", default=[], type=Path, help="m-RNN run directory")
     parser.add_argument("--scnlm", action="append", default=[], type=Path, help="SC-NLM model file")
+    parser.add_argument("--joint-model", type=Path, help="joint model the SC-NLM was trained with")
     parser.add_argument("--nn", action="store_true", help="nearest-neighbour baseline (one-layer features)")
     parser.add_argument("--nn-fne", action="store_true", help="nearest-neighbour baseline on FNE features")
     parser.add_argument("--beams", default="1,3", help="beam sizes for m-RNN rows")
@@ -90,15 +98,25 @@ def main() -> None:
     for run_dir in args.mrnn:
         cost = training_cost(run_dir)
         cfg = cost.pop("config")
+        model = run_dir / "captioner.safetensors"
+        info = {"cell": cfg["cell"], "recipe": cfg["name"], **cost}
         for beam in (int(b) for b in args.beams.split(",")):
-            decode = ["--decoding", "greedy"] if beam == 1 else ["--beam", str(beam)]
-            scores = run_caption(["--model", str(run_dir / "captioner.safetensors"), *decode], args.threads)
+            decode = ["--decoding", "greedy"] if beam == 1 else ["--beam", str(beam), "--no-rerank"]
+            scores = run_caption(["--model", str(model), *decode], args.threads)
             name = f"{run_dir.name} beam {beam}"
-            rows.append(row(name, scores, {"beam": beam, "cell": cfg["cell"], "recipe": cfg["name"], **cost}))
+            rows.append(row(name, scores, {"beam": beam, "rerank": False, **info}))
+            print(f"{name}: B-4 {scores['bleu4']:.1f} CIDEr {scores['cider']:.1f}", flush=True)
+        if has_rerank(model):  # the captioner's default: its tuned beam reranked with the joint embedding
+            scores = run_caption(["--model", str(model)], args.threads)
+            name = f"{run_dir.name} beam {scores['beam']} + rerank"
+            rows.append(row(name, scores, {"beam": scores["beam"], "rerank": scores["rerank"], **info}))
             print(f"{name}: B-4 {scores['bleu4']:.1f} CIDEr {scores['cider']:.1f}", flush=True)
     for path in args.scnlm:
-        scores = run_caption(["--method", "scnlm", "--model", str(path)], args.threads)
-        rows.append(row(f"scnlm {path.parent.name}", scores))
+        joint = ["--joint-model", str(args.joint_model)] if args.joint_model else []
+        scores = run_caption(["--method", "scnlm", "--model", str(path), *joint], args.threads)
+        rows.append(
+            row(f"scnlm {path.parent.name}", scores, {"joint_model": str(args.joint_model or "shipped")})
+        )
     if args.nn:
         rows.append(row("nearest neighbour", run_caption(["--method", "nn"], args.threads)))
     if args.nn_fne:
