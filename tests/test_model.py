@@ -199,6 +199,8 @@ def test_ensemble_dot_product_is_the_mean_of_member_cosines(n):
     torch.testing.assert_close(f_cap, cap, rtol=0, atol=1e-6)
     assert ens.config["ensemble"] == {"members": n, "member_embed_dim": 16}
     assert ens.config["embed_dim"] == 16 * n and ens.config["image"] == members[0].config["image"]
+    assert [p for p in ens.image_proj] == [m.image_proj for m in members]
+    assert all(not k.startswith("image_proj") for k in ens.state_dict())  # a view, not a second copy
 
 
 def test_ensemble_save_load_round_trip(tmp_path):

@@ -208,3 +208,28 @@ def test_rank_captions_for_a_real_photo(run, tmp_path):
         app, ["rank", "--image", str(tmp_path / "nope.jpg"), "--captions", str(captions), "--model", model]
     )
     assert missing.exit_code == 2 and "nope.jpg" in missing.output
+
+
+def test_train_an_ensemble_recipe_then_eval_and_rank_it(run, tmp_path):
+    recipe = tmp_path / "tiny-ens.json"
+    recipe.write_text(json.dumps({**json.loads(run["recipe"].read_text()), "ensemble_seeds": [1, 2]}))
+    out = tmp_path / "ens"
+    args = ["train", "--data", str(run["data"]), "--recipe", str(recipe), "--out", str(out), "--epochs", "1"]
+    result = runner.invoke(app, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())  # rich wraps lines at the test terminal's width
+    assert "ensemble of seeds [1, 2]" in text and "member seed 2" in text
+    assert "ensemble of 2 members on dev" in text
+    assert (out / "seed-1" / "checkpoint.pt").is_file() and (out / "seed-2" / "model.safetensors").is_file()
+    model = str(out / "model.safetensors")
+    evaluated = runner.invoke(app, ["eval", "--data", str(run["data"]), "--split", "test", "--model", model])
+    assert evaluated.exit_code == 0, evaluated.output
+    ranked = runner.invoke(
+        app, ["rank", "--sentence", "a dog", "--data", str(run["data"]), "--model", model, "--top", "2"]
+    )
+    assert ranked.exit_code == 0, ranked.output
+    # --seed trains one model of that seed, even from an ensemble recipe
+    single = runner.invoke(app, [*args[:-4], "--out", str(tmp_path / "one"), "--epochs", "1", "--seed", "2"])
+    assert single.exit_code == 0, single.output
+    assert json.loads((tmp_path / "one" / "config.json").read_text())["ensemble_seeds"] is None
+    assert (tmp_path / "one" / "checkpoint.pt").is_file()

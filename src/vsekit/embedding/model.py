@@ -223,6 +223,12 @@ class EnsembleEmbedding(_JointSpace):
         """The first member's text encoder: its ``prepare`` output feeds every member's head."""
         return self.members[0].text_encoder
 
+    @property
+    def image_proj(self) -> nn.ModuleList:
+        """The members' image projections, in order (to inspect or fingerprint the image side; the packed
+        projection is :meth:`encode_images`, which normalises each member's output before concatenating)."""
+        return nn.ModuleList([m.image_proj for m in self.members])
+
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """Packed unit-norm image embeddings ``[n, M*K]`` (with autograd)."""
         return torch.cat([m.encode_images(features) for m in self.members], dim=-1) * self._scale
