@@ -28,6 +28,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 RESULTS = REPO / "bench" / "results" / "captioning.json"
+THREADS = [1]  # set from --threads; recorded in every row (speed depends on it)
 KEYS = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 
 
@@ -76,6 +77,7 @@ def row(name: str, scores: dict, extra: dict | None = None) -> dict:
         "backbone": scores.get("backbone"),
         "features": scores.get("features"),
         "method": scores.get("method"),
+        "threads": THREADS[0],
         **(extra or {}),
     }
 
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--beams", default="1,3", help="beam sizes for m-RNN rows")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
+    THREADS[0] = args.threads
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED}: Flickr8K not found (set VSEKIT_SHARED_DATA)")
     rows = []
@@ -129,7 +132,6 @@ def main() -> None:
     payload = {
         "date": date.today().isoformat(),
         "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
-        "threads": args.threads,
         "split": "Flickr8K dev (1,000 images, 5 references each)",
         "rows": list(merged.values()),
     }
