@@ -330,7 +330,7 @@ def _caption_files(generator: _Generator, files: list[Path], n: int, train_data,
         )
         joint_feats = feats if same else features_for_files(files, generator.joint, generator.joint_fne)
     for path, captions in zip(files, generator.describe(feats, n, joint_feats), strict=True):
-        console.print(f"[bold]{path}[/]")
+        console.print(f"[bold]{path}[/]", soft_wrap=True)  # a path must stay copyable
         for k, text in enumerate(captions, start=1):
             console.print(f"  {k}. {text}" if len(captions) > 1 else f"  {text}")
 
