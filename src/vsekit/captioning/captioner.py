@@ -22,6 +22,7 @@ from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
 from vsekit.data.vocab import Vocabulary
 from vsekit.embedding.model import _fne_from
 from vsekit.errors import VsekitError
+from vsekit.fileio import atomic_save_safetensors
 from vsekit.vision.fne import FullNetworkEmbedding
 
 __all__ = ["CAPTIONER_FORMAT", "DECODINGS", "MRNNCaptioner", "load_captioner", "save_captioner"]
@@ -91,7 +92,6 @@ class MRNNCaptioner:
 
 def save_captioner(captioner: MRNNCaptioner, path: str | os.PathLike[str], half: bool = False) -> Path:
     """Write ``captioner`` to one safetensors file, atomically (float16 weights when ``half``)."""
-    from safetensors.torch import save_file
 
     path = Path(path)
     if captioner.image["kind"] == "fne" and captioner.fne is None:
@@ -116,16 +116,7 @@ def save_captioner(captioner: MRNNCaptioner, path: str | os.PathLike[str], half:
         tensors["fne.mean"] = torch.from_numpy(np.ascontiguousarray(state["mean"], dtype=np.float64))
         tensors["fne.m2"] = torch.from_numpy(np.ascontiguousarray(state["m2"], dtype=np.float64))
         header["fne"] = json.dumps(dict(captioner.fne.metadata()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file(tensors, str(tmp), metadata=header)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_save_safetensors(tensors, path, header)
 
 
 def load_captioner(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> MRNNCaptioner:

@@ -61,6 +61,7 @@ from torch import nn
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.errors import CorpusError, VsekitError
+from vsekit.fileio import atomic_save_safetensors
 
 __all__ = [
     "SCNLM",
@@ -627,7 +628,6 @@ class SCNLMCaptioner:
     ) -> Path:
         """One safetensors file, written atomically: network (float16 when ``half``), KN counts, int8
         banks; config, vocabularies, templates, rerank weights and the joint model's fingerprint as JSON."""
-        from safetensors.torch import save_file
 
         path = Path(path)
         tensors: dict[str, torch.Tensor] = {}
@@ -659,16 +659,7 @@ class SCNLMCaptioner:
             "dtype": "float16" if half else "float32",
             "extra": json.dumps({**self.extra, **(extra or {}), "history": self.history}),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            save_file(tensors, str(tmp), metadata=meta)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        return path
+        return atomic_save_safetensors(tensors, path, meta)
 
 
 def load_scnlm(

@@ -31,8 +31,9 @@ from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, ca
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
-from vsekit.embedding.trainer import _atomic_torch_save, _atomic_write_text, _rng_state, _set_rng_state
+from vsekit.embedding.trainer import _rng_state, _set_rng_state
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
+from vsekit.fileio import atomic_torch_save, atomic_write_text
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
 __all__ = [
@@ -315,7 +316,7 @@ def train_captioner(
         start_epoch, best, best_epoch = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"]
         history = list(ckpt["history"])
         say(f"resuming {out} after epoch {ckpt['epoch']} (best dev CIDEr {best:.1f} at epoch {best_epoch})")
-    _atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
 
     def dev_scores() -> dict[str, Any]:
         captioner = MRNNCaptioner(model=model, vocab=vocab, image=image, fne=fne)
@@ -387,7 +388,7 @@ def train_captioner(
             f"epoch {epoch}/{config.epochs}  loss {entry['train_loss']:.3f}  {train_s:.0f}s  dev greedy "
             f"B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}" + ("  *best" if entry.get("best") else "")
         )
-        _atomic_torch_save(
+        atomic_torch_save(
             {
                 "format": CHECKPOINT_FORMAT,
                 "config": config.to_dict(),

@@ -32,6 +32,7 @@ from torch import nn
 
 from vsekit.data.vocab import Vocabulary
 from vsekit.errors import CorpusError, VsekitError
+from vsekit.fileio import atomic_save_safetensors
 from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretrained_init
 from vsekit.vision.fne import FullNetworkEmbedding
 
@@ -282,7 +283,6 @@ def save_model(
     ``extra``. An ensemble is the same file with its members' tensors under ``model.members.<m>.`` and
     ``config["ensemble"]``; it is written as format version 2, a single model as version 1.
     """
-    from safetensors.torch import save_file
 
     path = Path(path)
     kind = model.config["image"]["kind"]
@@ -308,16 +308,7 @@ def save_model(
         tensors["fne.mean"] = torch.from_numpy(np.ascontiguousarray(state["mean"], dtype=np.float64))
         tensors["fne.m2"] = torch.from_numpy(np.ascontiguousarray(state["m2"], dtype=np.float64))
         meta["fne"] = json.dumps(dict(fne.metadata()))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        save_file(tensors, str(tmp), metadata=meta)
-        os.chmod(tmp, 0o644)  # safetensors creates 0600 files; a model is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_save_safetensors(tensors, path, meta)
 
 
 def load_model(

@@ -47,6 +47,7 @@ from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
+from vsekit.fileio import atomic_torch_save, atomic_write_text
 from vsekit.retrieval.metrics import evaluate_protocol
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.vision.features import FEATURE_KINDS, image_features
@@ -260,26 +261,6 @@ def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
 
 
 # -- checkpoint --------------------------------------------------------------------------------------
-
-
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    """Write to a temp file in the same directory, fsync, then rename: a crash leaves the old file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
 
 
 def _rng_state() -> dict[str, Any]:
@@ -500,7 +481,7 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
             "seed-<s>/ subdirectories: choose another --out"
         )
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
     members: list[dict[str, Any]] = []
     shared: TextEncoder | None = None
     n = len(config.ensemble_seeds)
@@ -669,9 +650,9 @@ def _train_one(
         best_dev = ckpt.get("best_dev")
 
     out.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
+    atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
     history = _read_log(out / LOG_NAME, upto=state["epoch"])  # drops lines of an epoch that did not finish
-    _atomic_write_text(out / LOG_NAME, "".join(json.dumps(e) + "\n" for e in history))
+    atomic_write_text(out / LOG_NAME, "".join(json.dumps(e) + "\n" for e in history))
     if ckpt is not None:
         say(f"resuming {out} after epoch {state['epoch']} (best rsum {state['best_rsum']:.1f})")
         if state["stopped_early"]:
@@ -748,7 +729,7 @@ def _train_one(
         with open(out / LOG_NAME, "a", encoding="utf-8") as f:
             f.write(json.dumps(entry) + "\n")
         state["epoch"] = epoch
-        _atomic_torch_save(
+        atomic_torch_save(
             {
                 "format": CHECKPOINT_FORMAT,
                 "version": CHECKPOINT_VERSION,

@@ -1,0 +1,58 @@
+"""Atomic file writes shared by every saver: a crash or Ctrl-C leaves the previous file, never half a file.
+
+Each writer goes to a hidden temp file in the destination folder, then ``os.replace`` swaps it in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["atomic_save_safetensors", "atomic_torch_save", "atomic_write_text"]
+
+
+def _tmp_for(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def atomic_save_safetensors(
+    tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str]
+) -> Path:
+    """Write a safetensors file with header ``metadata``, atomically, readable by everyone (0644)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_for(path)
+    try:
+        save_file(dict(tensors), str(tmp), metadata=dict(metadata))
+        os.chmod(tmp, 0o644)  # safetensors creates 0600 files; a model is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temp file, fsync, then rename (training checkpoints)."""
+    tmp = _tmp_for(path)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = _tmp_for(path)
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
