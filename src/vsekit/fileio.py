@@ -56,3 +56,36 @@ def atomic_write_text(path: Path, text: str) -> None:
     tmp = _tmp_for(path)
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_named_json(
+    name_or_path: str | os.PathLike[str], directory: Path, kind: str
+) -> tuple[dict | Any, Path]:
+    """Read a shipped JSON file by name (``directory/NAME.json``) or any JSON file by path.
+
+    Used for recipes: ``kind`` names them in errors ("unknown recipe 'x'; available recipes: ..."). A
+    mapping gets ``name`` defaulted to the file's stem. Returns ``(data, path)``; errors name the file
+    and, for bad JSON, the line.
+    """
+    import json
+
+    from vsekit.errors import VsekitError
+
+    text = str(name_or_path)
+    path = Path(text)
+    if not (path.suffix == ".json" or os.sep in text or path.is_file()):
+        path = directory / f"{text}.json"
+        if not path.is_file():
+            available = ", ".join(sorted(p.stem for p in directory.glob("*.json")))
+            raise VsekitError(
+                f"unknown {kind} {text!r}; available {kind}s: {available} (or pass the path of a JSON file)"
+            )
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise VsekitError(f"{path}: recipe file not found") from None
+    except json.JSONDecodeError as exc:
+        raise VsekitError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if isinstance(data, dict):
+        data.setdefault("name", path.stem)
+    return data, path

@@ -33,7 +33,7 @@ from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.embedding.trainer import _rng_state, _set_rng_state
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
-from vsekit.fileio import atomic_torch_save, atomic_write_text
+from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
 __all__ = [
@@ -135,23 +135,7 @@ def list_caption_recipes() -> list[str]:
 
 def load_caption_recipe(name_or_path: str | os.PathLike[str]) -> CaptionTrainConfig:
     """A shipped captioning recipe by name (``"mrnn-lstm"``) or a JSON file of config fields by path."""
-    text = str(name_or_path)
-    path = Path(text)
-    if not (path.suffix == ".json" or os.sep in text or path.is_file()):
-        path = CAPTION_RECIPES_DIR / f"{text}.json"
-        if not path.is_file():
-            raise VsekitError(
-                f"unknown captioning recipe {text!r}; available: {', '.join(list_caption_recipes())} "
-                "(or pass the path of a JSON file)"
-            )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise VsekitError(f"{path}: recipe file not found") from None
-    except json.JSONDecodeError as exc:
-        raise VsekitError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    if isinstance(data, dict):
-        data.setdefault("name", path.stem)
+    data, path = read_named_json(name_or_path, CAPTION_RECIPES_DIR, "captioning recipe")
     return CaptionTrainConfig.from_dict(data, source=str(path))
 
 

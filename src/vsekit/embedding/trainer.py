@@ -47,7 +47,7 @@ from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
-from vsekit.fileio import atomic_torch_save, atomic_write_text
+from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
 from vsekit.retrieval.metrics import evaluate_protocol
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.vision.features import FEATURE_KINDS, image_features
@@ -240,23 +240,7 @@ def list_recipes() -> list[str]:
 
 def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
     """A shipped recipe by name (``"kiros-gru"``) or any JSON file of TrainConfig fields by path."""
-    text = str(name_or_path)
-    path = Path(text)
-    if not (path.suffix == ".json" or os.sep in text or path.is_file()):
-        path = RECIPES_DIR / f"{text}.json"
-        if not path.is_file():
-            raise VsekitError(
-                f"unknown recipe {text!r}; available recipes: {', '.join(list_recipes())} "
-                "(or pass the path of a JSON file)"
-            )
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise VsekitError(f"{path}: recipe file not found") from None
-    except json.JSONDecodeError as exc:
-        raise VsekitError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
-    if isinstance(data, dict):
-        data.setdefault("name", path.stem)
+    data, path = read_named_json(name_or_path, RECIPES_DIR, "recipe")
     return TrainConfig.from_dict(data, source=str(path))
 
 
