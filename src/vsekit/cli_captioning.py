@@ -201,22 +201,17 @@ class _Generator:
             return self.captioner.generate(self.joint.embed_images(torch.as_tensor(features)), n_best=n)
         decode = {k: v for k, v in self.decode.items() if k not in ("backbone", "features")}
         if self.rerank is not None:
-            from vsekit.captioning.rerank import embedding_cosines
+            from vsekit.captioning.rerank import embedding_cosines, rerank_order
 
             settings = self.rerank
             decode["n_best"] = decode["beam_size"]
             candidates = self.captioner.decode(features, **decode)
             texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
             cosines = embedding_cosines(self.joint, joint_features, texts)
-            out = []
-            for caps, group, cos in zip(candidates, texts, cosines, strict=True):
-                combined = [
-                    c.normalized(settings.length_penalty) + settings.weight * x
-                    for c, x in zip(caps, cos, strict=True)
-                ]
-                order = sorted(range(len(group)), key=lambda j: -combined[j])
-                out.append([group[j] for j in order[:n]])
-            return out
+            return [
+                [group[j] for j in rerank_order(caps, cos, settings.weight, settings.length_penalty)[:n]]
+                for caps, group, cos in zip(candidates, texts, cosines, strict=True)
+            ]
         if decode["decoding"] == "beam":
             decode["n_best"] = min(n, decode["beam_size"])
             return [

@@ -24,7 +24,7 @@ import torch
 from vsekit.captioning.decode import Caption
 from vsekit.errors import VsekitError
 
-__all__ = ["RerankSettings", "choose", "embedding_cosines", "file_fingerprint", "tune_rerank"]
+__all__ = ["RerankSettings", "choose", "rerank_order", "embedding_cosines", "file_fingerprint", "tune_rerank"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,16 @@ def embedding_cosines(
     return out
 
 
+def rerank_order(
+    captions: Sequence[Caption], cosines: Sequence[float], weight: float, length_penalty: float
+) -> list[int]:
+    """Indices of one image's candidates, best first, under the combined score (stable for ties)."""
+    if not captions:
+        raise VsekitError("an image has no candidate captions to rerank")
+    scores = [c.normalized(length_penalty) + weight * x for c, x in zip(captions, cosines, strict=True)]
+    return sorted(range(len(scores)), key=lambda j: -scores[j])
+
+
 def choose(
     candidates: Sequence[Sequence[Caption]],
     cosines: Sequence[Sequence[float]],
@@ -76,13 +86,10 @@ def choose(
     length_penalty: float,
 ) -> list[int]:
     """Index of the best candidate per image under the combined score (the first wins ties)."""
-    picks = []
-    for caps, cos in zip(candidates, cosines, strict=True):
-        if not caps:
-            raise VsekitError("an image has no candidate captions to rerank")
-        scores = [c.normalized(length_penalty) + weight * x for c, x in zip(caps, cos, strict=True)]
-        picks.append(int(np.argmax(scores)))
-    return picks
+    return [
+        rerank_order(caps, cos, weight, length_penalty)[0]
+        for caps, cos in zip(candidates, cosines, strict=True)
+    ]
 
 
 def tune_rerank(
