@@ -11,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 import vsekit.captioning.trainer as trainer_mod
+import vsekit.embedding.evaluate  # noqa: F401 - bound to the real image_features before the fixture patches it
 import vsekit.vision.features as features_mod
 from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
