@@ -14,6 +14,7 @@ metrics (from ``RUN/seed-<s>/log.jsonl``); its train time is the sum over the me
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import platform
@@ -28,6 +29,11 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 RESULTS = REPO / "bench" / "results" / "ranking.json"
+
+
+def _read_rows() -> dict[str, dict]:
+    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
+    return {r["recipe"]: r for r in previous["rows"]}
 
 
 def run_training(recipe: str, out_dir: Path, threads: int) -> dict:
@@ -126,19 +132,34 @@ def main() -> None:
     if not SHARED.is_dir():
         raise SystemExit(f"{SHARED}: Flickr8K not found (set VSEKIT_SHARED_DATA)")
 
-    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"rows": []}
-    rows = {r["recipe"]: r for r in previous["rows"]}
+    rows = _read_rows()  # for --reuse: keep the cost a run was measured with
+    measured: dict[str, dict] = {}
     for recipe in args.recipes:
         out_dir = args.runs_dir / Path(recipe).stem
         cost = run_training(recipe, out_dir, args.threads)
         row = collect(out_dir)
         row.update(cost, threads=args.threads)
-        rows[row["recipe"]] = row
+        measured[row["recipe"]] = row
     for run_dir in args.reuse:
         row = collect(run_dir)
         old = rows.get(row["recipe"], {})
         row.update({k: old[k] for k in ("train_wall_s", "train_peak_rss_mb", "threads") if k in old})
-        rows[row["recipe"]] = row
+        measured[row["recipe"]] = row
+    # Several benchmark processes may run side by side (one per core): merge into the file as it is now,
+    # under a lock, so rows another process wrote while this one trained are kept.
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = {**_read_rows(), **measured}
+        out = {
+            "benchmark": "ranking",
+            "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
+            "date": date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "torch": torch.__version__,
+            "rows": list(rows.values()),
+        }
+        RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
 
     print(
         f"{'recipe':<22}{'features':<22}{'text':<8}{'loss':<16}{'i2t R@1/5/10':>18}{'medr':>6}"
@@ -152,16 +173,6 @@ def main() -> None:
             f"{r['loss'][:15]:<16}{i['r1']:6.1f}{i['r5']:6.1f}{i['r10']:6.1f}{i['medr']:6.0f}"
             f"{t['r1']:6.1f}{t['r5']:6.1f}{t['r10']:6.1f}{t['medr']:6.0f}{r['dev']['rsum']:8.1f}{train_min:>10}"
         )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    out = {
-        "benchmark": "ranking",
-        "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-        "torch": torch.__version__,
-        "rows": list(rows.values()),
-    }
-    RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
     print(f"wrote {RESULTS}")
 
 
