@@ -186,3 +186,39 @@ def test_fne_codes_are_fitted_on_train_and_stored_as_int8(small_corpus, tmp_path
     start = sum(store.tap_dims[:head])
     one_layer = extract_features(small_corpus, cache_dir=tmp_path / "o", progress=False).raw(ids)
     np.testing.assert_allclose(store.raw(ids)[:, start : start + 1280], one_layer, atol=1e-2)
+
+
+def test_a_second_process_waits_for_the_cache_lock(small_corpus, tmp_path):
+    """Two processes filling one cache take turns: the second blocks until the first lets go."""
+    import subprocess
+    import sys
+    import time
+
+    cache = tmp_path / "c"
+    script = (
+        "import sys; from vsekit.data import load_corpus;"
+        "from vsekit.vision.features import extract_features;"
+        "corpus = load_corpus(sys.argv[1]); print('ready', flush=True);"
+        "s = extract_features(corpus, cache_dir=sys.argv[2], progress=False);"
+        "print(int(s.done_mask().sum()))"
+    )
+    with features_module.cache_lock(cache):
+        with features_module.cache_lock(cache):  # re-entrant in this thread
+            pass
+        child = subprocess.Popen(
+            [sys.executable, "-c", script, str(small_corpus.root), str(cache)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout.readline().strip() == "ready", child.communicate()
+        # Unlocked, the child would load the CNN and create the store within about a second.
+        time.sleep(4.0)
+        assert child.poll() is None, child.communicate()
+        assert not (cache / "meta.json").exists()  # it has written nothing while we hold the lock
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0, err
+    assert out.strip() == str(N)
+    store = FeatureStore.open(cache)
+    ids = sorted(small_corpus.images)
+    np.testing.assert_allclose(store.raw(ids), reference_pooled(small_corpus, ids), rtol=2e-3, atol=2e-3)

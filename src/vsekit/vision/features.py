@@ -12,6 +12,8 @@ layer set and preprocessing. Rows are keyed by image file (relative id, size and
 edited or added photo is recomputed and nothing else is. Rows are written into a float16 memory map and a
 ``done`` mask is committed atomically every few seconds, which is what makes an interrupted extraction
 resumable without recomputing finished images. A directory made with another configuration is refused.
+Processes sharing a cache take turns: each holds ``<dir>.lock`` (an exclusive ``flock``) while it fills
+the directory and copies its rows out, so two trainings started side by side cannot corrupt it.
 
 Layout of a cache directory::
 
@@ -24,9 +26,12 @@ Layout of a cache directory::
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
 import warnings
 from collections.abc import Iterator, Sequence
@@ -99,6 +104,41 @@ def feature_config(
         layers=layers,
         preprocessing=BACKBONES[backbone].preprocessing.key(),
     )
+
+
+_held_locks = threading.local()
+
+
+@contextlib.contextmanager
+def cache_lock(path: str | Path) -> Iterator[None]:
+    """Hold the exclusive lock of the cache directory ``path`` (a ``<dir>.lock`` file beside it).
+
+    Two processes filling one cache (say two trainings started side by side) would otherwise both
+    rewrite ``raw.f16`` and ``meta.json`` and read each other's half-written files. The lock is
+    re-entrant within a thread, so ``image_features`` can hold it across the ``extract_features`` and
+    ``fit_fne`` it calls; a waiting process simply blocks until the other one has finished.
+    """
+    key = str(Path(path).resolve())
+    held = getattr(_held_locks, "paths", None)
+    if held is None:
+        held = _held_locks.paths = {}
+    if key in held:
+        held[key] += 1
+        try:
+            yield
+        finally:
+            held[key] -= 1
+        return
+    lock_path = Path(key + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        held[key] = 1
+        try:
+            yield
+        finally:
+            del held[key]
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _file_identity(path: Path) -> list[int]:
@@ -263,6 +303,12 @@ def cache_dir_for(corpus: Corpus, config: FeatureConfig, cache_root: str | Path 
     return root / "features" / f"{corpus.name}-{corpus_tag}-{config.backbone}-{config.layers}-{config.key()}"
 
 
+def _store_path(
+    corpus: Corpus, config: FeatureConfig, cache_dir: str | Path | None, cache_root: str | Path | None
+) -> Path:
+    return Path(cache_dir) if cache_dir is not None else cache_dir_for(corpus, config, cache_root)
+
+
 def _prepare_store(
     path: Path, config: FeatureConfig, corpus: Corpus, ids: list[str], dims: dict
 ) -> FeatureStore:
@@ -361,7 +407,7 @@ def extract_features(
     stays unfinished, never zero-filled, and asking for its features later is an error naming it.
     """
     config = feature_config(backbone, layers, weights)
-    path = Path(cache_dir) if cache_dir is not None else cache_dir_for(corpus, config, cache_root)
+    path = _store_path(corpus, config, cache_dir, cache_root)
     ids = sorted(corpus.images)
     if not ids:
         raise VsekitError(f"{corpus.root}: the corpus has no images")
@@ -375,8 +421,27 @@ def extract_features(
     dims = {"dim": sum(model.tap_dims()) if full else model.pooled_dim}
     if full:
         dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
-    store = _prepare_store(path, config, corpus, ids, dims)
+    with cache_lock(path):  # one writer per cache directory at a time
+        store = _prepare_store(path, config, corpus, ids, dims)
+        _fill_store(
+            store, corpus, ids, model, backbone, full, torch_device, batch_size, skip_bad_images, progress
+        )
+        return FeatureStore.open(store.path, expect=config)
 
+
+def _fill_store(
+    store: FeatureStore,
+    corpus: Corpus,
+    ids: list[str],
+    model: torch.nn.Module,
+    backbone: str,
+    full: bool,
+    torch_device: torch.device,
+    batch_size: int,
+    skip_bad_images: bool,
+    progress: bool,
+) -> None:
+    """Run the CNN over the store's unfinished rows, committing every few seconds and on the way out."""
     done = store.done_mask()
     todo = [(image_id, corpus.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
     failed = store.meta.setdefault("failed", {})
@@ -397,7 +462,7 @@ def extract_features(
     bar = tqdm(
         total=len(ids),
         initial=len(ids) - len(todo),
-        desc=f"extract {backbone} {layers}",
+        desc=f"extract {backbone} {'full' if full else 'one-layer'}",
         unit="img",
         disable=not progress,
     )
@@ -433,7 +498,6 @@ def extract_features(
     finally:
         commit()
         bar.close()
-    return FeatureStore.open(store.path, expect=config)
 
 
 def extract_fne(
@@ -444,9 +508,10 @@ def extract_fne(
     **kwargs,
 ) -> FeatureStore:
     """Full-network activations for every image, then the FNE fitted on ``fit_split`` and applied to all."""
-    store = extract_features(corpus, backbone, "full", **kwargs)
-    train_ids = corpus.split(fit_split).image_ids()
-    store.fit_fne(train_ids, thresholds=thresholds)
+    config = feature_config(backbone, "full", kwargs.get("weights"))
+    with cache_lock(_store_path(corpus, config, kwargs.get("cache_dir"), kwargs.get("cache_root"))):
+        store = extract_features(corpus, backbone, "full", **kwargs)
+        store.fit_fne(corpus.split(fit_split).image_ids(), thresholds=thresholds)
     return store
 
 
@@ -472,30 +537,35 @@ def image_features(
     if kind not in FEATURE_KINDS:
         raise VsekitError(f"unknown feature kind {kind!r}; known: {', '.join(FEATURE_KINDS)}")
     ids = list(image_ids)
-    if kind == "one-layer":
-        store = extract_features(corpus.subset(ids), backbone, "one-layer", **extract_kwargs)
-        return store.raw(ids), None
-    if fne is None:
-        fit_ids = corpus.split(fit_split).image_ids()
-        store = extract_features(
-            corpus.subset(list(dict.fromkeys([*fit_ids, *ids]))), backbone, "full", **extract_kwargs
-        )
-        cached = store.path / "fne.safetensors"
-        reuse = cached.is_file() and store.meta.get("fne_fit_ids") == _ids_digest(fit_ids)
-        fne = store.fne() if reuse else store.fit_fne(fit_ids)
-        if not reuse:
-            store.meta["fne_fit_ids"] = _ids_digest(fit_ids)
-            store._write_meta()
-        return store.fne_codes(ids), fne
-    store = extract_features(corpus.subset(ids), backbone, "full", **extract_kwargs)
-    if fne.dim != store.dim:
-        raise ConfigMismatchError(
-            f"the model's Full-Network Embedding has {fne.dim} features but {backbone} gives {store.dim}"
-        )
-    codes = np.empty((len(ids), store.dim), dtype=np.int8)
-    for start in range(0, len(ids), 512):
-        codes[start : start + 512] = fne.transform(store.raw(ids[start : start + 512]))
-    return codes, fne
+    layers = "one-layer" if kind == "one-layer" else "full"
+    config = feature_config(backbone, layers, extract_kwargs.get("weights"))
+    path = _store_path(corpus, config, extract_kwargs.get("cache_dir"), extract_kwargs.get("cache_root"))
+    # Held from extraction to the copy out, so another process cannot swap the files in between.
+    with cache_lock(path):
+        if kind == "one-layer":
+            store = extract_features(corpus.subset(ids), backbone, "one-layer", **extract_kwargs)
+            return store.raw(ids), None
+        if fne is None:
+            fit_ids = corpus.split(fit_split).image_ids()
+            store = extract_features(
+                corpus.subset(list(dict.fromkeys([*fit_ids, *ids]))), backbone, "full", **extract_kwargs
+            )
+            cached = store.path / "fne.safetensors"
+            reuse = cached.is_file() and store.meta.get("fne_fit_ids") == _ids_digest(fit_ids)
+            fne = store.fne() if reuse else store.fit_fne(fit_ids)
+            if not reuse:
+                store.meta["fne_fit_ids"] = _ids_digest(fit_ids)
+                store._write_meta()
+            return store.fne_codes(ids), fne
+        store = extract_features(corpus.subset(ids), backbone, "full", **extract_kwargs)
+        if fne.dim != store.dim:
+            raise ConfigMismatchError(
+                f"the model's Full-Network Embedding has {fne.dim} features but {backbone} gives {store.dim}"
+            )
+        codes = np.empty((len(ids), store.dim), dtype=np.int8)
+        for start in range(0, len(ids), 512):
+            codes[start : start + 512] = fne.transform(store.raw(ids[start : start + 512]))
+        return codes, fne
 
 
 def _ids_digest(ids: Sequence[str]) -> str:
