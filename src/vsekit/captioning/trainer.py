@@ -31,9 +31,9 @@ from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, ca
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
-from vsekit.embedding.trainer import _rng_state, _set_rng_state
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
+from vsekit.rng import rng_state, set_rng_state
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
 __all__ = [
@@ -296,7 +296,7 @@ def train_captioner(
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         generator.set_state(ckpt["generator"])
-        _set_rng_state(ckpt["rng"])
+        set_rng_state(ckpt["rng"])
         start_epoch, best, best_epoch = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"]
         history = list(ckpt["history"])
         say(f"resuming {out} after epoch {ckpt['epoch']} (best dev CIDEr {best:.1f} at epoch {best_epoch})")
@@ -384,7 +384,7 @@ def train_captioner(
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "generator": generator.get_state(),
-                "rng": _rng_state(),
+                "rng": rng_state(),
             },
             ckpt_path,
         )

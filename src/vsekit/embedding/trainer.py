@@ -49,6 +49,7 @@ from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
 from vsekit.retrieval.metrics import evaluate_protocol
+from vsekit.rng import rng_state, set_rng_state
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.vision.features import FEATURE_KINDS, image_features
 from vsekit.vision.fne import FullNetworkEmbedding
@@ -245,33 +246,6 @@ def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
 
 
 # -- checkpoint --------------------------------------------------------------------------------------
-
-
-def _rng_state() -> dict[str, Any]:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-        "numpy": {
-            "kind": kind,
-            "keys": torch.from_numpy(keys.astype(np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached": float(cached),
-        },
-        "python": random.getstate(),
-    }
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if state.get("cuda") is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    n = state["numpy"]
-    np.random.set_state(
-        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"])
-    )
-    random.setstate(state["python"])
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -629,7 +603,7 @@ def _train_one(
         if scheduler is not None:
             scheduler.load_state_dict(ckpt["scheduler"])
         generator.set_state(ckpt["batch_generator"])
-        _set_rng_state(ckpt["rng"])
+        set_rng_state(ckpt["rng"])
         state = {k: ckpt[k] for k in state}
         best_dev = ckpt.get("best_dev")
 
@@ -723,7 +697,7 @@ def _train_one(
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict() if scheduler is not None else None,
                 "batch_generator": generator.get_state(),
-                "rng": _rng_state(),
+                "rng": rng_state(),
                 "config": config.to_dict(),
                 "vocab": vocab.to_dict() if vocab is not None else None,
                 "features": ident,
