@@ -22,6 +22,7 @@ from vsekit.captioning.trainer import (
 )
 from vsekit.data import load_corpus
 from vsekit.data.vocab import Vocabulary
+from vsekit.embedding.model import MODEL_FORMAT
 from vsekit.errors import ConfigMismatchError, VsekitError
 
 CELLS = ("lstm", "rnn")
@@ -219,7 +220,7 @@ def test_bad_captioner_files_are_named(tmp_path):
     with pytest.raises(VsekitError, match="junk.safetensors"):
         load_captioner(junk)
     joint = tmp_path / "joint.safetensors"
-    save_file({"x": torch.zeros(1)}, str(joint), metadata={"format": "vsekit.model"})
+    save_file({"x": torch.zeros(1)}, str(joint), metadata={"format": MODEL_FORMAT})
     with pytest.raises(VsekitError, match="joint-embedding model"):
         load_captioner(joint)
 

@@ -226,7 +226,7 @@ def test_load_errors_name_the_file(trained, tmp_path):
 
     other = tmp_path / "other.safetensors"
     save_file({"x": torch.zeros(2)}, str(other), metadata={"format": "vsekit.JointEmbedding"})
-    with pytest.raises(VsekitError, match="other.safetensors.*not an SC-NLM"):
+    with pytest.raises(VsekitError, match="other.safetensors.*not a vsekit SC-NLM"):
         load_scnlm(other)
     with pytest.raises(VsekitError, match="missing.safetensors"):
         load_scnlm(tmp_path / "missing.safetensors")

@@ -12,7 +12,12 @@ from typing import Any
 
 import torch
 
-__all__ = ["atomic_save_safetensors", "atomic_torch_save", "atomic_write_text"]
+__all__ = [
+    "atomic_save_safetensors",
+    "atomic_torch_save",
+    "atomic_write_text",
+    "read_vsekit_safetensors",
+]
 
 
 def _tmp_for(path: Path) -> Path:
@@ -36,6 +41,57 @@ def atomic_save_safetensors(
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+#: What each vsekit file format is called in error messages, so a user handed the wrong file learns what
+#: it is ("not a vsekit captioner file (it is a joint-embedding model)").
+_FORMAT_NAMES = {
+    "vsekit.JointEmbedding": "joint-embedding model",
+    "vsekit.captioner": "captioner",
+    "vsekit.SCNLM": "SC-NLM captioner",
+}
+
+
+def read_vsekit_safetensors(
+    path: str | os.PathLike[str], file_format: str, what: str, max_version: int
+) -> tuple[dict[str, str], dict[str, torch.Tensor]]:
+    """The header and tensors of a vsekit safetensors file whose ``format`` header is ``file_format``.
+
+    ``what`` names the kind of file in errors ("model", "captioner"). A missing file, a file that is not
+    safetensors, another format, or a ``format_version`` newer than ``max_version`` is a VsekitError that
+    names ``path``; parsing the header's fields is left to the caller.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    from vsekit.errors import VsekitError
+
+    path = Path(path)
+    if not path.is_file():
+        raise VsekitError(f"{path}: {what} file not found")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            found = header.get("format")
+            if found != file_format:
+                hint = f"; it is a vsekit {_FORMAT_NAMES[found]}" if found in _FORMAT_NAMES else ""
+                raise VsekitError(f"{path}: not a vsekit {what} file (no '{file_format}' header{hint})")
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except VsekitError:
+        raise
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise VsekitError(f"{path}: not a vsekit {what} file ({exc})") from exc
+    try:
+        version = int(header.get("format_version", "0"))
+    except ValueError:
+        raise VsekitError(
+            f"{path}: damaged {what} header (format_version {header['format_version']!r})"
+        ) from None
+    if version > max_version:
+        raise VsekitError(
+            f"{path}: {what} format version {version} is newer than this vsekit reads ({max_version}); "
+            "upgrade vsekit"
+        )
+    return header, tensors
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:

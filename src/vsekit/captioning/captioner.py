@@ -22,7 +22,7 @@ from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
 from vsekit.data.vocab import Vocabulary
 from vsekit.embedding.model import _fne_from
 from vsekit.errors import VsekitError
-from vsekit.fileio import atomic_save_safetensors
+from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.vision.fne import FullNetworkEmbedding
 
 __all__ = ["CAPTIONER_FORMAT", "DECODINGS", "MRNNCaptioner", "load_captioner", "save_captioner"]
@@ -125,26 +125,9 @@ def load_captioner(path: str | os.PathLike[str], device: str | torch.device = "c
     A missing file, another kind of safetensors file, a corrupt header or weights that do not fit the
     config are a VsekitError naming ``path``.
     """
-    from safetensors import SafetensorError, safe_open
-
     path = Path(path)
-    if not path.is_file():
-        raise VsekitError(f"{path}: captioner file not found")
+    header, tensors = read_vsekit_safetensors(path, CAPTIONER_FORMAT, "captioner", CAPTIONER_FORMAT_VERSION)
     try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            if header.get("format") != CAPTIONER_FORMAT:
-                hint = " (it is a joint-embedding model)" if header.get("format") == "vsekit.model" else ""
-                raise VsekitError(f"{path}: not a vsekit captioner file{hint}")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except VsekitError:
-        raise
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise VsekitError(f"{path}: not a vsekit captioner file ({exc})") from exc
-    try:
-        version = int(header.get("format_version", "0"))
-        if version > CAPTIONER_FORMAT_VERSION:
-            raise VsekitError(f"{path}: captioner format {version} is newer than this vsekit reads; upgrade")
         if header.get("method") != "mrnn":
             raise VsekitError(f"{path}: unknown captioner method {header.get('method')!r}")
         model = MultimodalRNN(MultimodalRNNConfig(**json.loads(header["config"])))

@@ -61,7 +61,7 @@ from torch import nn
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.errors import CorpusError, VsekitError
-from vsekit.fileio import atomic_save_safetensors
+from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 
 __all__ = [
     "SCNLM",
@@ -668,27 +668,9 @@ def load_scnlm(
     """Read a file written by :meth:`SCNLMCaptioner.save`. ``joint_model`` is the joint embedding used for
     the translation score (must be the one the SC-NLM was trained with: checked by fingerprint unless
     ``check_joint=False``). Anything that is not an SC-NLM file raises VsekitError naming ``path``."""
-    from safetensors import SafetensorError, safe_open
-
     path = Path(path)
-    if not path.is_file():
-        raise VsekitError(f"{path}: SC-NLM file not found")
+    header, tensors = read_vsekit_safetensors(path, SCNLM_FORMAT, "SC-NLM", SCNLM_FORMAT_VERSION)
     try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            if header.get("format") != SCNLM_FORMAT:
-                raise VsekitError(f"{path}: not an SC-NLM file (no '{SCNLM_FORMAT}' header)")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except VsekitError:
-        raise
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise VsekitError(f"{path}: not an SC-NLM file ({exc})") from exc
-    try:
-        version = int(header.get("format_version", "0"))
-        if version > SCNLM_FORMAT_VERSION:
-            raise VsekitError(
-                f"{path}: SC-NLM format version {version} is newer than this vsekit reads; upgrade"
-            )
         cfg = SCNLMConfig.from_dict(json.loads(header["config"]))
         vocab = Vocabulary.from_dict(json.loads(header["vocab"]), source=f"{path} (vocab)")
         tags = json.loads(header["tags"])

@@ -32,7 +32,7 @@ from torch import nn
 
 from vsekit.data.vocab import Vocabulary
 from vsekit.errors import CorpusError, VsekitError
-from vsekit.fileio import atomic_save_safetensors
+from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretrained_init
 from vsekit.vision.fne import FullNetworkEmbedding
 
@@ -323,28 +323,9 @@ def load_model(
     safetensors file, a corrupt header, weights that do not fit the config) is a VsekitError naming
     ``path``.
     """
-    from safetensors import SafetensorError, safe_open
-
     path = Path(path)
-    if not path.is_file():
-        raise VsekitError(f"{path}: model file not found")
+    header, tensors = read_vsekit_safetensors(path, MODEL_FORMAT, "model", MODEL_FORMAT_VERSION)
     try:
-        with safe_open(str(path), framework="pt") as f:
-            header = f.metadata() or {}
-            if header.get("format") != MODEL_FORMAT:
-                raise VsekitError(f"{path}: not a vsekit model file (no '{MODEL_FORMAT}' header)")
-            tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except VsekitError:
-        raise
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise VsekitError(f"{path}: not a vsekit model file ({exc})") from exc
-    try:
-        version = int(header.get("format_version", "0"))
-        if version > MODEL_FORMAT_VERSION:
-            raise VsekitError(
-                f"{path}: model format version {version} is newer than this vsekit reads "
-                f"({MODEL_FORMAT_VERSION}); upgrade vsekit"
-            )
         config = json.loads(header["config"])
         vocab_dict = json.loads(header["vocab"])
         fne_meta = json.loads(header.get("fne", "null"))
