@@ -1,7 +1,10 @@
 """Small corpora written on the fly for tests that must not depend on ../shared."""
 
 import csv
+import hashlib
 from pathlib import Path
+
+import numpy as np
 
 from vsekit.cli import sample_data_path
 from vsekit.data import load_corpus
@@ -20,3 +23,17 @@ def write_tiny_corpus(root: Path, n_train: int = 16, n_dev: int = 6, n_test: int
             for text in by_image[image_id]:
                 writer.writerow([image_id, text, split])
     return root / "captions.csv"
+
+
+FAKE_FEATURE_DIM = 1280  # MobileNetV2's one-layer size, so shipped-model code paths see the usual shape
+
+
+def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
+    """Stand-in for ``vision.features.image_features``: a fixed random vector per image id, no CNN run.
+
+    The vector depends on the id only, so train and eval (and two processes) see the same features.
+    """
+    assert kind == "one-layer"
+    seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
+    rows = [np.random.default_rng(s).standard_normal(FAKE_FEATURE_DIM).astype(np.float32) for s in seeds]
+    return np.stack(rows), None

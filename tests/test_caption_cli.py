@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 
-import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -13,7 +11,7 @@ from typer.testing import CliRunner
 import vsekit.captioning.trainer as trainer_mod
 import vsekit.embedding.evaluate  # noqa: F401 - bound to the real image_features before the fixture patches it
 import vsekit.vision.features as features_mod
-from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
 from vsekit.captioning.metrics import METRIC_KEYS
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
@@ -21,13 +19,7 @@ from vsekit.cli import app, sample_data_path
 from vsekit.data.vocab import Vocabulary
 
 runner = CliRunner()
-DIM = 1280
-
-
-def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
-    assert kind == "one-layer"
-    seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
-    return np.stack([np.random.default_rng(s).standard_normal(DIM).astype(np.float32) for s in seeds]), None
+DIM = FAKE_FEATURE_DIM
 
 
 def overlap_score(predictions, references):

@@ -7,28 +7,20 @@ ranks captions for a real photo.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
-import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
 
 import vsekit.embedding.evaluate as evaluate_mod
 import vsekit.embedding.trainer as trainer_mod
-from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.cli import app, sample_data_path
 from vsekit.data import load_corpus
 
 runner = CliRunner()
-DIM = 1280
-
-
-def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
-    assert kind == "one-layer"
-    seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
-    return np.stack([np.random.default_rng(s).standard_normal(DIM).astype(np.float32) for s in seeds]), None
+DIM = FAKE_FEATURE_DIM
 
 
 @pytest.fixture(autouse=True)
