@@ -120,6 +120,28 @@ def collect(run_dir: Path) -> dict:
     }
 
 
+def _save(measured: dict[str, dict]) -> dict[str, dict]:
+    """Merge ``measured`` into ranking.json as it is now and return all rows.
+
+    Several benchmark processes may run side by side (one per core): the merge happens under a lock, at
+    write time, so rows another process wrote while this one trained are kept.
+    """
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        rows = {**_read_rows(), **measured}
+        out = {
+            "benchmark": "ranking",
+            "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
+            "date": date.today().isoformat(),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+            "torch": torch.__version__,
+            "rows": list(rows.values()),
+        }
+        RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -140,26 +162,13 @@ def main() -> None:
         row = collect(out_dir)
         row.update(cost, threads=args.threads)
         measured[row["recipe"]] = row
+        _save(measured)  # after each recipe: a long list interrupted later keeps what it measured
     for run_dir in args.reuse:
         row = collect(run_dir)
         old = rows.get(row["recipe"], {})
         row.update({k: old[k] for k in ("train_wall_s", "train_peak_rss_mb", "threads") if k in old})
         measured[row["recipe"]] = row
-    # Several benchmark processes may run side by side (one per core): merge into the file as it is now,
-    # under a lock, so rows another process wrote while this one trained are kept.
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        rows = {**_read_rows(), **measured}
-        out = {
-            "benchmark": "ranking",
-            "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
-            "date": date.today().isoformat(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "torch": torch.__version__,
-            "rows": list(rows.values()),
-        }
-        RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    rows = _save(measured)
 
     print(
         f"{'recipe':<22}{'features':<22}{'text':<8}{'loss':<16}{'i2t R@1/5/10':>18}{'medr':>6}"
