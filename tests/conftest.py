@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from corpus_helpers import torch_threads  # tests/ is on sys.path under pytest
+
 # The shared data lives next to the repository: <repo>/../shared/data/flickr8k.
 DEFAULT_SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -33,3 +35,10 @@ def flickr8k_full() -> Path:
     if path is None:
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture
+def one_torch_thread():
+    """The test runs on one torch thread (see ``corpus_helpers.torch_threads``)."""
+    with torch_threads(1):
+        yield

@@ -1,10 +1,12 @@
-"""Small corpora written on the fly for tests that must not depend on ../shared."""
+"""Test helpers: small corpora written on the fly (no ../shared), fake image features, torch threads."""
 
+import contextlib
 import csv
 import hashlib
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from vsekit.cli import sample_data_path
 from vsekit.data import load_corpus
@@ -37,3 +39,19 @@ def fake_image_features(corpus, image_ids, backbone="mobilenet_v2", kind="one-la
     seeds = [int(hashlib.sha256(i.encode()).hexdigest()[:8], 16) for i in image_ids]
     rows = [np.random.default_rng(s).standard_normal(FAKE_FEATURE_DIM).astype(np.float32) for s in seeds]
     return np.stack(rows), None
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with ``n`` torch threads, then restore the count.
+
+    Tiny models train fastest on one thread; two threads crawl when other jobs share the CPU. Module-scoped
+    fixtures that train use this directly (they run before function-scoped fixtures); tests use the
+    ``one_torch_thread`` fixture from conftest.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

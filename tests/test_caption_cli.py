@@ -27,14 +27,10 @@ def overlap_score(predictions, references):
 
 
 @pytest.fixture(autouse=True)
-def fakes(monkeypatch):
+def fakes(monkeypatch, one_torch_thread):
     monkeypatch.setattr(trainer_mod, "image_features", fake_image_features)
     monkeypatch.setattr(trainer_mod, "default_score_fn", overlap_score)
     monkeypatch.setattr(features_mod, "image_features", fake_image_features)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -49,36 +45,14 @@ def trained(tmp_path_factory):
 
 
 def test_train_captioner_then_caption_a_split(trained, tmp_path):
-    result = runner.invoke(
-        app,
-        [
-            "train-captioner",
-            "--data",
-            str(trained["data"]),
-            "--recipe",
-            str(trained["recipe"]),
-            "--out",
-            str(trained["out"]),
-            "--no-progress",
-        ],
-    )
+    train_args = ["train-captioner", "--data", str(trained["data"]), "--recipe", str(trained["recipe"])]
+    train_args += ["--out", str(trained["out"]), "--no-progress"]
+    result = runner.invoke(app, train_args)
     assert result.exit_code == 0, result.output
     model = trained["out"] / "captioner.safetensors"
     assert model.is_file() and "best dev epoch" in result.output
 
-    again = runner.invoke(
-        app,
-        [
-            "train-captioner",
-            "--data",
-            str(trained["data"]),
-            "--recipe",
-            str(trained["recipe"]),
-            "--out",
-            str(trained["out"]),
-            "--no-progress",
-        ],
-    )
+    again = runner.invoke(app, train_args)
     assert again.exit_code == 2 and "--resume" in again.output
 
     scores, lines = tmp_path / "scores.json", tmp_path / "captions.jsonl"

@@ -28,12 +28,7 @@ from vsekit.errors import ConfigMismatchError, VsekitError
 CELLS = ("lstm", "rnn")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_model(cell: str, vocab_size: int = 9, image_dim: int = 6, seed: int = 0) -> MultimodalRNN:

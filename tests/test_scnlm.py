@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from corpus_helpers import torch_threads  # tests/ is on sys.path under pytest
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.captioning.scnlm import (
     SCNLM,
@@ -28,7 +29,7 @@ from vsekit.data.corpus import Caption, Corpus
 from vsekit.data.vocab import tokenize
 from vsekit.errors import VsekitError
 
-torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 CAPTIONS = {
     "img1": "a black dog runs through the snow",
@@ -93,7 +94,8 @@ def trained():
         word_dim=32, attr_dim=32, factors=32, context=3, forward=3, min_count=1, epochs=200,
         batch_captions=6, lr=1e-2, lr_decay=1.0, n_neighbours=2, n_templates=3, min_len=4,
     )  # fmt: skip
-    captioner = train_scnlm(tiny_corpus(), joint, cfg, out_dir=None, progress=False, tagger=fake_tagger)
+    with torch_threads(1):  # module fixtures run before the function-scoped one_torch_thread
+        captioner = train_scnlm(tiny_corpus(), joint, cfg, out_dir=None, progress=False, tagger=fake_tagger)
     return captioner, joint
 
 

@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 import vsekit.embedding.evaluate as evaluate_mod
 import vsekit.embedding.trainer as trainer_mod
-from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, torch_threads, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.cli import app, sample_data_path
 from vsekit.data import load_corpus
 
@@ -24,13 +23,9 @@ DIM = FAKE_FEATURE_DIM
 
 
 @pytest.fixture(autouse=True)
-def fake_features_and_one_thread(monkeypatch):
+def fake_features_and_one_thread(monkeypatch, one_torch_thread):
     monkeypatch.setattr(trainer_mod, "image_features", fake_image_features)
     monkeypatch.setattr(evaluate_mod, "image_features", fake_image_features)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +46,11 @@ def run(tmp_path_factory):
             }
         )
     )
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # module fixtures run before the function-scoped autouse one
-    with pytest.MonkeyPatch.context() as mp:
+    # module fixtures run before the function-scoped autouse one
+    with torch_threads(1), pytest.MonkeyPatch.context() as mp:
         mp.setattr(trainer_mod, "image_features", fake_image_features)
         args = ["train", "--data", str(data), "--recipe", str(recipe), "--out", str(root / "run")]
         result = runner.invoke(app, [*args, "--epochs", "2", "--seed", "1", "--no-progress"])
-    torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
     return {"data": data, "recipe": recipe, "out": root / "run", "args": args, "output": result.output}
 

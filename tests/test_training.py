@@ -61,13 +61,7 @@ TINY = TrainConfig(
 )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny GRUs run fastest on one thread; two threads crawl when other jobs share the CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
