@@ -164,8 +164,8 @@ def main() -> None:
     parser.add_argument("--skip-full", action="store_true", help="skip the full Flickr8K extraction")
     args = parser.parse_args()
 
-    from vsekit.cli import sample_data_path
     from vsekit.data import load_corpus
+    from vsekit.resources import sample_data_path
     from vsekit.vision.backbones import BACKBONES
     from vsekit.vision.preprocess import load_image
 

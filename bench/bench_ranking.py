@@ -65,7 +65,7 @@ def collect(run_dir: Path) -> dict:
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import model_features
     from vsekit.embedding.model import load_model
-    from vsekit.retrieval.metrics import evaluate_protocol
+    from vsekit.metrics.ranking import evaluate_protocol
 
     config = json.loads((run_dir / "config.json").read_text())
     seeds = config.get("ensemble_seeds")

@@ -39,15 +39,15 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from vsekit.captioning.metrics import java_available, score_captions
     from vsekit.captioning.scnlm import SCNLMConfig, load_scnlm, train_scnlm, tune_rerank_weights
-    from vsekit.cli import packaged_model_path
     from vsekit.data.corpus import load_corpus
     from vsekit.embedding.evaluate import model_features
     from vsekit.embedding.model import load_model
+    from vsekit.metrics.captions import java_available, score_captions
+    from vsekit.resources import pretrained_path
 
     corpus = load_corpus(args.data)
-    joint, fne, _ = load_model(packaged_model_path())
+    joint, fne, _ = load_model(pretrained_path("vse"))
     out = Path(args.out)
     config = SCNLMConfig(epochs=args.epochs)
 

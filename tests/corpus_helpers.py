@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vsekit.cli import sample_data_path
 from vsekit.data import load_corpus
+from vsekit.resources import sample_data_path
 
 
 def write_tiny_corpus(root: Path, n_train: int = 16, n_dev: int = 6, n_test: int = 6) -> Path:

@@ -13,10 +13,10 @@ import vsekit.embedding.evaluate  # noqa: F401 - bound to the real image_feature
 import vsekit.vision.features as features_mod
 from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
-from vsekit.captioning.metrics import METRIC_KEYS
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
 from vsekit.cli import app, sample_data_path
 from vsekit.data.vocab import Vocabulary
+from vsekit.metrics.captions import METRIC_KEYS
 
 runner = CliRunner()
 DIM = FAKE_FEATURE_DIM

@@ -10,9 +10,9 @@ import warnings
 
 import pytest
 
-from vsekit.captioning import metrics
-from vsekit.captioning.metrics import METRIC_KEYS, java_available, score_captions
 from vsekit.errors import VsekitError
+from vsekit.metrics import captions as metrics
+from vsekit.metrics.captions import METRIC_KEYS, java_available, score_captions
 
 HAS_JAVA = java_available()
 NO_JAVA_REASON = "no working `java` on PATH (METEOR and the PTB tokenizer need a JRE)"

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from vsekit.cli import sample_data_path
 from vsekit.data import load_corpus
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
+from vsekit.resources import sample_data_path
 from vsekit.vision import features as features_module
 from vsekit.vision.backbones import load_backbone
 from vsekit.vision.features import FeatureStore, extract_features, extract_fne, feature_config

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from vsekit.embedding.losses import ContrastiveLoss
-from vsekit.retrieval.metrics import positives_from_ids, ranking_metrics
+from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 
 
 def brute_loss(

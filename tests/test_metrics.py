@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vsekit.retrieval.metrics import (
+from vsekit.metrics.ranking import (
     embedding_ranks,
     evaluate_embeddings,
     evaluate_protocol,

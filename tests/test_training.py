@@ -18,12 +18,12 @@ from safetensors.torch import load_file
 
 import vsekit.embedding.trainer as trainer_mod
 from corpus_helpers import write_tiny_corpus
-from vsekit.cli import sample_data_path
 from vsekit.data import Caption, Corpus, load_corpus
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.model import EnsembleEmbedding, load_model
 from vsekit.embedding.trainer import TrainConfig, list_recipes, load_checkpoint, load_recipe, train
 from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.resources import sample_data_path
 from vsekit.vision.fne import FullNetworkEmbedding
 
 

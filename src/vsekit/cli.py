@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vsekit.errors import VsekitError
+from vsekit.resources import pretrained_path, resolve_model_path, sample_data_path
 
 app = typer.Typer(
     add_completion=False,
@@ -26,11 +27,6 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:  #
 
 
 warnings.formatwarning = _one_line_warning  # the CLI prints warnings as one line, not a source excerpt
-
-
-def sample_data_path() -> Path:
-    """The bundled Flickr8K sample (100 dev photos with 5 captions each)."""
-    return Path(__file__).resolve().parent / "sample" / "flickr8k"
 
 
 def _fail(exc: Exception) -> None:
@@ -129,7 +125,7 @@ def demo(
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import model_features
     from vsekit.embedding.model import load_model
-    from vsekit.retrieval.metrics import evaluate_protocol
+    from vsekit.metrics.ranking import evaluate_protocol
 
     try:
         model_path = _resolve_model_path(model)
@@ -220,19 +216,11 @@ def _demo_generated(split, ids: list[str], joint_path: Path, device: str, count:
 
 def packaged_model_path() -> Path:
     """Where the model shipped with vsekit lives (used when --model is not given)."""
-    return Path(__file__).resolve().parent / "pretrained" / "vse.safetensors"
+    return pretrained_path("vse")
 
 
 def _resolve_model_path(model: Path | None) -> Path:
-    if model is not None:
-        return model
-    path = packaged_model_path()
-    if not path.is_file():
-        raise VsekitError(
-            f"no pretrained model is shipped with this vsekit yet ({path} does not exist); "
-            "pass --model PATH (the model.safetensors that `vsekit train` writes)"
-        )
-    return path
+    return resolve_model_path(model, "vse")
 
 
 def _metrics_table(title: str, result: dict) -> Table:

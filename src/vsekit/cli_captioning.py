@@ -16,25 +16,18 @@ from rich.table import Table
 
 from vsekit.cli import _fail, _write_json, app, console, err_console
 from vsekit.errors import VsekitError
+from vsekit.resources import pretrained_path, resolve_model_path
 
 METHODS = ("mrnn", "scnlm", "nn")
 
 
 def packaged_captioner_path() -> Path:
     """The m-RNN captioner shipped with vsekit (used when --model is not given)."""
-    return Path(__file__).resolve().parent / "pretrained" / "captioner.safetensors"
+    return pretrained_path("captioner")
 
 
 def _resolve_captioner_path(model: Path | None) -> Path:
-    if model is not None:
-        return model
-    path = packaged_captioner_path()
-    if not path.is_file():
-        raise VsekitError(
-            f"no captioner is shipped with this vsekit yet ({path} does not exist); pass --model PATH "
-            "(the captioner.safetensors that `vsekit train-captioner` writes)"
-        )
-    return path
+    return resolve_model_path(model, "captioner")
 
 
 @app.command("train-captioner")
@@ -331,9 +324,9 @@ def _caption_files(generator: _Generator, files: list[Path], n: int, train_data,
 
 
 def _caption_split(generator, data, split, n, train_data, json_out, out, cache_root, settings) -> None:
-    from vsekit.captioning.metrics import score_captions
     from vsekit.data import load_corpus
     from vsekit.data.vocab import tokenize
+    from vsekit.metrics.captions import score_captions
     from vsekit.vision.features import image_features
 
     corpus = load_corpus(data)

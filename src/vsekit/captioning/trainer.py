@@ -33,6 +33,7 @@ from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
+from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
 from vsekit.rng import rng_state, set_rng_state
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
@@ -48,7 +49,6 @@ __all__ = [
 CAPTIONER_NAME = "captioner.safetensors"
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_FORMAT = "vsekit.captioner-checkpoint"
-CAPTION_RECIPES_DIR = Path(vsekit.__file__).resolve().parent / "recipes" / "captioning"
 RESUMABLE_FIELDS = frozenset({"name", "description", "epochs", "patience", "num_threads", "rerank_beam"})
 
 FeatureFn = Callable[..., tuple[np.ndarray, Any]]
@@ -179,7 +179,7 @@ def length_bucketed_batches(
 def default_score_fn(
     predictions: dict[str, str], references: dict[str, list[str]]
 ) -> dict[str, float | None]:
-    from vsekit.captioning.metrics import score_captions
+    from vsekit.metrics.captions import score_captions
 
     return score_captions(predictions, references, meteor=False)
 
@@ -425,12 +425,11 @@ def tune_captioner_rerank(
     """
     from vsekit.captioning.captioner import load_captioner
     from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, tune_rerank
-    from vsekit.cli import packaged_model_path
     from vsekit.embedding.evaluate import model_features
     from vsekit.embedding.model import load_model
 
     feature_fn = feature_fn or image_features
-    joint_path = Path(joint_model_path) if joint_model_path else packaged_model_path()
+    joint_path = resolve_model_path(joint_model_path, "vse")
     joint, joint_fne, _ = load_model(joint_path)
     captioner = load_captioner(captioner_path)
     refs = {i: caps for i, caps in corpus.split(dev_split).captions_by_image().items() if caps}

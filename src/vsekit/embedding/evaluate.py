@@ -19,7 +19,7 @@ import torch
 from vsekit.data.corpus import Corpus
 from vsekit.embedding.model import JointEmbedding
 from vsekit.errors import VsekitError
-from vsekit.retrieval.metrics import PROTOCOLS, evaluate_protocol
+from vsekit.metrics.ranking import PROTOCOLS, evaluate_protocol
 from vsekit.vision.features import image_features
 from vsekit.vision.fne import FullNetworkEmbedding
 

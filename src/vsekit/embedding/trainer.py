@@ -40,7 +40,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import vsekit
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
@@ -48,7 +47,8 @@ from vsekit.embedding.losses import ContrastiveLoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
-from vsekit.retrieval.metrics import evaluate_protocol
+from vsekit.metrics.ranking import evaluate_protocol
+from vsekit.resources import RECIPES_DIR
 from vsekit.rng import rng_state, set_rng_state
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.vision.features import FEATURE_KINDS, image_features
@@ -69,7 +69,6 @@ CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.safetensors"
 LOG_NAME = "log.jsonl"
 CONFIG_NAME = "config.json"
-RECIPES_DIR = Path(vsekit.__file__).resolve().parent / "recipes"
 CHECKPOINT_FORMAT = "vsekit.checkpoint"
 CHECKPOINT_VERSION = 1
 

@@ -1,0 +1,28 @@
+"""Pure metric functions: ranking (Recall@K, median rank, the flickr / coco protocols) and caption scores
+(BLEU, METEOR, ROUGE-L, CIDEr-D through pycocoevalcap). No model code is imported here."""
+
+from vsekit.metrics.captions import METRIC_KEYS, java_available, score_captions
+from vsekit.metrics.ranking import (
+    PROTOCOLS,
+    embedding_ranks,
+    evaluate_embeddings,
+    evaluate_protocol,
+    positives_from_ids,
+    ranking_metrics,
+    ranks_from_scores,
+    summarize_ranks,
+)
+
+__all__ = [
+    "METRIC_KEYS",
+    "PROTOCOLS",
+    "embedding_ranks",
+    "evaluate_embeddings",
+    "evaluate_protocol",
+    "java_available",
+    "positives_from_ids",
+    "ranking_metrics",
+    "ranks_from_scores",
+    "score_captions",
+    "summarize_ranks",
+]

@@ -1,0 +1,72 @@
+"""Files shipped inside the vsekit package: pretrained models by name, recipes, the bundled sample.
+
+One place answers "where is the shipped X?" for the library, the CLI, the tests and the benchmarks. A
+shipped model is addressed by name (``vse``, ``captioner``) or by the path of any model file, so
+``--model vse`` and ``--model runs/best/model.safetensors`` both work.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vsekit.errors import VsekitError
+
+__all__ = [
+    "CAPTION_RECIPES_DIR",
+    "PACKAGE_DIR",
+    "PRETRAINED",
+    "RECIPES_DIR",
+    "SCNLM_RECIPES_DIR",
+    "pretrained_path",
+    "resolve_model_path",
+    "sample_data_path",
+]
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+RECIPES_DIR = PACKAGE_DIR / "recipes"
+CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
+SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
+
+#: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
+PRETRAINED: dict[str, tuple[str, str, str]] = {
+    "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
+    "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
+}
+
+
+def sample_data_path() -> Path:
+    """The bundled Flickr8K sample (100 dev photos with 5 captions each)."""
+    return PACKAGE_DIR / "sample" / "flickr8k"
+
+
+def pretrained_path(name: str) -> Path:
+    """Where the shipped model ``name`` lives (the file may be absent in a trimmed install)."""
+    if name not in PRETRAINED:
+        raise VsekitError(f"unknown shipped model {name!r}; shipped: {', '.join(PRETRAINED)}")
+    return PACKAGE_DIR / "pretrained" / PRETRAINED[name][0]
+
+
+def resolve_model_path(name_or_path: str | os.PathLike[str] | None, default: str) -> Path:
+    """A model file from a shipped name (``"vse"``), a path, or None (the shipped ``default``).
+
+    A name that is not shipped and is not an existing file is an error listing the shipped names; a
+    shipped model missing from this install is an error saying how to make one.
+    """
+    if name_or_path is not None and str(name_or_path) not in PRETRAINED:
+        path = Path(name_or_path)
+        if not path.exists() and os.sep not in str(name_or_path) and path.suffix == "":
+            raise VsekitError(
+                f"unknown model {str(name_or_path)!r}: not a shipped model ({', '.join(PRETRAINED)}) "
+                "and no such file"
+            )
+        return path
+    name = default if name_or_path is None else str(name_or_path)
+    path = pretrained_path(name)
+    if not path.is_file():
+        _, what, command = PRETRAINED[name]
+        raise VsekitError(
+            f"no {what} named {name!r} is shipped with this vsekit ({path} does not exist); pass the path "
+            f"of one (`{command}` writes it)"
+        )
+    return path
