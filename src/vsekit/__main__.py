@@ -1,0 +1,5 @@
+"""``python -m vsekit ...`` (and ``torchrun -m vsekit ...``) runs the command line."""
+
+from vsekit.cli import main
+
+main()

@@ -1,0 +1,256 @@
+"""One object that describes images in words, whatever the method: load once, then ``describe``.
+
+:class:`CaptionGenerator` puts the three generators behind one interface:
+
+* ``mrnn``: the multimodal RNN/LSTM (Karpathy & Fei-Fei 2015, sec. 3.2) with beam, greedy or sampled
+  decoding; a captioner that carries rerank settings tuned on dev reranks its beam with the joint
+  embedding (:mod:`vsekit.captioning.rerank`);
+* ``scnlm``: the structure-content NLM (Kiros et al. 2014, sec. 2.4 and 5.2), conditioned on the joint
+  model's image embeddings;
+* ``nn``: nearest-neighbour caption transfer (Karpathy & Fei-Fei 2015, Table 2 baseline), fitted on the
+  training split of a corpus with :meth:`CaptionGenerator.fit_nn`.
+
+It computes the image features each part needs (the captioner's, and the joint model's for reranking)
+from image files (:meth:`describe`) or from a corpus through the feature cache (:meth:`describe_corpus`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsekit.captioning.captioner import DECODINGS, load_captioner
+from vsekit.captioning.nearest import NearestNeighbourCaptioner
+from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, rerank_order
+from vsekit.data.corpus import Corpus
+from vsekit.device import resolve_device
+from vsekit.embedding.evaluate import features_for_files
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.errors import VsekitError
+from vsekit.resources import resolve_model_path
+from vsekit.vision import features as vision_features
+
+__all__ = ["METHODS", "CaptionGenerator", "DecodeSettings"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("mrnn", "scnlm", "nn")
+FEATURE_KINDS = ("one-layer", "fne")
+
+
+@dataclass(frozen=True)
+class DecodeSettings:
+    """How the m-RNN decodes. ``beam_size=None``: the captioner's rerank beam if it has one, else 3."""
+
+    decoding: str = "beam"
+    beam_size: int | None = None
+    temperature: float = 1.0
+    length_penalty: float = 0.0
+    max_len: int = 20
+
+    def validate(self) -> DecodeSettings:
+        if self.decoding not in DECODINGS:
+            raise VsekitError(f"unknown --decoding {self.decoding!r}; choose beam, greedy or sample")
+        return self
+
+
+class CaptionGenerator:
+    """Describe images with ``method`` (see the module docstring); everything is loaded once.
+
+    Args:
+        method: ``mrnn``, ``scnlm`` or ``nn``.
+        model: the captioner (name or path; default the shipped ``captioner`` for mrnn; required for
+            scnlm; unused by nn).
+        decode: m-RNN decoding settings.
+        rerank: m-RNN: rerank the beam with the joint embedding when the captioner has tuned settings.
+        joint_model: the joint embedding for reranking and the SC-NLM (name or path; default ``vse``).
+        nn_features: nn method: ``(backbone, kind)`` of the image similarity.
+        device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+
+    def __init__(
+        self,
+        method: str = "mrnn",
+        model: str | os.PathLike[str] | None = None,
+        decode: DecodeSettings | None = None,
+        rerank: bool = True,
+        joint_model: str | os.PathLike[str] | None = None,
+        nn_features: tuple[str, str] = ("mobilenet_v2", "one-layer"),
+        device: str = "auto",
+    ) -> None:
+        if method not in METHODS:
+            raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+        if nn_features[1] not in FEATURE_KINDS:
+            raise VsekitError(f"unknown --features {nn_features[1]!r}; choose one-layer or fne")
+        self.method = method
+        self.decode = (decode or DecodeSettings()).validate()
+        self.device = str(resolve_device(device))
+        self.joint: VSEModel | None = None
+        self.rerank: RerankSettings | None = None
+        self._joint_name = joint_model
+        self.captioner: Any = None
+        self.fne = None
+        if method == "mrnn":
+            self._load_mrnn(model, rerank)
+        elif method == "scnlm":
+            self._load_scnlm(model)
+        else:
+            self.image = {"backbone": nn_features[0], "kind": nn_features[1]}
+
+    # -- loading -------------------------------------------------------------------------------------
+
+    def _load_mrnn(self, model: str | os.PathLike[str] | None, rerank: bool) -> None:
+        self.captioner = load_captioner(resolve_model_path(model, "captioner"), device=self.device)
+        self.image, self.fne = self.captioner.image, self.captioner.fne
+        tuned = self.captioner.meta.get("rerank")
+        if rerank and tuned and self.decode.decoding == "beam":
+            self.rerank = RerankSettings.from_dict(tuned)
+            self._load_joint()
+        if self.decode.beam_size is None:
+            self.decode = replace(self.decode, beam_size=self.rerank.beam_size if self.rerank else 3)
+
+    def _load_scnlm(self, model: str | os.PathLike[str] | None) -> None:
+        from vsekit.captioning.scnlm import load_scnlm
+
+        if model is None:
+            raise VsekitError("--method scnlm needs --model PATH (the file `vsekit train-scnlm` writes)")
+        self._load_joint()
+        self.captioner = load_scnlm(model, joint_model=self.joint.network)
+        self.image, self.fne = dict(self.joint.image_spec), self.joint.fne
+
+    def _load_joint(self) -> None:
+        self.joint = VSEModel.load(self._joint_name, device=self.device)
+        if self.rerank is not None and self.rerank.joint_model_sha256:
+            if file_fingerprint(self.joint.path) != self.rerank.joint_model_sha256:
+                warnings.warn(
+                    f"the captioner's rerank weights were tuned with another joint model than "
+                    f"{self.joint.path}; captions may be reranked suboptimally",
+                    stacklevel=3,
+                )
+
+    def fit_nn(self, corpus: Corpus, split: str = "train", cache_root: Path | None = None) -> None:
+        """nn method: index the captioned images of ``split`` of ``corpus`` (features through the cache)."""
+        part = corpus.split(split)
+        ids = [i for i, caps in part.captions_by_image().items() if caps]
+        feats, self.fne = vision_features.image_features(
+            corpus, ids, self.image["backbone"], self.image["kind"], cache_root=cache_root, device=self.device
+        )
+        self.image = {**self.image, "image_dim": int(feats.shape[1])}
+        self.captioner = NearestNeighbourCaptioner().fit(feats, ids, part.captions_by_image())
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """``{"image": spec}``: the features this generator reads (the shape the feature path takes)."""
+        return {"image": self.image}
+
+    def describe_settings(self) -> str:
+        """One line saying what generates the captions (for titles and logs)."""
+        text = self.method
+        if self.method == "mrnn":
+            text += f" ({self.decode.decoding}" + (
+                f", beam {self.decode.beam_size})" if self.decode.decoding == "beam" else ")"
+            )
+        if self.rerank is not None:
+            text += " + joint-embedding rerank"
+        return text + f", {self.image['backbone']} {self.image['kind']} features"
+
+    # -- describing ----------------------------------------------------------------------------------
+
+    def describe(self, images: Sequence[str | os.PathLike[str]], n: int = 1) -> list[list[str]]:
+        """``n`` captions (best first) for each image file; features computed without the cache."""
+        self._need_fitted()
+        files = [Path(p) for p in images]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            raise VsekitError(f"image file not found: {', '.join(missing)}")
+        feats = features_for_files(files, self, self.fne, device=self.device)
+        joint_feats = None
+        if self.rerank is not None:
+            joint_feats = feats if self._joint_reads_same_features() else self.joint.file_features(files)
+        return self.describe_features(feats, n, joint_feats)
+
+    def describe_corpus(
+        self, corpus: Corpus, image_ids: Sequence[str], n: int = 1, **feature_kwargs: Any
+    ) -> list[list[str]]:
+        """``n`` captions for each of ``image_ids`` of ``corpus`` (features through the cache)."""
+        self._need_fitted()
+        ids = list(image_ids)
+        feats, _ = vision_features.image_features(
+            corpus,
+            ids,
+            self.image["backbone"],
+            self.image["kind"],
+            fne=self.fne,
+            device=self.device,
+            **feature_kwargs,
+        )
+        joint_feats = None
+        if self.rerank is not None:
+            joint_feats = self.joint.corpus_features(corpus, ids, **feature_kwargs)
+        return self.describe_features(feats, n, joint_feats)
+
+    def describe_features(
+        self, features: np.ndarray, n: int = 1, joint_features: np.ndarray | None = None
+    ) -> list[list[str]]:
+        """``n`` captions per row of precomputed ``features`` (``joint_features``: the joint model's
+        inputs for the same images, needed for reranking)."""
+        self._need_fitted()
+        if self.method == "nn":
+            return [[c] for c in self.captioner.caption(features)]
+        if self.method == "scnlm":
+            return self.captioner.generate(self.joint.network.embed_images(features), n_best=n)
+        if self.rerank is not None:
+            if joint_features is None:
+                raise VsekitError("reranking needs the joint model's features of the images")
+            return self._beam_reranked(features, n, joint_features)
+        return self._decode(features, n)
+
+    # -- m-RNN decoding ------------------------------------------------------------------------------
+
+    def _decode_kwargs(self) -> dict[str, Any]:
+        d = self.decode
+        return {
+            "decoding": d.decoding,
+            "beam_size": d.beam_size,
+            "temperature": d.temperature,
+            "length_penalty": d.length_penalty,
+            "max_len": d.max_len,
+        }
+
+    def _decode(self, features: np.ndarray, n: int) -> list[list[str]]:
+        kwargs, text = self._decode_kwargs(), self.captioner.text
+        if self.decode.decoding == "beam":
+            kwargs["n_best"] = min(n, self.decode.beam_size)
+            return [[text(c) for c in caps] for caps in self.captioner.decode(features, **kwargs)]
+        if self.decode.decoding == "sample" and n > 1:
+            draws = [self.captioner.decode(features, **kwargs) for _ in range(n)]
+            return [[text(d[i][0]) for d in draws] for i in range(len(draws[0]))]
+        return [[text(c[0])] for c in self.captioner.decode(features, **kwargs)]
+
+    def _beam_reranked(self, features: np.ndarray, n: int, joint_features: np.ndarray) -> list[list[str]]:
+        settings = self.rerank
+        kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
+        candidates = self.captioner.decode(features, **kwargs)
+        texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
+        cosines = embedding_cosines(self.joint.network, joint_features, texts)
+        return [
+            [group[j] for j in rerank_order(caps, cos, settings.weight, settings.length_penalty)[:n]]
+            for caps, group, cos in zip(candidates, texts, cosines, strict=True)
+        ]
+
+    def _joint_reads_same_features(self) -> bool:
+        spec = self.joint.image_spec
+        return (
+            spec["backbone"] == self.image["backbone"] and spec["kind"] == self.image["kind"] == "one-layer"
+        )
+
+    def _need_fitted(self) -> None:
+        if self.captioner is None:
+            raise VsekitError("the nearest-neighbour method needs training images: call fit_nn(corpus) first")

@@ -1,0 +1,3 @@
+from vsekit.cli import main
+
+main()

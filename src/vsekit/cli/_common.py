@@ -1,0 +1,114 @@
+"""What every command shares: the consoles, error handling, JSON output and the result tables."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from vsekit.errors import VsekitError
+
+console = Console()
+err_console = Console(stderr=True)
+
+DEVICE_HELP = "auto, cpu, cuda or cuda:N."
+CACHE_ROOT_HELP = "Root of the feature cache (default $VSEKIT_CACHE or ~/.cache/vsekit)."
+MODEL_HELP = "Joint model: a shipped name (vse) or a model file (default: vse, shipped with vsekit)."
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001 - stdlib hook
+    return f"warning: {message}\n"
+
+
+def install_warning_format() -> None:
+    """Print library warnings as one line, not a source excerpt."""
+    warnings.formatwarning = _one_line_warning
+
+
+def fail(exc: Exception) -> None:
+    """Print ``exc`` as one red line and exit with status 2."""
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code=2)
+
+
+@contextlib.contextmanager
+def user_errors(interrupted: str | None = None) -> Iterator[None]:
+    """Turn a VsekitError into one line + exit 2, and Ctrl-C into ``interrupted`` + exit 130."""
+    try:
+        yield
+    except VsekitError as exc:
+        fail(exc)
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        err_console.print(f"interrupted: {interrupted}")
+        raise typer.Exit(code=130) from None
+
+
+def write_json(path: Path, payload: object) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise VsekitError(f"{path}: cannot write JSON ({exc.strerror or exc})") from None
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+    except OSError as exc:
+        raise VsekitError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def read_caption_lines(path: Path) -> list[str]:
+    """Candidate captions from a text file, one per line (blank lines skipped)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise VsekitError(f"{path}: captions file does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise VsekitError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    texts = [line.strip() for line in lines if line.strip()]
+    if not texts:
+        raise VsekitError(f"{path}: no captions (expected one caption per line)")
+    return texts
+
+
+def metrics_table(title: str, result: dict) -> Table:
+    """Recall@K / median / mean rank in both directions, rsum as the caption."""
+    table = Table(title=title, header_style="bold")
+    table.add_column("direction")
+    for name in ("R@1", "R@5", "R@10", "Med r", "Mean r"):
+        table.add_column(name, justify="right")
+    for key, label in (("i2t", "image annotation (i2t)"), ("t2i", "image search (t2i)")):
+        m = result[key]
+        table.add_row(
+            label,
+            f"{m['r1']:.1f}",
+            f"{m['r5']:.1f}",
+            f"{m['r10']:.1f}",
+            f"{m['medr']:g}",
+            f"{m['meanr']:.1f}",
+        )
+    table.caption = f"rsum {result['rsum']:.1f}"
+    return table
+
+
+def scores_table(title: str, scores: dict[str, Any]) -> Table:
+    """Caption metrics (x100) in one row."""
+    table = Table(title=title, header_style="bold")
+    names = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
+    labels = ("B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE-L", "CIDEr-D")
+    for label in labels:
+        table.add_column(label, justify="right")
+    table.add_row(*("-" if scores.get(n) is None else f"{scores[n]:.1f}" for n in names))
+    return table

@@ -1,0 +1,179 @@
+"""`vsekit train-captioner` and `vsekit caption`: describing images in words."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import typer
+
+from vsekit.cli._common import (
+    CACHE_ROOT_HELP,
+    DEVICE_HELP,
+    console,
+    scores_table,
+    user_errors,
+    write_json,
+    write_jsonl,
+)
+from vsekit.errors import VsekitError
+
+
+def train_captioner(
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    recipe: str = typer.Option(
+        ..., "--recipe", help="Captioning recipe (mrnn-lstm, mrnn-rnn, ...) or path of a recipe JSON file."
+    ),
+    out: Path = typer.Option(..., "--out", help="Run directory: captioner, checkpoint, log and config."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train a caption generator; the best epoch by dev CIDEr-D goes to OUT/captioner.safetensors.
+
+    Image features come from the feature cache (computed on first use). Each epoch ends with greedy
+    captions for every dev image scored with BLEU and CIDEr-D. Interrupt at any time and rerun with
+    --resume to continue from the last finished epoch.
+    """
+    from vsekit.captioning.trainer import load_caption_recipe
+    from vsekit.captioning.trainer import train_captioner as run_training
+    from vsekit.data import load_corpus
+
+    with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
+        config = load_caption_recipe(recipe)
+        overrides = {
+            k: v
+            for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
+            if v is not None
+        }
+        config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
+        corpus = load_corpus(data)
+        console.print(
+            f"{corpus!r}\nrecipe {config.name}: m-RNN ({config.cell}, hidden {config.hidden_dim}) on "
+            f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
+        )
+        summary = run_training(corpus, config, out, resume=resume, progress=progress, device=device)
+    best = summary["best_dev"]
+    if best is None:
+        console.print(f"no dev evaluation yet; checkpoint in {out}")
+        return
+    console.print(scores_table(f"best dev epoch {summary['best_epoch']} (greedy captions)", best))
+    console.print(f"captioner: {summary['model_path']}")
+
+
+def caption(
+    image: list[Path] = typer.Option(None, "--image", help="Image file(s) to describe (repeat the option)."),
+    data: Path | None = typer.Option(
+        None, "--data", help="Corpus: describe every image of --split and score."
+    ),
+    split: str = typer.Option("test", "--split", help="Split of --data to caption."),
+    model: str | None = typer.Option(
+        None, "--model", help="Captioner: a shipped name (captioner) or a file (default: captioner)."
+    ),
+    method: str = typer.Option(
+        "mrnn", "--method", help="mrnn (multimodal RNN), scnlm or nn (nearest neighbour)."
+    ),
+    decoding: str = typer.Option("beam", "--decoding", help="m-RNN decoding: beam, greedy or sample."),
+    beam: int | None = typer.Option(
+        None, "--beam", min=1, help="Beam size (default: the captioner's rerank beam if it has one, else 3)."
+    ),
+    rerank: bool = typer.Option(
+        True,
+        "--rerank/--no-rerank",
+        help="m-RNN: rerank the beam with the joint embedding, using the weights tuned on dev (if the "
+        "captioner has them).",
+    ),
+    joint_model: str | None = typer.Option(
+        None, "--joint-model", help="Joint embedding for reranking and SC-NLM (name or file; default vse)."
+    ),
+    n: int = typer.Option(
+        1, "--n", min=1, help="Captions per image to print (n-best of the beam, or samples)."
+    ),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (sample decoding)."),
+    length_penalty: float = typer.Option(
+        0.0, "--length-penalty", help="Rank beam hypotheses by score / (words+1)^P (0: plain log-prob)."
+    ),
+    max_len: int = typer.Option(20, "--max-len", min=1, help="Longest caption, in words."),
+    train_data: Path | None = typer.Option(
+        None, "--train-data", help="nn method: corpus whose train split is searched (default: --data)."
+    ),
+    backbone: str = typer.Option("mobilenet_v2", "--backbone", help="nn method: CNN for the similarity."),
+    features: str = typer.Option(
+        "one-layer", "--features", help="nn method: one-layer or fne (Full-Network Embedding) features."
+    ),
+    json_out: Path | None = typer.Option(None, "--json", help="With --data: write the scores to this JSON."),
+    out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+) -> None:
+    """Describe images in words: print captions for --image files, or caption and score a corpus split.
+
+    With --data the captions of every image of --split are scored against the human captions with
+    BLEU-1..4, METEOR (needs Java), ROUGE-L and CIDEr-D (x100, as in the papers).
+    """
+    from vsekit.captioning.generator import METHODS, CaptionGenerator, DecodeSettings
+    from vsekit.data import load_corpus
+
+    with user_errors():
+        if method not in METHODS:
+            raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+        if bool(image) == (data is not None):
+            raise VsekitError(
+                "give images to describe (--image IMG) or a corpus split (--data DIR --split S)"
+            )
+        if (json_out is not None or out is not None) and data is None:
+            raise VsekitError("--json and --out need --data (they hold scores and captions of a split)")
+        settings = DecodeSettings(decoding, beam, temperature, length_penalty, max_len).validate()
+        generator = CaptionGenerator(
+            method, model, settings, rerank, joint_model, nn_features=(backbone, features), device=device
+        )
+        if image:
+            if method == "nn":
+                if train_data is None:
+                    raise VsekitError("--method nn needs the training images to search: --train-data DIR")
+                generator.fit_nn(load_corpus(train_data), "train", cache_root)
+            _print_file_captions(list(image), generator.describe(list(image), n))
+        else:
+            corpus = load_corpus(data)
+            if method == "nn":
+                generator.fit_nn(load_corpus(train_data) if train_data else corpus, "train", cache_root)
+            _caption_split(generator, corpus, split, n, cache_root, json_out, out)
+
+
+def _print_file_captions(files: list[Path], generated: list[list[str]]) -> None:
+    for path, captions in zip(files, generated, strict=True):
+        console.print(f"[bold]{path}[/]", soft_wrap=True)  # a path must stay copyable
+        for k, text in enumerate(captions, start=1):
+            console.print(f"  {k}. {text}" if len(captions) > 1 else f"  {text}")
+
+
+def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, out) -> None:  # noqa: ANN001
+    from vsekit.captioning.evaluate import caption_split
+
+    done = caption_split(generator, corpus, split, n, cache_root=cache_root)
+    if out is not None:
+        rows = [
+            {"image": i, "caption": caps[0], "n_best": caps}
+            for i, caps in zip(done.image_ids, done.generated, strict=True)
+        ]
+        write_jsonl(out, rows)
+    if json_out is not None:
+        write_json(json_out, done.result)
+    console.print(
+        scores_table(
+            f"{corpus.name} {split}: {len(done.image_ids)} images, {generator.describe_settings()}",
+            done.result,
+        )
+    )
+    if done.result["in_training_set"] is not None:
+        console.print(
+            f"{done.result['in_training_set']:.1f}% of the captions occur verbatim in the training set"
+        )
+    best = done.best
+    for i in done.image_ids[:3]:
+        console.print(f"[bold]{i}[/]: {best[i]}  [dim](human: {done.references[i][0]})[/]")
+    if json_out is not None:
+        console.print(f"scores written to {json_out}")

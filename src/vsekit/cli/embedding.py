@@ -1,0 +1,189 @@
+"""`vsekit train`, `vsekit eval` and `vsekit rank`: the joint image-sentence embedding."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from vsekit.cli._common import (
+    CACHE_ROOT_HELP,
+    DEVICE_HELP,
+    MODEL_HELP,
+    console,
+    metrics_table,
+    read_caption_lines,
+    user_errors,
+    write_json,
+)
+from vsekit.errors import VsekitError
+
+
+def train(
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    recipe: str = typer.Option(
+        ..., "--recipe", help="Recipe name (kiros-gru, fne-gru, vse-best) or path of a recipe JSON file."
+    ),
+    out: Path = typer.Option(..., "--out", help="Run directory: model, checkpoint, log and config go here."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in --out from its last checkpoint."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(
+        None, "--seed", help="Override the recipe's seed (an ensemble recipe then trains one model)."
+    ),
+    num_threads: int | None = typer.Option(
+        None, "--num-threads", min=1, help="CPU threads for torch (1 is often fastest on a shared CPU)."
+    ),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train a joint image-sentence embedding; the best model by dev rsum goes to OUT/model.safetensors.
+
+    Interrupt it at any time: `--resume` with the same arguments continues from the last finished epoch
+    and gives exactly the weights an uninterrupted run would have.
+    """
+    from vsekit.data import load_corpus
+    from vsekit.embedding.trainer import load_recipe
+    from vsekit.embedding.trainer import train as run_training
+
+    with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+        config = load_recipe(recipe)
+        overrides = {
+            k: v
+            for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
+            if v is not None
+        }
+        if seed is not None:
+            overrides["ensemble_seeds"] = None
+        config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
+        corpus = load_corpus(data)
+        console.print(
+            f"{corpus!r}\nrecipe {config.name}: {config.text_encoder} + {config.image_features} "
+            f"{config.backbone} features, K={config.embed_dim}, loss {config.loss}"
+            + (f", ensemble of seeds {config.ensemble_seeds}" if config.ensemble_seeds else "")
+        )
+        summary = run_training(
+            corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
+        )
+    _print_training_summary(summary, out)
+
+
+def _print_training_summary(summary: dict, out: Path) -> None:
+    best = summary["best_dev"]
+    if "members" in summary:
+        for m in summary["members"]:
+            title = f"member seed {m['seed']}: best dev epoch {m['best_epoch']} of {m['epochs_completed']}"
+            console.print(metrics_table(title, m["best_dev"]))
+        console.print(metrics_table(f"ensemble of {len(summary['members'])} members on dev", best))
+    elif best is None:
+        console.print(f"no dev evaluation yet; checkpoint in {out}")
+        return
+    else:
+        title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']}"
+        console.print(metrics_table(title, best))
+    console.print(f"model: {summary['model_path']}")
+
+
+def evaluate(
+    data: Path = typer.Option(..., "--data", help="Corpus directory or file."),
+    split: str = typer.Option("test", "--split", help="Split to rank (every image against every caption)."),
+    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    protocol: str = typer.Option("flickr", "--protocol", help="flickr, coco1k or coco5k."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write the metrics to this JSON file."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+) -> None:
+    """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
+    from vsekit.data import load_corpus
+    from vsekit.embedding.evaluate import evaluate_model
+    from vsekit.embedding.pipeline import VSEModel
+
+    with user_errors():
+        vse = VSEModel.load(model, device=device)
+        corpus = load_corpus(data)
+        result = evaluate_model(
+            vse.network, vse.fne, corpus, split, protocol, cache_root=cache_root, device=str(vse.device)
+        )
+        if json_out is not None:
+            write_json(json_out, result)
+    title = (
+        f"{corpus.name} {split}: {result['n_images']} images x {result['n_captions']} captions, "
+        f"{protocol} protocol, {result['backbone']} {result['features']} features"
+    )
+    console.print(metrics_table(title, result))
+    if json_out is not None:
+        console.print(f"metrics written to {json_out}")
+
+
+def rank(
+    image: Path | None = typer.Option(None, "--image", help="Query image: rank captions for it."),
+    sentence: str | None = typer.Option(None, "--sentence", help="Query sentence: rank the split's images."),
+    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    captions: Path | None = typer.Option(None, "--captions", help="Candidate captions, one per line."),
+    data: Path | None = typer.Option(None, "--data", help="Corpus whose split provides the candidates."),
+    split: str = typer.Option("test", "--split", help="Split of --data to search."),
+    top: int = typer.Option(5, "--top", min=1, help="How many results to show."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+) -> None:
+    """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
+    from vsekit.data import load_corpus
+    from vsekit.embedding.pipeline import VSEModel
+    from vsekit.retrieval import rank as rank_in_space
+
+    with user_errors():
+        if (image is None) == (sentence is None):
+            raise VsekitError("give exactly one query: --image IMG or --sentence TEXT")
+        if image is not None and (captions is None) == (data is None):
+            raise VsekitError("--image needs candidates: --captions FILE or --data DIR (with --split)")
+        if sentence is not None and data is None:
+            raise VsekitError("--sentence needs images to search: --data DIR (with --split)")
+        vse = VSEModel.load(model, device=device)
+        corpus = load_corpus(data) if data is not None else None
+        if image is not None:
+            if captions is not None:
+                candidates = read_caption_lines(captions)
+            else:
+                candidates = [c.text for c in corpus.split(split).captions]
+            (hits,) = rank_in_space(vse.embed_images([image]), vse.embed_texts(candidates), candidates, top)
+            rows = [{"rank": k, "score": h.score, "caption": h.key} for k, h in enumerate(hits, 1)]
+        else:
+            part = corpus.split(split)
+            ids = part.image_ids()
+            images = vse.embed_features(vse.corpus_features(corpus, ids, cache_root=cache_root))
+            (hits,) = rank_in_space(vse.embed_texts([sentence]), images, ids, top)
+            first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}
+            rows = [
+                {
+                    "rank": k,
+                    "score": h.score,
+                    "image": h.key,
+                    "path": str(corpus.images[h.key]),
+                    "caption": first[h.key],
+                }
+                for k, h in enumerate(hits, 1)
+            ]
+        if json_out is not None:
+            write_json(json_out, {"query": str(image) if image is not None else sentence, "results": rows})
+    console.print(_rank_table(image, sentence, rows))
+
+
+def _rank_table(image: Path | None, sentence: str | None, rows: list[dict]) -> Table:
+    table = Table(title=f"query: {image if image is not None else sentence!r}", header_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column("score", justify="right")
+    if image is not None:
+        table.add_column("caption")
+        for r in rows:
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["caption"])
+    else:
+        table.add_column("image")
+        table.add_column("first human caption")
+        for r in rows:
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["image"], r["caption"])
+    return table

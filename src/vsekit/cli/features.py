@@ -1,0 +1,67 @@
+"""`vsekit extract`: image features for a corpus, cached and resumable."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from vsekit.cli._common import CACHE_ROOT_HELP, DEVICE_HELP, console, err_console, user_errors
+
+
+def extract(
+    data: Path = typer.Option(
+        ..., "--data", help="Corpus directory or file (Flickr8K layout, CSV, Karpathy or COCO JSON)."
+    ),
+    backbone: str = typer.Option("mobilenet_v2", help="CNN: mobilenet_v2 or efficientnet_lite0."),
+    fne: bool = typer.Option(
+        False, "--fne", help="Full-Network Embedding: all layers, standardised and ternarised."
+    ),
+    fit_split: str = typer.Option("train", help="Split whose images fit the FNE statistics (with --fne)."),
+    cache_dir: Path | None = typer.Option(
+        None, help="Exact cache directory (default: one per corpus and configuration under --cache-root)."
+    ),
+    cache_root: Path | None = typer.Option(None, help=CACHE_ROOT_HELP),
+    weights: Path | None = typer.Option(
+        None, help="Backbone weights file (default: the installed weight package)."
+    ),
+    device: str = typer.Option("auto", help=DEVICE_HELP),
+    batch_size: int = typer.Option(32, min=1, help="Images per CNN batch."),
+    skip_bad_images: bool = typer.Option(
+        False, help="Report unreadable images and go on instead of stopping."
+    ),
+) -> None:
+    """Compute image features for every image of a corpus, cached and resumable.
+
+    Interrupt it at any time: re-running the same command continues where it stopped.
+    """
+    from vsekit.data import load_corpus
+    from vsekit.vision.features import extract_features, extract_fne
+
+    with user_errors("finished images are saved; run the same command again to resume"):
+        corpus = load_corpus(data)
+        console.print(f"{corpus!r}")
+        start = time.perf_counter()
+        common = dict(
+            cache_dir=cache_dir,
+            cache_root=cache_root,
+            weights=weights,
+            device=device,
+            batch_size=batch_size,
+            skip_bad_images=skip_bad_images,
+        )
+        if fne:
+            store = extract_fne(corpus, backbone, fit_split=fit_split, **common)
+        else:
+            store = extract_features(corpus, backbone, "one-layer", **common)
+        elapsed = time.perf_counter() - start
+    n_done = int(store.done_mask().sum())
+    console.print(
+        f"{n_done}/{len(store.image_ids)} images, {'FNE' if fne else 'one-layer'} dim {store.dim}, "
+        f"{store.config.backbone}, {elapsed:.1f} s -> {store.path}"
+    )
+    if store.failed:
+        err_console.print(f"[yellow]{len(store.failed)} image(s) could not be read:[/]")
+        for message in list(store.failed.values())[:10]:
+            err_console.print(f"  {message}", highlight=False)
