@@ -28,6 +28,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
