@@ -18,8 +18,8 @@ Generation (sec. 5.2), per image x (unit-norm embedding):
    sentences in the joint space ("bag of concepts"), renormalised;
 2. POS templates of 4-12 tags from the training captions: the ``n_templates`` most frequent ones for every
    image, plus the templates of the N nearest training sentences (the paper samples 1,000 conditioning
-   vector / template pairs per image; we take these ~17 x 2 deterministic pairs, which keeps 1,000 images
-   to a few minutes on one thread: the candidates must each go through the sentence encoder);
+   vector / template pairs per image; we take these few deterministic pairs, because every candidate
+   must go through the sentence encoder);
 3. MAP decoding: for a template of length L, L greedy argmax steps (specials masked), so the template fixes
    the length and the word classes;
 4. reranking the unique candidates by  translation + lm_weight * LM / (len + 1) ** length_power, where the
@@ -32,13 +32,13 @@ Generation (sec. 5.2), per image x (unit-norm embedding):
 
 Sizes (defaults, the paper's where it gives them): K = G = 300, F = 100 (sec. 2.5); previous-word context
 c = 5 and forward structure context k + 1 = 5 tags (not given in the paper); content vector D = the joint
-space (1,024 for the shipped model). About 1.9M parameters with a 2.6K-word vocabulary.
+space (the shipped joint model's size).
 
 Training (with checkpoints and resume) is :mod:`vsekit.captioning.scnlm_trainer`.
 
 Everything lives in one safetensors file (:meth:`SCNLMCaptioner.save` / :func:`load_scnlm`): the network,
 the KN trigram counts, the word and sentence banks (int8 rows: they are unit vectors, so per-row int8
-moves cosines by about 1e-3), and JSON config, vocabularies, templates and rerank weights in the header.
+moves cosines very little), and JSON config, vocabularies, templates and rerank weights in the header.
 """
 
 from __future__ import annotations

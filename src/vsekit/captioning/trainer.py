@@ -294,6 +294,24 @@ def _caption_epoch_trainer(
     return train_epoch
 
 
+def _dev_evaluator(
+    state: TrainState, config: CaptionTrainConfig, data: _CaptionData, score_fn: ScoreFn
+) -> Callable[[int], tuple[float, dict[str, Any]]]:
+    """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
+
+    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
+        captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
+        t0 = time.perf_counter()
+        texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
+        decode_s = time.perf_counter() - t0
+        scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
+        scores = {**scores, "decode_s": round(decode_s, 2)}
+        rounded = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()}
+        return float(scores["cider"] or 0.0), rounded
+
+    return evaluate
+
+
 def _epoch_line(entry: dict[str, Any], epochs: int) -> str:
     d = entry["dev"]
     return (
@@ -342,17 +360,6 @@ def train_captioner(
     if ckpt is not None:
         say(resume_message(run, state, "CIDEr"))
 
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
-        captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
-        t0 = time.perf_counter()
-        texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
-        decode_s = time.perf_counter() - t0
-        scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
-        scores = {**scores, "decode_s": round(decode_s, 2)}
-        return float(scores["cider"] or 0.0), {
-            k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()
-        }
-
     def save_best(epoch: int, dev_scores: dict[str, Any]) -> None:
         meta = {
             "recipe": config.to_dict(),
@@ -366,6 +373,7 @@ def train_captioner(
         save_captioner(captioner, out / CAPTIONER_NAME)
 
     train_epoch = _caption_epoch_trainer(state, config, data, dev, progress)
+    evaluate = _dev_evaluator(state, config, data, score_fn)
     describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
     extra = {"config": config.to_dict()}
     fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
