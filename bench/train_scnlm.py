@@ -3,7 +3,9 @@ and score its captions on the 1,000 dev images.
 
     VSEKIT_CACHE=/work/cache python bench/train_scnlm.py [--data ../shared/data/flickr8k] [--epochs 8]
 
-Writes ``bench/runs/scnlm/scnlm.safetensors`` (the model; bench/runs is git-ignored) and
+Trains with ``vsekit.captioning.scnlm_trainer.train_scnlm_run`` into ``bench/runs/scnlm/`` (a resumable run
+directory: ``--resume``), writes ``bench/runs/scnlm/scnlm-tuned.safetensors`` (the model with tuned rerank
+weights, float16; bench/runs is git-ignored) and
 ``bench/results/captioning_scnlm.json``, and prints a table. The SC-NLM is conditioned on the shipped joint
 model (MobileNetV2 one-layer features, frozen MiniLM). Rerank weights are tuned on the even-numbered half of
 dev (500 images, by CIDEr, without METEOR); the scores are reported on all 1,000 dev images and, separately,
@@ -13,6 +15,7 @@ on the odd-numbered half that the tuning never saw.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -33,13 +36,16 @@ def main() -> None:
     )
     parser.add_argument("--out", default=str(ROOT / "bench/runs/scnlm"))
     parser.add_argument("--json", default=str(ROOT / "bench/results/captioning_scnlm.json"))
-    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--recipe", default="scnlm", help="SC-NLM recipe name or JSON path")
+    parser.add_argument("--epochs", type=int, default=None, help="override the recipe's epochs")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--limit", type=int, default=0, help="dev images to caption (0 = all)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from vsekit.captioning.scnlm import SCNLMConfig, load_scnlm, train_scnlm, tune_rerank_weights
+    from vsekit.captioning.scnlm import load_scnlm, tune_rerank_weights
+    from vsekit.captioning.scnlm_trainer import load_scnlm_recipe, train_scnlm_run
     from vsekit.data.corpus import load_corpus
     from vsekit.embedding.evaluate import model_features
     from vsekit.embedding.model import load_model
@@ -49,13 +55,17 @@ def main() -> None:
     corpus = load_corpus(args.data)
     joint, fne, _ = load_model(pretrained_path("vse"))
     out = Path(args.out)
-    config = SCNLMConfig(epochs=args.epochs)
+    config = load_scnlm_recipe(args.recipe)
+    if args.epochs is not None:
+        config = dataclasses.replace(config, epochs=args.epochs)
 
     t0 = time.perf_counter()
-    captioner = train_scnlm(corpus, joint, config, out_dir=out, progress=True)
+    summary = train_scnlm_run(corpus, config, out, resume=args.resume, progress=True, joint_model=joint)
     train_seconds = time.perf_counter() - t0
-    net_seconds = sum(h["seconds"] for h in captioner.history)
-    best = min(captioner.history, key=lambda h: h["dev_ppl"])
+    captioner = load_scnlm(summary["model_path"], joint)
+    captioner.history = summary["history"]
+    net_seconds = sum(h["time_s"] for h in captioner.history)
+    best = next(h for h in captioner.history if h["epoch"] == summary["best_epoch"])
     print(
         f"trained in {train_seconds / 60:.1f} min (epochs {net_seconds / 60:.1f} min); "
         f"best epoch {best['epoch']}"
@@ -94,7 +104,8 @@ def main() -> None:
     )
     print(f"tuned rerank weights in {time.perf_counter() - t1:.0f} s: {asdict(weights)}")
 
-    model_path = captioner.save(out / "scnlm.safetensors", half=True, extra={"data": "flickr8k train"})
+    # the shipped form, next to the run: float16 weights with the tuned rerank weights
+    model_path = captioner.save(out / "scnlm-tuned.safetensors", half=True, extra={"data": "flickr8k train"})
     reloaded = load_scnlm(model_path, joint)  # what the CLI will use: float16 weights, int8 banks
     assert asdict(reloaded.rerank_weights) == asdict(weights)
 
@@ -135,7 +146,7 @@ def main() -> None:
         "config": asdict(captioner.config),
         "history": captioner.history,
         "best_epoch": best["epoch"],
-        "dev_perplexity": best["dev_ppl"],
+        "dev_perplexity": best["dev"]["ppl"],
         "train_seconds_total": train_seconds,
         "train_seconds_epochs": net_seconds,
         "generate_seconds": cands.seconds,

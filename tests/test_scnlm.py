@@ -3,6 +3,8 @@ the repeated-word penalty, save/load. Fast (no spaCy, no shared data: a fake tag
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -21,13 +23,19 @@ from vsekit.captioning.scnlm import (
     SCNLMConfig,
     count_repeats,
     load_scnlm,
-    train_scnlm,
     translation_score,
     tune_rerank_weights,
 )
+from vsekit.captioning.scnlm_trainer import (
+    SCNLMTrainConfig,
+    list_scnlm_recipes,
+    load_scnlm_recipe,
+    train_scnlm,
+    train_scnlm_run,
+)
 from vsekit.data.corpus import Caption, Corpus
 from vsekit.data.vocab import tokenize
-from vsekit.errors import VsekitError
+from vsekit.errors import ConfigMismatchError, VsekitError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -235,3 +243,76 @@ def test_load_errors_name_the_file(trained, tmp_path):
     path = captioner.save(tmp_path / "m.safetensors")
     with pytest.raises(VsekitError, match="another joint"):
         load_scnlm(path, FakeJoint())
+
+
+# -- the resumable run ------------------------------------------------------------------------------
+
+
+def _scnlm_corpus() -> Corpus:
+    corpus = tiny_corpus()
+    ids = list(CAPTIONS)
+    return Corpus(
+        root=corpus.root,
+        name="tiny",
+        format="test",
+        images=corpus.images,
+        captions=corpus.captions,
+        splits={"train": ids[:4], "dev": ids[4:]},
+    )
+
+
+RUN_CONFIG = SCNLMTrainConfig(
+    word_dim=16, attr_dim=16, factors=8, context=3, forward=3, min_count=1, epochs=4, batch_captions=2,
+    lr=1e-2, lr_decay=0.9, content_dropout=0.2, n_neighbours=2, n_templates=3,
+)  # fmt: skip
+
+
+def _joint() -> FakeJoint:
+    """The same fake joint model every time (its image projection is its fingerprint)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return FakeJoint()
+
+
+def _scnlm_run(out, config=RUN_CONFIG, **kw):
+    return train_scnlm_run(
+        _scnlm_corpus(), config, out, progress=False, device="cpu", joint_model=_joint(),
+        log=lambda s: None, tagger=fake_tagger, **kw,
+    )  # fmt: skip
+
+
+def test_scnlm_run_resumes_bit_for_bit(tmp_path):
+    full = _scnlm_run(tmp_path / "full")
+    assert full["epochs_completed"] == 4 and len(full["history"]) == 4
+    assert {p.name for p in (tmp_path / "full").iterdir()} >= {
+        "checkpoint.pt", "log.jsonl", "config.json", "scnlm.safetensors",
+    }  # fmt: skip
+    _scnlm_run(tmp_path / "split", dataclasses.replace(RUN_CONFIG, epochs=2))
+    with pytest.raises(VsekitError, match="--resume"):
+        _scnlm_run(tmp_path / "split")
+    resumed = _scnlm_run(tmp_path / "split", resume=True)
+    assert resumed["epochs_completed"] == 4 and resumed["history"][-1]["epoch"] == 4
+    a, b = (torch.load(tmp_path / d / "checkpoint.pt", weights_only=True) for d in ("full", "split"))
+    assert a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert [e["train_ppl"] for e in full["history"]] == [e["train_ppl"] for e in resumed["history"]]
+    assert resumed["best_epoch"] == full["best_epoch"] and resumed["best_dev_ppl"] == full["best_dev_ppl"]
+    best = load_scnlm(tmp_path / "split" / "scnlm.safetensors", _joint())
+    assert best.extra["epoch"] == full["best_epoch"]
+    with pytest.raises(ConfigMismatchError, match="lr=0.01.*lr=0.02"):
+        _scnlm_run(tmp_path / "split", dataclasses.replace(RUN_CONFIG, lr=2e-2), resume=True)
+
+
+def test_scnlm_recipes_are_strict(tmp_path):
+    assert "scnlm" in list_scnlm_recipes()
+    shipped = load_scnlm_recipe("scnlm")
+    assert (shipped.word_dim, shipped.factors, shipped.epochs) == (300, 100, 8)
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps({"epochs": 2, "factorz": 8}))
+    with pytest.raises(VsekitError, match=r"mine\.json: unknown field.*factorz"):
+        load_scnlm_recipe(path)
+    path.write_text(json.dumps({"lr": "fast"}))
+    with pytest.raises(VsekitError, match=r"mine\.json: field 'lr' must be float"):
+        load_scnlm_recipe(path)
+    path.write_text(json.dumps({"epochs": 2}))
+    assert load_scnlm_recipe(path).name == "mine"

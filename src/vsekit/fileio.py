@@ -15,6 +15,7 @@ import torch
 __all__ = [
     "atomic_save_safetensors",
     "atomic_torch_save",
+    "atomic_write_json",
     "atomic_write_text",
     "read_vsekit_safetensors",
 ]
@@ -145,3 +146,19 @@ def read_named_json(
     if isinstance(data, dict):
         data.setdefault("name", path.stem)
     return data, path
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, **dumps_kwargs: Any) -> Path:
+    """Write ``obj`` as JSON (plus a newline) atomically, creating the folder; the temp file never stays."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_for(path)
+    try:
+        tmp.write_text(json.dumps(obj, **dumps_kwargs) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path

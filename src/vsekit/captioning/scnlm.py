@@ -18,8 +18,8 @@ Generation (sec. 5.2), per image x (unit-norm embedding):
    sentences in the joint space ("bag of concepts"), renormalised;
 2. POS templates of 4-12 tags from the training captions: the ``n_templates`` most frequent ones for every
    image, plus the templates of the N nearest training sentences (the paper samples 1,000 conditioning
-   vector / template pairs per image; we take these ~17 x 2 deterministic pairs, which keeps 1,000 images
-   to a few minutes on one thread: the candidates must each go through the sentence encoder);
+   vector / template pairs per image; we take these few deterministic pairs, because every candidate
+   must go through the sentence encoder);
 3. MAP decoding: for a template of length L, L greedy argmax steps (specials masked), so the template fixes
    the length and the word classes;
 4. reranking the unique candidates by  translation + lm_weight * LM / (len + 1) ** length_power, where the
@@ -32,11 +32,13 @@ Generation (sec. 5.2), per image x (unit-norm embedding):
 
 Sizes (defaults, the paper's where it gives them): K = G = 300, F = 100 (sec. 2.5); previous-word context
 c = 5 and forward structure context k + 1 = 5 tags (not given in the paper); content vector D = the joint
-space (1,024 for the shipped model). About 1.9M parameters with a 2.6K-word vocabulary.
+space (the shipped joint model's size).
+
+Training (with checkpoints and resume) is :mod:`vsekit.captioning.scnlm_trainer`.
 
 Everything lives in one safetensors file (:meth:`SCNLMCaptioner.save` / :func:`load_scnlm`): the network,
 the KN trigram counts, the word and sentence banks (int8 rows: they are unit vectors, so per-row int8
-moves cosines by about 1e-3), and JSON config, vocabularies, templates and rerank weights in the header.
+moves cosines very little), and JSON config, vocabularies, templates and rerank weights in the header.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vsekit.captioning.language_model import KneserNeyTrigramLM
-from vsekit.data.vocab import Vocabulary, tokenize
+from vsekit.data.vocab import Vocabulary
 from vsekit.errors import CorpusError, VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 
@@ -72,7 +74,6 @@ __all__ = [
     "RerankWeights",
     "count_repeats",
     "load_scnlm",
-    "train_scnlm",
     "translation_score",
     "tune_rerank_weights",
 ]
@@ -255,7 +256,9 @@ def _template_tensor(templates: Sequence[Sequence[int]], forward: int) -> tuple[
 
 @torch.no_grad()
 def _perplexity(model: SCNLM, data: tuple[np.ndarray, ...], u: torch.Tensor, batch: int = 4096) -> float:
-    ctx, tags, tgt, own = (torch.from_numpy(a) for a in data)
+    device = model.b.device
+    ctx, tags, tgt, own = (torch.from_numpy(a).to(device) for a in data)
+    u = u.to(device)
     model.eval()
     E, total = model.folded_embeddings(), 0.0
     content = model.content(u)
@@ -307,144 +310,6 @@ def _quantize(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _dequantize(codes: np.ndarray, scale: np.ndarray) -> torch.Tensor:
     rows = torch.from_numpy(codes.astype(np.float32) * scale.astype(np.float32)[:, None])
     return F.normalize(rows, dim=-1)
-
-
-def train_scnlm(
-    corpus: Any,
-    joint_model: Any,
-    config: SCNLMConfig | None = None,
-    out_dir: str | os.PathLike[str] | None = None,
-    progress: bool = True,
-    tagger: Callable[[list[list[str]]], list[list[str]]] | None = None,
-) -> SCNLMCaptioner:
-    """Train an SC-NLM on the captions of ``corpus``'s train split, conditioned on their own joint-space
-    embeddings; keep the epoch with the best dev perplexity (dev split, if the corpus has one). Also builds
-    the KN trigram LM, the POS templates and the word/sentence banks, and returns the captioner (default
-    rerank weights: tune them with :func:`tune_rerank_weights`). ``out_dir`` caches the caption embeddings
-    (.npy). ``tagger`` replaces spaCy (tests)."""
-    from vsekit.captioning.pos import pos_tag
-
-    cfg = SCNLMConfig(**asdict(config)) if config is not None else SCNLMConfig()
-    cache = Path(out_dir) if out_dir is not None else None
-    torch.manual_seed(cfg.seed)
-    tagger = tagger or pos_tag
-    train = corpus.split("train")
-    texts = [c.text for c in train.captions]
-    tokens = [tokenize(t) for t in texts]
-    keep = [i for i, t in enumerate(tokens) if t]
-    texts, tokens = [texts[i] for i in keep], [tokens[i] for i in keep]
-    owners = [train.captions[i].image_id for i in keep]
-    vocab = Vocabulary.build(tokens, min_count=cfg.min_count)
-    t0 = time.perf_counter()
-    tags = tagger(tokens)
-    _log(progress, f"POS-tagged {len(tokens)} captions in {time.perf_counter() - t0:.0f} s")
-    tag_names = _tag_vocab(tags)
-    tag_index = {t: i for i, t in enumerate(tag_names)}
-    cfg.vocab_size, cfg.n_tags = len(vocab), len(tag_names)
-    cfg.content_dim = int(joint_model.embed_dim)
-
-    # Content vectors: each caption's own embedding (sec. 2.5).
-    u_train = torch.from_numpy(
-        _embed_cached(joint_model, [" ".join(t) for t in tokens], cache, "train-captions", progress)
-    )
-    word_ids = [vocab.encode(t) for t in tokens]
-    tag_ids = [[tag_index[x] for x in t] for t in tags]
-    train_data = _examples(word_ids, tag_ids, cfg.context, cfg.forward)
-
-    dev_data = u_dev = None
-    try:
-        dev = corpus.split("dev")
-    except (CorpusError, KeyError, ValueError):
-        dev = None
-    if dev is not None and len(dev.captions):
-        dev_tokens = [t for t in (tokenize(c.text) for c in dev.captions) if t]
-        dev_tags = tagger(dev_tokens)
-        dev_data = _examples(
-            [vocab.encode(t) for t in dev_tokens],
-            [[tag_index.get(x, 0) for x in t] for t in dev_tags],
-            cfg.context,
-            cfg.forward,
-        )
-        u_dev = torch.from_numpy(
-            _embed_cached(joint_model, [" ".join(t) for t in dev_tokens], cache, "dev-captions", progress)
-        )
-
-    model = SCNLM(cfg)
-    with torch.no_grad():  # start the output biases at the log unigram frequencies (chance from step one)
-        counts = torch.tensor(vocab.counts_by_index(), dtype=torch.float32)
-        counts[vocab.end_id] = len(tokens)
-        model.b.copy_(torch.log(counts.clamp(min=1.0) / counts.sum()))
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=cfg.lr_decay)
-    ctx, tgs, tgt, own = (torch.from_numpy(a) for a in train_data)
-    starts = np.searchsorted(train_data[3], np.arange(len(tokens) + 1))
-    gen = torch.Generator().manual_seed(cfg.seed)
-    best, best_state, history = float("inf"), None, []
-    for epoch in range(1, cfg.epochs + 1):
-        model.train()
-        t0, total, n_tok = time.perf_counter(), 0.0, 0
-        order = torch.randperm(len(tokens), generator=gen).numpy()
-        for b in range(0, len(order), cfg.batch_captions):
-            sents = order[b : b + cfg.batch_captions]
-            rows = torch.from_numpy(np.concatenate([np.arange(starts[s], starts[s + 1]) for s in sents]))
-            local = torch.from_numpy(np.repeat(np.arange(len(sents)), starts[sents + 1] - starts[sents]))
-            content = model.content(u_train[torch.from_numpy(sents)])
-            logits = model.step_logits(ctx[rows], tgs[rows], content[local])
-            loss = F.cross_entropy(logits, tgt[rows])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += loss.item() * len(rows)
-            n_tok += len(rows)
-        sched.step()
-        train_ppl = math.exp(total / n_tok)
-        dev_ppl = _perplexity(model, dev_data, u_dev) if dev_data is not None else train_ppl
-        seconds = time.perf_counter() - t0
-        history.append({"epoch": epoch, "train_ppl": train_ppl, "dev_ppl": dev_ppl, "seconds": seconds})
-        _log(progress, f"epoch {epoch}: train ppl {train_ppl:.2f}  dev ppl {dev_ppl:.2f}  ({seconds:.0f} s)")
-        if dev_ppl < best:
-            best, best_state = dev_ppl, {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-
-    # Everything generation needs, built from the training captions only.
-    lm = KneserNeyTrigramLM.fit(
-        [vocab.decode(vocab.encode(t)) for t in tokens], vocab.words[4:], cfg.lm_discount
-    )
-    seq_counts = Counter(tuple(t) for t in tag_ids if cfg.min_len <= len(t) <= cfg.max_len)
-    # Sentence bank: per training image, the caption nearest the mean of its captions' embeddings (the
-    # most typical one), so the N nearest sentences come from N different photos.
-    by_image: dict[str, list[int]] = {}
-    for i, image in enumerate(owners):
-        by_image.setdefault(image, []).append(i)
-    u_np = u_train.numpy()
-    medoids = []
-    for rows_ in by_image.values():
-        block = u_np[rows_]
-        medoids.append(rows_[int(np.argmax(block @ block.mean(axis=0)))])
-    wanted = [tuple(tag_ids[i]) for i in medoids if tuple(tag_ids[i]) in seq_counts]
-    frequent = [s for s, _ in seq_counts.most_common(cfg.n_templates)]
-    templates = list(dict.fromkeys(frequent + sorted(set(wanted), key=lambda s: (-seq_counts[s], s))))
-    template_index = {s: i for i, s in enumerate(templates)}
-    sentence_templates = [template_index.get(tuple(tag_ids[i]), -1) for i in medoids]
-    bank_words = [w for w in vocab.words[4:] if w not in STOPWORDS]
-    word_vecs = _embed_cached(joint_model, bank_words, cache, "vocab-words", progress)
-    captioner = SCNLMCaptioner(
-        model=model,
-        vocab=vocab,
-        tags=tag_names,
-        lm=lm,
-        templates=[list(s) for s in templates],
-        template_counts=[seq_counts[s] for s in templates],
-        word_bank=_dequantize(*_quantize(word_vecs)),
-        word_bank_ids=[vocab.index(w) for w in bank_words],
-        sentence_bank=_dequantize(*_quantize(u_np[medoids])),
-        sentence_templates=sentence_templates,
-        joint_model=joint_model,
-    )
-    captioner.history = history
-    return captioner
 
 
 # -- reranking features ----------------------------------------------------------------------------

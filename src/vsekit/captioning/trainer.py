@@ -4,22 +4,19 @@ One epoch = every training caption once, with its image's features, in an order 
 generator; the loss is the mean negative log-likelihood of the target words (softmax classifier, Eq. 15).
 Optimiser: Adam or RMSprop (the paper's choice), gradients clipped element-wise (the paper clips at 5).
 After each epoch the captioner decodes the dev images greedily, scores them (CIDEr-D, BLEU-4), and the
-best epoch by dev CIDEr is written to ``captioner.safetensors``; ``log.jsonl`` gets one line per epoch
-and ``checkpoint.pt`` (weights, optimiser, scheduler, counters, RNG states) lets ``resume=True`` continue
-from the last finished epoch.
+best epoch by dev CIDEr is written to ``captioner.safetensors``. The run directory, the checkpoint and
+exact resume are the training engine's (:mod:`vsekit.training`), as for the joint embedding.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
-import typing
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -31,33 +28,57 @@ from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, ca
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
-from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
-from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
+from vsekit.errors import CorpusError
 from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
-from vsekit.rng import rng_state, set_rng_state
+from vsekit.training import (
+    CHECKPOINT_NAME,
+    Recipe,
+    RunDir,
+    Selection,
+    TrainState,
+    epoch_bar,
+    field_error,
+    fit,
+    list_recipe_names,
+    load_recipe_file,
+    resume_message,
+    shard,
+    step_lr,
+)
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
 __all__ = [
     "CAPTIONER_NAME",
     "CAPTION_RECIPES_DIR",
+    "CHECKPOINT_NAME",
     "CaptionTrainConfig",
     "list_caption_recipes",
     "load_caption_recipe",
     "train_captioner",
+    "tune_captioner_rerank",
 ]
 
 CAPTIONER_NAME = "captioner.safetensors"
-CHECKPOINT_NAME = "checkpoint.pt"
-CHECKPOINT_FORMAT = "vsekit.captioner-checkpoint"
-RESUMABLE_FIELDS = frozenset({"name", "description", "epochs", "patience", "num_threads", "rerank_beam"})
+KIND = "captioner"  # the checkpoint kind this trainer writes
 
 FeatureFn = Callable[..., tuple[np.ndarray, Any]]
 ScoreFn = Callable[[dict[str, str], dict[str, list[str]]], dict[str, float | None]]
 
 
 @dataclass
-class CaptionTrainConfig:
-    """A captioner training run; recipes in ``src/vsekit/recipes/captioning/*.json`` are these as JSON."""
+class CaptionTrainConfig(Recipe):
+    """A captioner training run; recipes in ``src/vsekit/recipes/captioning/*.json`` are these as JSON.
+
+    ``null`` switches an option off: ``image_rank`` (an unfactored W_hi), ``lr_decay_epochs`` (a
+    constant learning rate), ``rerank_beam`` (no reranking; > 0: after training, tune the reranking of
+    this many beam candidates on dev), ``patience`` (no early stopping), ``num_threads`` (torch's default).
+    """
+
+    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"rerank_beam"}
+    # Recipe files and checkpoints written before null was the one off value used 0 for these.
+    ZERO_MEANS_OFF: ClassVar[frozenset[str]] = frozenset(
+        {"lr_decay_epochs", "image_rank", "num_threads", "rerank_beam"}
+    )
 
     name: str = "custom"
     description: str = ""
@@ -67,7 +88,7 @@ class CaptionTrainConfig:
     hidden_dim: int = 512
     dropout: float = 0.5
     image_dropout: float = 0.5
-    image_rank: int = 0
+    image_rank: int | None = None
     backbone: str = "mobilenet_v2"
     image_features: str = "one-layer"
     min_word_count: int = 5  # Karpathy's threshold: words seen fewer times become <unk>
@@ -78,65 +99,47 @@ class CaptionTrainConfig:
     optimizer: str = "adam"
     lr: float = 4e-4
     weight_decay: float = 0.0
-    lr_decay_epochs: int = 0  # 0: constant learning rate
+    lr_decay_epochs: int | None = None
     lr_decay_gamma: float = 0.5
     grad_clip_value: float = 5.0  # element-wise, as in the paper
-    patience: int = 5
-    rerank_beam: int = 0  # > 0: after training, tune reranking of this many beam candidates on dev
+    patience: int | None = 5
+    rerank_beam: int | None = None
     seed: int = 0
-    num_threads: int = 0
+    num_threads: int | None = None
     train_split: str = "train"
     dev_split: str = "dev"
 
     def validate(self, source: str = "config") -> CaptionTrainConfig:
-        def bad(why: str) -> VsekitError:
-            return VsekitError(f"{source}: {why}")
+        def bad(name: str, why: str) -> Exception:
+            return field_error(source, name, getattr(self, name), why)
 
         if self.method != "mrnn":
-            raise bad(f"method {self.method!r} is not trained by this trainer (only 'mrnn')")
+            raise bad("method", "names a method this trainer does not train (only 'mrnn')")
         if self.cell not in CELLS:
-            raise bad(f"cell must be one of {', '.join(CELLS)}, got {self.cell!r}")
+            raise bad("cell", f"must be one of {', '.join(CELLS)}")
         if self.image_features not in FEATURE_KINDS:
-            raise bad(
-                f"image_features must be one of {', '.join(FEATURE_KINDS)}, got {self.image_features!r}"
-            )
+            raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
         if self.optimizer not in ("adam", "rmsprop"):
-            raise bad(f"optimizer must be 'adam' or 'rmsprop', got {self.optimizer!r}")
+            raise bad("optimizer", "must be 'adam' or 'rmsprop'")
         for name in ("word_dim", "hidden_dim", "batch_size", "epochs", "min_word_count", "max_decode_words"):
             if getattr(self, name) < 1:
-                raise bad(f"{name} must be at least 1, got {getattr(self, name)}")
+                raise bad(name, "must be >= 1")
+        for name in ("image_rank", "lr_decay_epochs", "patience", "rerank_beam", "num_threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise bad(name, "must be >= 1 or null")
         if self.lr <= 0:
-            raise bad(f"lr must be positive, got {self.lr}")
+            raise bad("lr", "must be > 0")
         return self
-
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "config") -> CaptionTrainConfig:
-        if not isinstance(data, dict):
-            raise VsekitError(f"{source}: a captioning recipe is a JSON object")
-        known = {f.name: f for f in fields(cls)}
-        hints = typing.get_type_hints(cls)
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise VsekitError(f"{source}: unknown field(s) {', '.join(unknown)}; known: {', '.join(known)}")
-        for key, value in data.items():
-            hint = hints[key]
-            ok = isinstance(value, hint) if hint is not float else isinstance(value, int | float)
-            if not ok or (hint in (int, float) and isinstance(value, bool)):
-                raise VsekitError(f"{source}: field {key!r} must be {hint.__name__}, got {value!r}")
-        return cls(**data).validate(source)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def list_caption_recipes() -> list[str]:
-    return sorted(p.stem for p in CAPTION_RECIPES_DIR.glob("*.json"))
+    """Names of the captioning recipes shipped in ``src/vsekit/recipes/captioning``."""
+    return list_recipe_names(CAPTION_RECIPES_DIR)
 
 
 def load_caption_recipe(name_or_path: str | os.PathLike[str]) -> CaptionTrainConfig:
     """A shipped captioning recipe by name (``"mrnn-lstm"``) or a JSON file of config fields by path."""
-    data, path = read_named_json(name_or_path, CAPTION_RECIPES_DIR, "captioning recipe")
-    return CaptionTrainConfig.from_dict(data, source=str(path))
+    return load_recipe_file(CaptionTrainConfig, name_or_path, CAPTION_RECIPES_DIR, "captioning recipe")
 
 
 # -- data ---------------------------------------------------------------------------------------------
@@ -187,14 +190,134 @@ def default_score_fn(
 # -- training -----------------------------------------------------------------------------------------
 
 
-def _load_checkpoint(path: Path) -> dict[str, Any]:
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise VsekitError(f"{path}: unreadable checkpoint ({type(exc).__name__})") from exc
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise VsekitError(f"{path}: not a vsekit captioner checkpoint")
-    return ckpt
+@dataclass
+class _CaptionData:
+    """Training pairs (image row, word ids), image features and the dev references."""
+
+    vocab: Vocabulary
+    pairs: list[tuple[int, list[int]]]
+    train_x: torch.Tensor
+    dev_x: torch.Tensor
+    dev_ids: list[str]
+    dev_refs: dict[str, list[str]]
+    fne: Any
+    image: dict[str, Any]  # backbone, kind, image_dim: what the captioner file records
+
+
+def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn) -> _CaptionData:
+    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
+    if not train_split.captions:
+        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
+    dev_refs = {i: caps for i, caps in dev_split.captions_by_image().items() if caps}
+    if not dev_refs:
+        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to select a model on")
+    vocab = build_caption_vocabulary(train_split, config.min_word_count)
+    train_ids = train_split.image_ids()
+    row_of = {image_id: row for row, image_id in enumerate(train_ids)}
+    pairs = [
+        (row_of[c.image_id], vocab.encode(tokenize(c.text))[: config.max_caption_words])
+        for c in train_split.captions
+    ]
+    pairs = [(row, ids) for row, ids in pairs if ids]
+    dev_ids = list(dev_refs)
+    train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features)
+    dev_feats, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne)
+    train_x = torch.as_tensor(np.asarray(train_feats))
+    dev_x = torch.as_tensor(np.asarray(dev_feats))
+    image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}
+    return _CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
+
+
+def _build_state(config: CaptionTrainConfig, data: _CaptionData, device: torch.device) -> TrainState:
+    """The m-RNN (output biases at the log word frequencies), its optimiser and schedule."""
+    model = MultimodalRNN(
+        MultimodalRNNConfig(
+            image_dim=data.image["image_dim"],
+            vocab_size=len(data.vocab),
+            cell=config.cell,
+            word_dim=config.word_dim,
+            hidden_dim=config.hidden_dim,
+            dropout=config.dropout,
+            image_dropout=config.image_dropout,
+            image_rank=config.image_rank or 0,  # the model file's own convention: 0 is unfactored
+        )
+    )
+    model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "adam":
+        optimizer: torch.optim.Optimizer = torch.optim.Adam(
+            params, lr=config.lr, weight_decay=config.weight_decay
+        )
+    else:
+        optimizer = torch.optim.RMSprop(params, lr=config.lr, alpha=0.95, weight_decay=config.weight_decay)
+    return TrainState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
+        generator=torch.Generator().manual_seed(config.seed),
+        selection=Selection(higher_is_better=True, patience=config.patience),
+    )
+
+
+def _caption_epoch_trainer(
+    state: TrainState, config: CaptionTrainConfig, data: _CaptionData, device: torch.device, progress: bool
+) -> Callable[[int], dict[str, Any]]:
+    """One epoch of teacher-forced word prediction over length-bucketed batches."""
+    model, optimizer = state.model, state.optimizer
+    params = [p for p in model.parameters() if p.requires_grad]
+    lengths = [len(ids) for _, ids in data.pairs]
+
+    def train_epoch(epoch: int) -> dict[str, Any]:
+        model.train()
+        batches = shard(length_bucketed_batches(lengths, config.batch_size, state.generator))
+        t0 = time.perf_counter()
+        total, words = 0.0, 0
+        bar = epoch_bar(batches, epoch, config.epochs, progress)
+        for batch in bar:
+            chunk = [data.pairs[i] for i in batch]
+            inputs, targets = caption_batch([ids for _, ids in chunk], data.vocab)
+            feats = data.train_x[torch.tensor([row for row, _ in chunk])]
+            loss = model.loss(feats.to(device), inputs.to(device), targets.to(device))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(params, config.grad_clip_value)
+            optimizer.step()
+            n_words = int((targets != -100).sum())
+            total += loss.item() * n_words
+            words += n_words
+            bar.set_postfix(loss=f"{total / max(words, 1):.3f}")
+        mean = total / max(words, 1)
+        train_s = round(time.perf_counter() - t0, 1)
+        return {"train_loss": round(mean, 4), "train_ppl": round(perplexity(mean), 2), "train_s": train_s}
+
+    return train_epoch
+
+
+def _dev_evaluator(
+    state: TrainState, config: CaptionTrainConfig, data: _CaptionData, score_fn: ScoreFn
+) -> Callable[[int], tuple[float, dict[str, Any]]]:
+    """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
+
+    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
+        captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
+        t0 = time.perf_counter()
+        texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
+        decode_s = time.perf_counter() - t0
+        scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
+        scores = {**scores, "decode_s": round(decode_s, 2)}
+        rounded = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()}
+        return float(scores["cider"] or 0.0), rounded
+
+    return evaluate
+
+
+def _epoch_line(entry: dict[str, Any], epochs: int) -> str:
+    d = entry["dev"]
+    return (
+        f"epoch {entry['epoch']}/{epochs}  loss {entry['train_loss']:.3f}  {entry['train_s']:.0f}s  "
+        f"dev greedy B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}" + ("  *best" if entry.get("best") else "")
+    )
 
 
 def train_captioner(
@@ -211,185 +334,52 @@ def train_captioner(
     """Train an m-RNN captioner on ``corpus``; write the run into ``out_dir``.
 
     Files: ``captioner.safetensors`` (best epoch by dev CIDEr-D of greedy captions), ``checkpoint.pt``,
-    ``log.jsonl``, ``config.json``. ``feature_fn`` replaces :func:`image_features` (tests inject small
-    features) and ``score_fn`` the metrics. Returns a summary with ``model_path``, ``best_epoch``,
-    ``best_dev`` (the scores of the best epoch), ``epochs_completed`` and ``history``.
+    ``log.jsonl``, ``config.json``. ``resume`` continues the run in ``out_dir`` exactly (the config may
+    differ only in ``CaptionTrainConfig.RESUMABLE``). ``feature_fn`` replaces :func:`image_features`
+    (tests inject small features) and ``score_fn`` the metrics. Returns a summary with ``model_path``,
+    ``best_epoch``, ``best_dev`` (the scores of the best epoch), ``epochs_completed`` and ``history``.
     """
     config.validate()
     say = log if log is not None else tqdm.write
     out = Path(out_dir)
-    ckpt_path = out / CHECKPOINT_NAME
-    ckpt = None
-    if ckpt_path.exists():
-        if not resume:
-            raise VsekitError(
-                f"{out} already holds a captioner run ({CHECKPOINT_NAME}); pass --resume to continue it "
-                "or choose another --out"
-            )
-        ckpt = _load_checkpoint(ckpt_path)
-        # a field added after the run started is compared with its default (what the run used)
-        saved = {**CaptionTrainConfig().to_dict(), **ckpt["config"]}
-        for key, value in config.to_dict().items():
-            if key not in RESUMABLE_FIELDS and saved.get(key) != value:
-                raise ConfigMismatchError(
-                    f"{ckpt_path}: the run was started with {key}={saved.get(key)!r}, not {value!r}"
-                )
+    run = RunDir(out, KIND)
+    ckpt = run.open(resume)
+    if ckpt is not None:
+        config.check_resumable(ckpt["config"], run.checkpoint_path)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     dev = resolve_device(device)
     feature_fn = feature_fn or image_features
     score_fn = score_fn or default_score_fn
-    generator = torch.Generator().manual_seed(config.seed)
     torch.manual_seed(config.seed)
-
-    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
-    if not train_split.captions:
-        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
-    dev_refs = {i: caps for i, caps in dev_split.captions_by_image().items() if caps}
-    if not dev_refs:
-        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to select a model on")
-    vocab = build_caption_vocabulary(train_split, config.min_word_count)
-    train_ids = train_split.image_ids()
-    row_of = {image_id: row for row, image_id in enumerate(train_ids)}
-    pairs = [
-        (row_of[c.image_id], vocab.encode(tokenize(c.text))[: config.max_caption_words])
-        for c in train_split.captions
-    ]
-    pairs = [(row, ids) for row, ids in pairs if ids]
-    dev_ids = list(dev_refs)
-
-    train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features)
-    dev_feats, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne)
-    train_x = torch.as_tensor(np.asarray(train_feats))
-    dev_x = torch.as_tensor(np.asarray(dev_feats))
-    image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}
-
-    model = MultimodalRNN(
-        MultimodalRNNConfig(
-            image_dim=image["image_dim"],
-            vocab_size=len(vocab),
-            cell=config.cell,
-            word_dim=config.word_dim,
-            hidden_dim=config.hidden_dim,
-            dropout=config.dropout,
-            image_dropout=config.image_dropout,
-            image_rank=config.image_rank,
-        )
-    )
-    model.init_output_bias(target_counts([ids for _, ids in pairs], vocab))
-    model.to(dev)
-    params = [p for p in model.parameters() if p.requires_grad]
-    if config.optimizer == "adam":
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            params, lr=config.lr, weight_decay=config.weight_decay
-        )
-    else:
-        optimizer = torch.optim.RMSprop(params, lr=config.lr, alpha=0.95, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.StepLR(
-        optimizer, step_size=config.lr_decay_epochs or 10**9, gamma=config.lr_decay_gamma
-    )
-
-    out.mkdir(parents=True, exist_ok=True)
-    start_epoch, best, best_epoch, history = 1, -1.0, 0, []
+    data = _load_caption_data(corpus, config, feature_fn)
+    state = _build_state(config, data, dev)
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        generator.set_state(ckpt["generator"])
-        set_rng_state(ckpt["rng"])
-        start_epoch, best, best_epoch = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"]
-        history = list(ckpt["history"])
-        say(f"resuming {out} after epoch {ckpt['epoch']} (best dev CIDEr {best:.1f} at epoch {best_epoch})")
-    atomic_write_text(out / "config.json", json.dumps(config.to_dict(), indent=2) + "\n")
+        state.load_state_dict(ckpt)
+    history = run.start(config.to_dict(), state.epoch)
+    if ckpt is not None:
+        say(resume_message(run, state, "CIDEr"))
 
-    def dev_scores() -> dict[str, Any]:
-        captioner = MRNNCaptioner(model=model, vocab=vocab, image=image, fne=fne)
-        t0 = time.perf_counter()
-        texts = captioner.caption(dev_x, decoding="greedy", max_len=config.max_decode_words)
-        decode_s = time.perf_counter() - t0
-        model.train()
-        scores = score_fn(dict(zip(dev_ids, texts, strict=True)), dev_refs)
-        return {**scores, "decode_s": round(decode_s, 2)}
-
-    stale = history[-1]["epoch"] - best_epoch if history else 0
-    stopped_early = False
-    for epoch in range(start_epoch, config.epochs + 1):
-        if stale >= config.patience:
-            stopped_early = True
-            break
-        model.train()
-        batches = length_bucketed_batches([len(ids) for _, ids in pairs], config.batch_size, generator)
-        t0 = time.perf_counter()
-        total, words = 0.0, 0
-        bar = tqdm(batches, desc=f"epoch {epoch}/{config.epochs}", disable=not progress, leave=False)
-        for batch in bar:
-            chunk = [pairs[i] for i in batch]
-            inputs, targets = caption_batch([ids for _, ids in chunk], vocab)
-            feats = train_x[torch.tensor([row for row, _ in chunk])]
-            loss = model.loss(feats.to(dev), inputs.to(dev), targets.to(dev))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_value_(params, config.grad_clip_value)
-            optimizer.step()
-            n_words = int((targets != -100).sum())
-            total += loss.item() * n_words
-            words += n_words
-            bar.set_postfix(loss=f"{total / max(words, 1):.3f}")
-        scheduler.step()
-        train_s = time.perf_counter() - t0
-        scores = dev_scores()
-        entry = {
+    def save_best(epoch: int, dev_scores: dict[str, Any]) -> None:
+        meta = {
+            "recipe": config.to_dict(),
             "epoch": epoch,
-            "train_loss": round(total / max(words, 1), 4),
-            "train_ppl": round(perplexity(total / max(words, 1)), 2),
-            "train_s": round(train_s, 1),
-            "dev": {k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()},
+            "dev_greedy": dev_scores,
+            "vsekit": vsekit.__version__,
         }
-        cider = float(scores["cider"] or 0.0)
-        if cider > best:
-            best, best_epoch, stale = cider, epoch, 0
-            captioner = MRNNCaptioner(
-                model=model,
-                vocab=vocab,
-                image=image,
-                fne=fne,
-                meta={
-                    "recipe": config.to_dict(),
-                    "epoch": epoch,
-                    "dev_greedy": entry["dev"],
-                    "vsekit": vsekit.__version__,
-                },
-            )
-            save_captioner(captioner, out / CAPTIONER_NAME)
-            entry["best"] = True
-        else:
-            stale += 1
-        history.append(entry)
-        with open(out / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
-        d = entry["dev"]
-        say(
-            f"epoch {epoch}/{config.epochs}  loss {entry['train_loss']:.3f}  {train_s:.0f}s  dev greedy "
-            f"B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}" + ("  *best" if entry.get("best") else "")
+        captioner = MRNNCaptioner(
+            model=state.model, vocab=data.vocab, image=data.image, fne=data.fne, meta=meta
         )
-        atomic_torch_save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "config": config.to_dict(),
-                "epoch": epoch,
-                "best": best,
-                "best_epoch": best_epoch,
-                "history": history,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "generator": generator.get_state(),
-                "rng": rng_state(),
-            },
-            ckpt_path,
-        )
+        save_captioner(captioner, out / CAPTIONER_NAME)
+
+    train_epoch = _caption_epoch_trainer(state, config, data, dev, progress)
+    evaluate = _dev_evaluator(state, config, data, score_fn)
+    describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
+    extra = {"config": config.to_dict()}
+    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
+    sel = state.selection
     rerank = None
-    if config.rerank_beam and best_epoch:
+    if config.rerank_beam and sel.best_epoch:
         rerank = tune_captioner_rerank(
             out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
         )
@@ -397,12 +387,12 @@ def train_captioner(
         "out_dir": str(out),
         "model_path": str(out / CAPTIONER_NAME),
         "rerank": rerank,
-        "best_epoch": best_epoch,
-        "best_dev": next((h["dev"] for h in history if h["epoch"] == best_epoch), None),
-        "epochs_completed": history[-1]["epoch"] if history else 0,
-        "stopped_early": stopped_early,
+        "best_epoch": sel.best_epoch,
+        "best_dev": state.best_dev,
+        "epochs_completed": state.epoch,
+        "stopped_early": sel.stopped_early,
         "history": history,
-        "vocab_size": len(vocab),
+        "vocab_size": len(data.vocab),
     }
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 from vsekit.data.corpus import Corpus
 from vsekit.errors import CorpusError
+from vsekit.fileio import atomic_write_json
 
 __all__ = ["PAD", "UNK", "START", "END", "SPECIALS", "Vocabulary", "build_vocabulary", "tokenize"]
 
@@ -163,17 +163,7 @@ class Vocabulary:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write JSON atomically (temp file + os.replace) so a crash never leaves half a vocabulary."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, ensure_ascii=False)
-                f.write("\n")
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_json(path, self.to_dict(), ensure_ascii=False)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> Vocabulary:

@@ -1,22 +1,28 @@
-"""Ranking losses for the joint image-sentence embedding."""
+"""Ranking losses on score matrices, for the joint image-sentence embedding.
+
+The loss takes ``scores[i, j]``, the score of image ``i`` against caption ``j`` of a batch whose pair ``b``
+is ``(image b, caption b)``, and the image id of each pair. Any scorer can feed it: the cosine of
+unit-norm embeddings (Kiros et al. 2014) through :class:`ContrastiveLoss`, or an alignment score such as
+Karpathy & Fei-Fei's S_kl (Eq. 8) computed for every image-sentence pair of the batch.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-__all__ = ["ContrastiveLoss"]
+__all__ = ["ContrastiveLoss", "hinge_ranking_loss"]
 
 
-class ContrastiveLoss(nn.Module):
+def hinge_ranking_loss(
+    scores: torch.Tensor, image_ids: torch.Tensor, margin: float = 0.2, max_violation: bool = False
+) -> torch.Tensor:
     """Pairwise hinge ranking loss with in-batch contrastive examples (Kiros et al. 2014, Eq. 6).
 
-    For unit-normalised embeddings the score is the cosine ``s(x, v) = x . v``. Every pair ``b`` of the
-    batch (``image_emb[b]`` described by ``caption_emb[b]``) is an anchor; the other items of the batch
-    are its contrastive examples::
+    Every pair ``b`` of the batch is an anchor; the other items are its contrastive examples::
 
-        sum_b [ sum_k max(0, margin - s(x_b, v_b) + s(x_b, v_k))      # contrastive captions v_k
-              + sum_k max(0, margin - s(x_b, v_b) + s(x_k, v_b)) ]    # contrastive images  x_k
+        sum_b [ sum_k max(0, margin - s[b, b] + s[b, k])      # contrastive captions k
+              + sum_k max(0, margin - s[b, b] + s[k, b]) ]    # contrastive images  k
 
     Negatives are masked by *image id*, not by position: if ``image_ids[k] == image_ids[b]`` (the same
     image with another of its captions, or ``k == b``), ``k`` is no contrastive example of ``b`` in either
@@ -29,7 +35,43 @@ class ContrastiveLoss(nn.Module):
     Reduction: the sum over the batch, as in both papers (Eq. 6 sums over pairs). The loss, and so the
     effective learning rate, therefore grows with the batch size; divide by the batch size at the call
     site for a per-pair mean.
+
+    Args:
+        scores: ``[B, B]``; ``scores[i, j]`` is the score of image ``i`` against caption ``j``.
+        image_ids: ``[B]`` integer image ids of the pairs; equal ids mean the same image.
+        margin: the hinge margin (>= 0).
+        max_violation: hardest negative instead of the sum over negatives.
+
+    Returns:
+        A scalar tensor: the summed hinge loss.
     """
+    if scores.ndim != 2 or scores.shape[0] != scores.shape[1]:
+        raise ValueError(f"scores must be a square [B, B] matrix, got {tuple(scores.shape)}")
+    image_ids = torch.as_tensor(image_ids, device=scores.device)
+    if image_ids.shape != (scores.shape[0],):
+        raise ValueError(f"image_ids must have shape [{scores.shape[0]}], got {tuple(image_ids.shape)}")
+    if image_ids.is_floating_point() or image_ids.is_complex():
+        raise ValueError(f"image_ids must be integer ids, got dtype {image_ids.dtype}")
+
+    positive = scores.diagonal()  # s(x_b, v_b)
+    # Kiros et al. 2014, Eq. 6: max{0, a - s(x, v) + s(x, v_k)} + max{0, a - s(v, x) + s(v, x_k)}.
+    # cost_caption[b, k]: anchor image b against contrastive caption k.
+    cost_caption = (margin - positive[:, None] + scores).clamp(min=0)
+    # cost_image[k, b]: anchor caption b against contrastive image k.
+    cost_image = (margin - positive[None, :] + scores).clamp(min=0)
+
+    same_image = image_ids[:, None] == image_ids[None, :]  # symmetric; includes the diagonal
+    cost_caption = cost_caption.masked_fill(same_image, 0.0)
+    cost_image = cost_image.masked_fill(same_image, 0.0)
+
+    if max_violation:
+        # Hinge terms are >= 0, so with masked entries at 0 the max is over the valid negatives.
+        return cost_caption.amax(dim=1).sum() + cost_image.amax(dim=0).sum()
+    return cost_caption.sum() + cost_image.sum()
+
+
+class ContrastiveLoss(nn.Module):
+    """:func:`hinge_ranking_loss` on the cosine scores of unit-normalised embeddings, ``s(x, v) = x . v``."""
 
     def __init__(self, margin: float = 0.2, max_violation: bool = False) -> None:
         super().__init__()
@@ -44,43 +86,16 @@ class ContrastiveLoss(nn.Module):
     def forward(
         self, image_emb: torch.Tensor, caption_emb: torch.Tensor, image_ids: torch.Tensor
     ) -> torch.Tensor:
-        """Loss of a batch of ``B`` pairs.
-
-        Args:
-            image_emb: ``[B, D]`` unit-normalised image embeddings (row ``b`` may repeat an image).
-            caption_emb: ``[B, D]`` unit-normalised caption embeddings; pair ``b`` is
-                ``(image_emb[b], caption_emb[b])``.
-            image_ids: ``[B]`` integer image ids; equal ids mean the same image.
-
-        Returns:
-            A scalar tensor: the summed hinge loss.
-        """
+        """Loss of a batch of ``B`` pairs ``(image_emb[b], caption_emb[b])``, both ``[B, D]`` and
+        unit-normalised (row ``b`` may repeat an image); ``image_ids`` ``[B]`` as in
+        :func:`hinge_ranking_loss`."""
         if image_emb.ndim != 2 or caption_emb.shape != image_emb.shape:
             raise ValueError(
                 f"image_emb and caption_emb must both be [B, D]; got {tuple(image_emb.shape)} and "
                 f"{tuple(caption_emb.shape)}"
             )
-        image_ids = torch.as_tensor(image_ids, device=image_emb.device)
-        if image_ids.shape != (image_emb.shape[0],):
-            raise ValueError(
-                f"image_ids must have shape [{image_emb.shape[0]}], got {tuple(image_ids.shape)}"
-            )
-        if image_ids.is_floating_point() or image_ids.is_complex():
-            raise ValueError(f"image_ids must be integer ids, got dtype {image_ids.dtype}")
+        return self.score_loss(image_emb @ caption_emb.T, image_ids)
 
-        scores = image_emb @ caption_emb.T  # scores[i, j] = s(x_i, v_j)
-        positive = scores.diagonal()  # s(x_b, v_b)
-        # Kiros et al. 2014, Eq. 6: max{0, a - s(x, v) + s(x, v_k)} + max{0, a - s(v, x) + s(v, x_k)}.
-        # cost_caption[b, k]: anchor image b against contrastive caption k.
-        cost_caption = (self.margin - positive[:, None] + scores).clamp(min=0)
-        # cost_image[k, b]: anchor caption b against contrastive image k.
-        cost_image = (self.margin - positive[None, :] + scores).clamp(min=0)
-
-        same_image = image_ids[:, None] == image_ids[None, :]  # symmetric; includes the diagonal
-        cost_caption = cost_caption.masked_fill(same_image, 0.0)
-        cost_image = cost_image.masked_fill(same_image, 0.0)
-
-        if self.max_violation:
-            # Hinge terms are >= 0, so with masked entries at 0 the max is over the valid negatives.
-            return cost_caption.amax(dim=1).sum() + cost_image.amax(dim=0).sum()
-        return cost_caption.sum() + cost_image.sum()
+    def score_loss(self, scores: torch.Tensor, image_ids: torch.Tensor) -> torch.Tensor:
+        """The same loss on a precomputed score matrix (any scorer)."""
+        return hinge_ranking_loss(scores, image_ids, self.margin, self.max_violation)

@@ -26,13 +26,10 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import random
-import time
-import typing
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +43,29 @@ from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
-from vsekit.fileio import atomic_torch_save, atomic_write_text, read_named_json
+from vsekit.fileio import atomic_write_text
 from vsekit.metrics.ranking import evaluate_protocol
 from vsekit.resources import RECIPES_DIR
-from vsekit.rng import rng_state, set_rng_state
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
+from vsekit.training import (
+    CHECKPOINT_NAME,
+    CONFIG_NAME,
+    Recipe,
+    RunDir,
+    Selection,
+    TrainState,
+    epoch_bar,
+    field_error,
+    fit,
+    gather_for_loss,
+    is_main_process,
+    list_recipe_names,
+    load_recipe_file,
+    read_checkpoint,
+    resume_message,
+    shard,
+    step_lr,
+)
 from vsekit.vision.features import FEATURE_KINDS, image_features
 from vsekit.vision.fne import FullNetworkEmbedding
 
@@ -59,21 +74,15 @@ __all__ = [
     "MODEL_NAME",
     "RECIPES_DIR",
     "TrainConfig",
+    "evaluate_dev",
     "list_recipes",
     "load_checkpoint",
     "load_recipe",
     "train",
 ]
 
-CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.safetensors"
-LOG_NAME = "log.jsonl"
-CONFIG_NAME = "config.json"
-CHECKPOINT_FORMAT = "vsekit.checkpoint"
-CHECKPOINT_VERSION = 1
-
-#: Fields a resumed run may change: they do not alter what the finished epochs computed.
-RESUMABLE_FIELDS = frozenset({"name", "description", "epochs", "patience", "num_threads"})
+KIND = "joint-embedding"  # the checkpoint kind this trainer writes
 
 FeatureFn = Callable[..., tuple[np.ndarray, "FullNetworkEmbedding | None"]]
 
@@ -82,7 +91,7 @@ FeatureFn = Callable[..., tuple[np.ndarray, "FullNetworkEmbedding | None"]]
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(Recipe):
     """Everything that defines a training run; recipes in ``src/vsekit/recipes/*.json`` are these as JSON.
 
     Loss schedule: ``loss="sum"`` is the sum of hinges over all in-batch negatives (Kiros Eq. 6) for
@@ -133,7 +142,7 @@ class TrainConfig:
         """Raise VsekitError naming ``source`` and the field for any out-of-range value; returns self."""
 
         def bad(name: str, why: str) -> VsekitError:
-            return VsekitError(f"{source}: field '{name}' {why} (got {getattr(self, name)!r})")
+            return field_error(source, name, getattr(self, name), why)
 
         if self.text_encoder not in TEXT_ENCODERS:
             raise bad("text_encoder", f"must be one of {', '.join(TEXT_ENCODERS)}")
@@ -175,94 +184,27 @@ class TrainConfig:
             raise bad("ensemble_seeds", "must be a non-empty list of distinct seeds or null")
         return self
 
-    @classmethod
-    def from_dict(cls, data: Any, source: str = "config") -> TrainConfig:
-        """Build from a JSON object; unknown fields and wrong types raise VsekitError naming them."""
-        if not isinstance(data, dict):
-            raise VsekitError(f"{source}: expected a JSON object, found {type(data).__name__}")
-        hints = typing.get_type_hints(cls)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(k for k in data if k not in known)
-        if unknown:
-            raise VsekitError(f"{source}: unknown field(s) {', '.join(unknown)} (fields: {', '.join(known)})")
-        for key, value in data.items():
-            if not _type_ok(value, hints[key]):
-                raise VsekitError(f"{source}: field '{key}' must be {_type_name(hints[key])}, got {value!r}")
-        copied = {
-            k: (dict(v) if isinstance(v, dict) else list(v) if isinstance(v, list) else v)
-            for k, v in data.items()
-        }
-        return cls(**copied).validate(source)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def max_violation_at(self, epoch: int) -> bool:
         """Whether 1-based ``epoch`` uses the hardest-negative loss."""
         return self.loss == "max_violation" and epoch > (self.max_violation_after_epoch or 0)
 
 
-def _type_ok(value: Any, hint: Any) -> bool:
-    args = typing.get_args(hint)
-    options = args if args else (hint,)
-    for option in options:
-        if option is type(None) and value is None:
-            return True
-        if typing.get_origin(option) is list:
-            (item,) = typing.get_args(option)
-            if isinstance(value, list) and all(_type_ok(v, item) for v in value):
-                return True
-            continue
-        if option is float and isinstance(value, int | float) and not isinstance(value, bool):
-            return True
-        if option is int and isinstance(value, int) and not isinstance(value, bool):
-            return True
-        if option in (str, bool, dict) and isinstance(value, option):
-            return True
-    return False
-
-
-def _type_name(hint: Any) -> str:
-    def name(a: Any) -> str:
-        if a is type(None):
-            return "null"
-        if typing.get_origin(a) is list:
-            return f"a list of {name(typing.get_args(a)[0])}"
-        return a.__name__
-
-    return " or ".join(name(a) for a in typing.get_args(hint) or (hint,))
-
-
 def list_recipes() -> list[str]:
     """Names of the recipes shipped in ``src/vsekit/recipes``."""
-    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
+    return list_recipe_names(RECIPES_DIR)
 
 
 def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
     """A shipped recipe by name (``"kiros-gru"``) or any JSON file of TrainConfig fields by path."""
-    data, path = read_named_json(name_or_path, RECIPES_DIR, "recipe")
-    return TrainConfig.from_dict(data, source=str(path))
+    return load_recipe_file(TrainConfig, name_or_path, RECIPES_DIR, "recipe")
 
 
 # -- checkpoint --------------------------------------------------------------------------------------
 
 
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a training checkpoint with ``weights_only=True`` (no code runs); errors name the file."""
-    path = Path(path)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise VsekitError(f"{path}: checkpoint not found") from None
-    except Exception as exc:  # truncated zip, foreign pickle, disallowed global, ...
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
-        why = next((ln for ln in lines if ln.startswith("WeightsUnpickler error")), lines[0])
-        raise VsekitError(f"{path}: unreadable checkpoint ({why})") from exc
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise VsekitError(f"{path}: not a vsekit training checkpoint")
-    if ckpt.get("version", 0) > CHECKPOINT_VERSION:
-        raise VsekitError(f"{path}: checkpoint version {ckpt['version']} is newer than this vsekit reads")
-    return ckpt
+    """Read a joint-embedding training checkpoint with ``weights_only=True``; errors name the file."""
+    return read_checkpoint(path, KIND)
 
 
 def _feature_identity(backbone: str, kind: str, image_dim: int, fne: FullNetworkEmbedding | None) -> dict:
@@ -277,23 +219,9 @@ def _feature_identity(backbone: str, kind: str, image_dim: int, fne: FullNetwork
     return ident
 
 
-#: Defaults of TrainConfig fields: a checkpoint written before a field existed ran with its default.
-_FIELD_DEFAULTS = {
-    f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not dataclasses.MISSING
-}
-
-
 def _check_same_run(ckpt: dict, path: Path, config: TrainConfig, ident: dict, data: dict, vocab) -> None:
     """ConfigMismatchError naming the first field where the checkpoint's run differs from this one."""
-    old_cfg = {**_FIELD_DEFAULTS, **ckpt["config"]}
-    for key, value in config.to_dict().items():
-        if key in RESUMABLE_FIELDS:
-            continue
-        if key not in old_cfg or old_cfg[key] != value:
-            raise ConfigMismatchError(
-                f"{path}: cannot resume: the checkpoint was trained with {key}={old_cfg.get(key)!r}, "
-                f"this run asks for {key}={value!r} (use another --out or the original settings)"
-            )
+    config.check_resumable(ckpt["config"], path)
     old = ckpt["features"]
     for key in ("backbone", "kind", "image_dim"):
         if old[key] != ident[key]:
@@ -359,6 +287,71 @@ def _as_tensor(features: np.ndarray, n: int, what: str) -> torch.Tensor:
 # -- the loop ----------------------------------------------------------------------------------------
 
 
+@dataclass
+class _Data:
+    """A run's inputs: training pairs, dev split, image features, vocabulary and their identities."""
+
+    train_feats: torch.Tensor
+    train_texts: list[str]
+    train_rows: list[int]  # the image row (and id) of each training caption
+    dev_feats: torch.Tensor
+    dev_texts: list[str]
+    dev_ids: list[str]
+    dev_cap_ids: list[str]
+    vocab: Vocabulary | None
+    fne: FullNetworkEmbedding | None
+    features: dict[str, Any]  # what the image features are (checked on resume)
+    identity: dict[str, Any]  # which captions they are (checked on resume)
+
+
+def _load_data(
+    corpus: Corpus, config: TrainConfig, feature_fn: FeatureFn, feature_kwargs: dict[str, Any]
+) -> _Data:
+    """Vocabulary from the training split only; image features with FNE statistics fitted on it."""
+    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
+    train_ids, train_texts, train_rows = _split_pairs(train_split)
+    dev_ids, dev_texts, dev_rows = _split_pairs(dev_split)
+    if not train_texts:
+        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
+    if not dev_texts:
+        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to evaluate on")
+    vocab = (
+        build_vocabulary(corpus, config.train_split, config.vocab_min_count, config.vocab_max_size)
+        if config.text_encoder != "minilm"
+        else None
+    )
+    backbone, kind = config.backbone, config.image_features
+    train_np, fne = feature_fn(
+        corpus, train_ids, backbone, kind, fit_split=config.train_split, **feature_kwargs
+    )
+    dev_np, _ = feature_fn(corpus, dev_ids, backbone, kind, fne=fne, **feature_kwargs)
+    train_feats = _as_tensor(train_np, len(train_ids), "training")
+    dev_feats = _as_tensor(dev_np, len(dev_ids), "dev")
+    if kind == "fne" and fne is None:
+        raise VsekitError("FNE features came without their fitted Full-Network Embedding")
+    image_dim = int(train_feats.shape[1])
+    if dev_feats.shape[1] != image_dim:
+        raise ConfigMismatchError(
+            f"dev features have dim {dev_feats.shape[1]}, training features {image_dim}"
+        )
+    return _Data(
+        train_feats,
+        train_texts,
+        train_rows,
+        dev_feats,
+        dev_texts,
+        dev_ids,
+        [dev_ids[r] for r in dev_rows],
+        vocab,
+        fne,
+        _feature_identity(backbone, kind, image_dim, fne),
+        _data_identity(train_split, dev_split),
+    )
+
+
+# -- the loop ----------------------------------------------------------------------------------------
+
+
 def evaluate_dev(
     model: JointEmbedding | EnsembleEmbedding,
     features: torch.Tensor,
@@ -402,7 +395,7 @@ def train(
     finished epoch), ``log.jsonl`` (one JSON object per epoch), ``config.json``.
 
     ``resume=True`` continues from ``checkpoint.pt`` (a fresh start if there is none yet); the config
-    may differ only in :data:`RESUMABLE_FIELDS` (typically a larger ``epochs``), otherwise
+    may differ only in ``TrainConfig.RESUMABLE`` (typically a larger ``epochs``), otherwise
     ConfigMismatchError names the field. Without ``resume`` an existing checkpoint is an error, so a run
     is never overwritten by accident.
 
@@ -438,32 +431,33 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
             "seed-<s>/ subdirectories: choose another --out"
         )
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
+    if is_main_process():
+        atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
     members: list[dict[str, Any]] = []
     shared: TextEncoder | None = None
     n = len(config.ensemble_seeds)
     for k, seed in enumerate(config.ensemble_seeds, start=1):
         say(f"ensemble member {k}/{n}: seed {seed} -> {out / f'seed-{seed}'}")
         member_config = dataclasses.replace(config, seed=seed, ensemble_seeds=None)
-        summary, ctx = _train_one(corpus, member_config, out / f"seed-{seed}", share_text_from=shared, **run)
-        shared = ctx.encoder
+        summary, member = _train_one(
+            corpus, member_config, out / f"seed-{seed}", share_text_from=shared, **run
+        )
+        shared = member.encoder
         if summary["best_dev"] is None:
             raise VsekitError(f"{out / f'seed-{seed}'}: the run has no dev-selected model to pack")
         members.append({"seed": seed, **summary})
 
-    models = [load_model(m["model_path"], device=ctx.device)[0] for m in members]
+    models = [load_model(m["model_path"], device=member.device)[0] for m in members]
     for model in models:
         model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
     packed = EnsembleEmbedding(models)
-    metrics = evaluate_dev(packed, ctx.dev_feats, ctx.dev_texts, ctx.dev_ids, ctx.dev_cap_ids)
+    data = member.data
+    metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
     metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
     member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
-    save_model(
-        packed,
-        out / MODEL_NAME,
-        fne=ctx.fne,
-        extra_meta={"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta},
-    )
+    meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
+    if is_main_process():
+        save_model(packed, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
     for m in member_meta:
         say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
     say(
@@ -483,17 +477,84 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
     }
 
 
+def _build_model(
+    config: TrainConfig, data: _Data, device: torch.device, share_text_from: TextEncoder | None
+) -> JointEmbedding:
+    """The seeded initial model: the same seed builds the same weights."""
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed % 2**32)
+    random.seed(config.seed)
+    enc_kwargs = {**config.text_encoder_kwargs, EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim}
+    encoder = build_text_encoder(config.text_encoder, data.vocab, **enc_kwargs)
+    if share_text_from is not None:
+        encoder.share_frozen(share_text_from)  # after building: the seeded RNG draws stay those of a lone run
+    if encoder.output_dim != config.embed_dim:
+        raise VsekitError(
+            f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
+            f"{config.embed_dim}"
+        )
+    return JointEmbedding(
+        encoder,
+        data.features["image_dim"],
+        config.backbone,
+        config.image_features,
+        data.vocab,
+        image_dropout=config.image_dropout,
+        image_rank=config.image_rank,
+    ).to(device)
+
+
+def _epoch_trainer(
+    state: TrainState, config: TrainConfig, data: _Data, device: torch.device, progress: bool
+) -> Callable[[int], dict[str, Any]]:
+    """One epoch: every training caption once with its image, in a seeded order, Adam on the hinge loss."""
+    model, optimizer = state.model, state.optimizer
+    params = [p for p in model.parameters() if p.requires_grad]
+    cap_rows = torch.tensor(data.train_rows, dtype=torch.int64)
+    n_pairs = len(data.train_texts)
+
+    def train_epoch(epoch: int) -> dict[str, Any]:
+        model.train()
+        max_violation = config.max_violation_at(epoch)
+        criterion = ContrastiveLoss(config.margin, max_violation)
+        perm = shard(torch.randperm(n_pairs, generator=state.generator))
+        total = 0.0
+        bar = epoch_bar(range(0, len(perm), config.batch_size), epoch, config.epochs, progress)
+        for start in bar:
+            idx = perm[start : start + config.batch_size]
+            rows = cap_rows[idx]
+            prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
+            img_emb, cap_emb = model(
+                data.train_feats[rows].to(device), **{k: v.to(device) for k, v in prepared.items()}
+            )
+            # the cross-rank hook (identity on one process); rows are image ids: two captions of one image in
+            # a batch are never each other's negative
+            ids = gather_for_loss(rows.to(device))
+            loss = criterion(gather_for_loss(img_emb), gather_for_loss(cap_emb), ids)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+            optimizer.step()
+            total += loss.item()
+            bar.set_postfix(loss=f"{total / min(start + config.batch_size, n_pairs):.4f}")
+        bar.close()
+        return {
+            "loss": total / n_pairs,  # mean hinge loss per training pair
+            "loss_kind": "max_violation" if max_violation else "sum",
+            "lr": optimizer.param_groups[0]["lr"],
+        }
+
+    return train_epoch
+
+
 @dataclass
-class _RunContext:
+class _Member:
     """What an ensemble needs from a finished member run: its device, text encoder and dev data."""
 
     device: torch.device
     encoder: TextEncoder
-    fne: FullNetworkEmbedding | None
-    dev_feats: torch.Tensor
-    dev_texts: list[str]
-    dev_ids: list[str]
-    dev_cap_ids: list[str]
+    data: _Data
 
 
 def _train_one(
@@ -507,231 +568,63 @@ def _train_one(
     feature_fn: FeatureFn | None,
     say: Callable[[str], None],
     share_text_from: TextEncoder | None = None,
-) -> tuple[dict[str, Any], _RunContext]:
+) -> tuple[dict[str, Any], _Member]:
     """One training run (see :func:`train`); ``share_text_from`` lends its frozen text encoder part."""
-    ckpt_path = out / CHECKPOINT_NAME
-    ckpt = None
-    if ckpt_path.exists():
-        if not resume:
-            raise VsekitError(
-                f"{out} already holds a training run ({CHECKPOINT_NAME}); pass --resume to continue it "
-                "or choose another --out"
-            )
-        ckpt = load_checkpoint(ckpt_path)
+    run = RunDir(out, KIND)
+    ckpt = run.open(resume)
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     dev = resolve_device(device)
-    feature_fn = feature_fn or image_features
-
-    # -- data: vocabulary from the training split only, image features fitted on it ----------------
-    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
-    train_ids, train_texts, train_rows = _split_pairs(train_split)
-    dev_ids, dev_texts, dev_rows = _split_pairs(dev_split)
-    if not train_texts:
-        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
-    if not dev_texts:
-        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to evaluate on")
-    dev_cap_ids = [dev_ids[r] for r in dev_rows]
-    word_based = config.text_encoder != "minilm"
-    vocab = (
-        build_vocabulary(corpus, config.train_split, config.vocab_min_count, config.vocab_max_size)
-        if word_based
-        else None
-    )
     feature_kwargs = {"cache_root": cache_root, "device": str(dev), "progress": progress}
-    train_np, fne = feature_fn(
-        corpus,
-        train_ids,
-        config.backbone,
-        config.image_features,
-        fit_split=config.train_split,
-        **feature_kwargs,
-    )
-    dev_np, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne, **feature_kwargs)
-    train_feats = _as_tensor(train_np, len(train_ids), "training")
-    dev_feats = _as_tensor(dev_np, len(dev_ids), "dev")
-    if config.image_features == "fne" and fne is None:
-        raise VsekitError("FNE features came without their fitted Full-Network Embedding")
-    image_dim = int(train_feats.shape[1])
-    if dev_feats.shape[1] != image_dim:
-        raise ConfigMismatchError(
-            f"dev features have dim {dev_feats.shape[1]}, training features {image_dim}"
-        )
-    ident = _feature_identity(config.backbone, config.image_features, image_dim, fne)
-    data_ident = _data_identity(train_split, dev_split)
+    data = _load_data(corpus, config, feature_fn or image_features, feature_kwargs)
     if ckpt is not None:
-        _check_same_run(ckpt, ckpt_path, config, ident, data_ident, vocab)
+        _check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
 
-    # -- model, optimiser, schedule (seeded: the same seed builds the same initial weights) ---------
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed % 2**32)
-    random.seed(config.seed)
-    enc_kwargs = {**config.text_encoder_kwargs, EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim}
-    encoder = build_text_encoder(config.text_encoder, vocab, **enc_kwargs)
-    if share_text_from is not None:
-        encoder.share_frozen(share_text_from)  # after building: the seeded RNG draws stay those of a lone run
-    if encoder.output_dim != config.embed_dim:
-        raise VsekitError(
-            f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
-            f"{config.embed_dim}"
-        )
-    model = JointEmbedding(
-        encoder,
-        image_dim,
-        config.backbone,
-        config.image_features,
-        vocab,
-        image_dropout=config.image_dropout,
-        image_rank=config.image_rank,
-    ).to(dev)
+    model = _build_model(config, data, dev, share_text_from)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = (
-        torch.optim.lr_scheduler.StepLR(optimizer, config.lr_decay_epochs, config.lr_decay_gamma)
-        if config.lr_decay_epochs
-        else None
+    state = TrainState(
+        model=model,
+        optimizer=optimizer,
+        scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
+        generator=torch.Generator().manual_seed(config.seed),
+        selection=Selection(higher_is_better=True, patience=config.patience),
     )
-    generator = torch.Generator().manual_seed(config.seed)
-    losses = {False: ContrastiveLoss(config.margin, False), True: ContrastiveLoss(config.margin, True)}
-
-    state = {"epoch": 0, "best_rsum": -math.inf, "best_epoch": 0, "bad_evals": 0, "stopped_early": False}
-    best_dev: dict | None = None
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        if scheduler is not None:
-            scheduler.load_state_dict(ckpt["scheduler"])
-        generator.set_state(ckpt["batch_generator"])
-        set_rng_state(ckpt["rng"])
-        state = {k: ckpt[k] for k in state}
-        best_dev = ckpt.get("best_dev")
-
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
-    history = _read_log(out / LOG_NAME, upto=state["epoch"])  # drops lines of an epoch that did not finish
-    atomic_write_text(out / LOG_NAME, "".join(json.dumps(e) + "\n" for e in history))
+        state.load_state_dict(ckpt)
+    history = run.start(config.to_dict(), state.epoch)
     if ckpt is not None:
-        say(f"resuming {out} after epoch {state['epoch']} (best rsum {state['best_rsum']:.1f})")
-        if state["stopped_early"]:
-            say(f"this run stopped early after epoch {state['epoch']}: nothing left to do")
+        say(resume_message(run, state, "rsum"))
 
-    cap_rows = torch.tensor(train_rows, dtype=torch.int64)
-    n_pairs = len(train_texts)
-    epoch = state["epoch"]
-    while epoch < config.epochs and not state["stopped_early"]:
-        epoch += 1
-        t0 = time.perf_counter()
-        model.train()
-        max_violation = config.max_violation_at(epoch)
-        criterion = losses[max_violation]
-        perm = torch.randperm(n_pairs, generator=generator)
-        total = 0.0
-        bar = tqdm(
-            range(0, n_pairs, config.batch_size),
-            desc=f"epoch {epoch}/{config.epochs}",
-            unit="batch",
-            disable=not progress,
-            leave=False,
-        )
-        for start in bar:
-            idx = perm[start : start + config.batch_size]
-            rows = cap_rows[idx]
-            prepared = encoder.prepare([train_texts[i] for i in idx.tolist()])
-            img_emb, cap_emb = model(train_feats[rows].to(dev), **{k: v.to(dev) for k, v in prepared.items()})
-            # rows are image ids: two captions of one image in a batch are never each other's negative
-            loss = criterion(img_emb, cap_emb, rows.to(dev))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-            optimizer.step()
-            total += loss.item()
-            bar.set_postfix(loss=f"{total / min(start + config.batch_size, n_pairs):.4f}")
-        bar.close()
-        lr = optimizer.param_groups[0]["lr"]
-        if scheduler is not None:
-            scheduler.step()
+    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
+        if epoch % config.eval_every and epoch != config.epochs:
+            return None
+        metrics = evaluate_dev(model, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
+        metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+        return metrics["rsum"], metrics
 
-        entry: dict[str, Any] = {
-            "epoch": epoch,
-            "loss": total / n_pairs,  # mean hinge loss per training pair
-            "loss_kind": "max_violation" if max_violation else "sum",
-            "lr": lr,
-        }
-        if epoch % config.eval_every == 0 or epoch == config.epochs:
-            metrics = evaluate_dev(model, dev_feats, dev_texts, dev_ids, dev_cap_ids)
-            metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
-            entry["dev"] = metrics
-            if metrics["rsum"] > state["best_rsum"]:
-                state.update(best_rsum=metrics["rsum"], best_epoch=epoch, bad_evals=0)
-                best_dev = metrics
-                entry["best"] = True
-                save_model(
-                    model,
-                    out / MODEL_NAME,
-                    fne=fne,
-                    extra_meta={
-                        "epoch": epoch,
-                        "dev": metrics,
-                        "recipe": config.name,
-                        "train": config.to_dict(),
-                    },
-                )
-            else:
-                state["bad_evals"] += 1
-                if config.patience is not None and state["bad_evals"] >= config.patience:
-                    state["stopped_early"] = True
-        entry["time_s"] = time.perf_counter() - t0
-        history.append(entry)
-        with open(out / LOG_NAME, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
-        state["epoch"] = epoch
-        atomic_torch_save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "version": CHECKPOINT_VERSION,
-                **state,
-                "best_dev": best_dev,
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict() if scheduler is not None else None,
-                "batch_generator": generator.get_state(),
-                "rng": rng_state(),
-                "config": config.to_dict(),
-                "vocab": vocab.to_dict() if vocab is not None else None,
-                "features": ident,
-                "data": data_ident,
-                "torch_version": str(torch.__version__),
-            },
-            ckpt_path,
-        )
-        say(_epoch_line(entry, config.epochs))
-        if state["stopped_early"]:
-            say(f"early stopping: no better dev rsum in {config.patience} evaluations")
+    def save_best(epoch: int, metrics: dict[str, Any]) -> None:
+        meta = {"epoch": epoch, "dev": metrics, "recipe": config.name, "train": config.to_dict()}
+        save_model(model, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
 
+    extra = {
+        "config": config.to_dict(),
+        "vocab": data.vocab.to_dict() if data.vocab is not None else None,
+        "features": data.features,
+        "data": data.identity,
+    }
+    train_epoch = _epoch_trainer(state, config, data, dev, progress)
+    describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
+    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
+    sel = state.selection
     summary = {
         "out_dir": str(out),
         "model_path": str(out / MODEL_NAME),
-        "epochs_completed": state["epoch"],
-        "best_epoch": state["best_epoch"],
-        "best_rsum": state["best_rsum"],
-        "best_dev": best_dev,
-        "stopped_early": state["stopped_early"],
+        "epochs_completed": state.epoch,
+        "best_epoch": sel.best_epoch,
+        "best_rsum": sel.best_score,
+        "best_dev": state.best_dev,
+        "stopped_early": sel.stopped_early,
         "history": history,
     }
-    return summary, _RunContext(dev, encoder, fne, dev_feats, dev_texts, dev_ids, dev_cap_ids)
-
-
-def _read_log(path: Path, upto: int) -> list[dict]:
-    """Log entries of epochs 1..upto (later lines belong to an epoch whose checkpoint was never written)."""
-    if upto == 0 or not path.is_file():
-        return []
-    entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if isinstance(entry, dict) and isinstance(entry.get("epoch"), int) and entry["epoch"] <= upto:
-            entries.append(entry)
-    return entries
+    return summary, _Member(dev, model.text_encoder, data)

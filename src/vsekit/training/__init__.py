@@ -1,0 +1,49 @@
+"""The one training engine: run directory, strict recipes, atomic checkpoints, exact resume, the epoch loop,
+and the hooks where data-parallel training plugs in.
+
+The trainers (``vsekit.embedding.trainer``, ``vsekit.captioning.trainer``,
+``vsekit.captioning.scnlm_trainer``) build their data and model and describe one epoch; everything that
+must be the same for all of them lives here:
+
+- :mod:`~vsekit.training.recipe`: dataclass recipes read strictly from JSON, the resume compatibility check;
+- :mod:`~vsekit.training.checkpoint`: the checkpoint format (atomic write, weights-only read, upgrades);
+- :mod:`~vsekit.training.rundir`: the run's files, every write gated on the main process;
+- :mod:`~vsekit.training.loop`: :func:`fit`, the resumable state, best-epoch selection and early stopping;
+- :mod:`~vsekit.training.distributed`: rank, epoch sharding and the cross-rank gather (identity at one
+  process).
+
+It sits below the model packages: it imports no embedding, captioning, text or vision code.
+"""
+
+from vsekit.training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, read_checkpoint, save_checkpoint
+from vsekit.training.distributed import gather_for_loss, is_main_process, rank, shard, world_size
+from vsekit.training.loop import Selection, TrainState, epoch_bar, fit, resume_message, step_lr
+from vsekit.training.recipe import Recipe, field_error, list_recipe_names, load_recipe_file
+from vsekit.training.rundir import CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, RunDir, read_log
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_NAME",
+    "CHECKPOINT_VERSION",
+    "CONFIG_NAME",
+    "LOG_NAME",
+    "Recipe",
+    "RunDir",
+    "Selection",
+    "TrainState",
+    "epoch_bar",
+    "field_error",
+    "fit",
+    "gather_for_loss",
+    "is_main_process",
+    "list_recipe_names",
+    "load_recipe_file",
+    "rank",
+    "read_checkpoint",
+    "read_log",
+    "resume_message",
+    "save_checkpoint",
+    "shard",
+    "step_lr",
+    "world_size",
+]

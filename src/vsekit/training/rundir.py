@@ -1,0 +1,85 @@
+"""A training run's directory: ``config.json``, ``log.jsonl``, ``checkpoint.pt`` and the best model.
+
+Every write of a run goes through :class:`RunDir`, and each asks :func:`is_main_process` first, so with
+several data-parallel ranks only rank 0 touches the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vsekit.errors import VsekitError
+from vsekit.fileio import atomic_write_text
+from vsekit.training.checkpoint import read_checkpoint, save_checkpoint
+from vsekit.training.distributed import is_main_process
+
+__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+LOG_NAME = "log.jsonl"
+CONFIG_NAME = "config.json"
+
+
+class RunDir:
+    """The files of one run of a ``kind`` trainer ("joint-embedding", "captioner", "scnlm")."""
+
+    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+        self.path = Path(path)
+        self.kind = kind
+        self.checkpoint_path = self.path / CHECKPOINT_NAME
+        self.log_path = self.path / LOG_NAME
+
+    def open(self, resume: bool) -> dict[str, Any] | None:
+        """The checkpoint to resume from (None: a fresh run). Without ``resume`` an existing checkpoint is
+        an error, so a run is never overwritten by accident."""
+        if not self.checkpoint_path.exists():
+            return None
+        if not resume:
+            raise VsekitError(
+                f"{self.path} already holds a training run ({CHECKPOINT_NAME}); pass --resume to continue "
+                "it or choose another --out"
+            )
+        return read_checkpoint(self.checkpoint_path, self.kind)
+
+    def start(self, config: dict[str, Any], epoch: int) -> list[dict[str, Any]]:
+        """Write ``config.json`` and cut the log back to epochs 1..``epoch`` (what the checkpoint holds);
+        returns those log entries."""
+        history = read_log(self.log_path, upto=epoch)
+        if is_main_process():
+            self.path.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.path / CONFIG_NAME, json.dumps(config, indent=2) + "\n")
+            atomic_write_text(self.log_path, "".join(json.dumps(e) + "\n" for e in history))
+        return history
+
+    def append_log(self, entry: dict[str, Any]) -> None:
+        if is_main_process():
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry) + "\n")
+
+    def save_checkpoint(self, state: dict[str, Any]) -> None:
+        if is_main_process():
+            save_checkpoint(state, self.checkpoint_path, self.kind)
+
+    def save_model(self, save: Callable[..., Any], *args: Any) -> None:
+        """Call ``save(*args)`` (which writes the best model) on the main process only."""
+        if is_main_process():
+            save(*args)
+
+
+def read_log(path: Path, upto: int) -> list[dict[str, Any]]:
+    """Log entries of epochs 1..upto (later lines belong to an epoch whose checkpoint was never written)."""
+    if upto == 0 or not path.is_file():
+        return []
+    entries = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if isinstance(entry, dict) and isinstance(entry.get("epoch"), int) and entry["epoch"] <= upto:
+            entries.append(entry)
+    return entries
