@@ -22,7 +22,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-import vsekit
 from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
 from vsekit.data.corpus import Corpus
@@ -45,6 +44,7 @@ from vsekit.training import (
     shard,
     step_lr,
 )
+from vsekit.version import __version__
 from vsekit.vision.features import FEATURE_KINDS, image_features
 
 __all__ = [
@@ -365,7 +365,7 @@ def train_captioner(
             "recipe": config.to_dict(),
             "epoch": epoch,
             "dev_greedy": dev_scores,
-            "vsekit": vsekit.__version__,
+            "vsekit": __version__,
         }
         captioner = MRNNCaptioner(
             model=state.model, vocab=data.vocab, image=data.image, fne=data.fne, meta=meta

@@ -25,6 +25,7 @@ app.command("eval")(embedding.evaluate)
 app.command("rank")(embedding.rank)
 app.command("train-captioner")(captioning.train_captioner)
 app.command("caption")(captioning.caption)
+app.command("train-scnlm")(captioning.train_scnlm)
 
 
 def main() -> None:

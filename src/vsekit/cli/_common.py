@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import warnings
 from collections.abc import Iterator
@@ -50,6 +51,12 @@ def user_errors(interrupted: str | None = None) -> Iterator[None]:
             raise
         err_console.print(f"interrupted: {interrupted}")
         raise typer.Exit(code=130) from None
+
+
+def with_overrides(config: Any, recipe: str, **values: Any) -> Any:
+    """``config`` with the command-line overrides that were given (None = not given), validated."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return dataclasses.replace(config, **given).validate(f"recipe {recipe!r}")
 
 
 def write_json(path: Path, payload: object) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import typer
@@ -13,6 +12,7 @@ from vsekit.cli._common import (
     console,
     scores_table,
     user_errors,
+    with_overrides,
     write_json,
     write_jsonl,
 )
@@ -44,12 +44,7 @@ def train_captioner(
 
     with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
         config = load_caption_recipe(recipe)
-        overrides = {
-            k: v
-            for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
-            if v is not None
-        }
-        config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
+        config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)
         console.print(
             f"{corpus!r}\nrecipe {config.name}: m-RNN ({config.cell}, hidden {config.hidden_dim}) on "
@@ -61,7 +56,7 @@ def train_captioner(
         console.print(f"no dev evaluation yet; checkpoint in {out}")
         return
     console.print(scores_table(f"best dev epoch {summary['best_epoch']} (greedy captions)", best))
-    console.print(f"captioner: {summary['model_path']}")
+    console.print(f"captioner: {summary['model_path']}", soft_wrap=True)
 
 
 def caption(
@@ -177,3 +172,46 @@ def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, 
         console.print(f"[bold]{i}[/]: {best[i]}  [dim](human: {done.references[i][0]})[/]")
     if json_out is not None:
         console.print(f"scores written to {json_out}")
+
+
+def train_scnlm(
+    data: Path = typer.Option(
+        ..., "--data", help="Corpus with a train split (and a dev split for selection)."
+    ),
+    recipe: str = typer.Option("scnlm", "--recipe", help="SC-NLM recipe name (scnlm) or recipe JSON file."),
+    out: Path = typer.Option(..., "--out", help="Run directory: scnlm.safetensors, checkpoint, log, config."),
+    joint_model: str | None = typer.Option(
+        None, "--joint-model", help="Joint embedding that conditions the SC-NLM (name or file; default vse)."
+    ),
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train the structure-content neural language model (Kiros et al. 2014, sec. 2.4) on a corpus.
+
+    Captions are POS-tagged with spaCy and conditioned on their own embedding in the joint space; the
+    epoch with the best dev perplexity goes to OUT/scnlm.safetensors. Interrupt at any time and rerun
+    with --resume to continue from the last finished epoch. Describe images with it:
+    `vsekit caption --method scnlm --model OUT/scnlm.safetensors --image photo.jpg`.
+    """
+    from vsekit.captioning.scnlm_trainer import load_scnlm_recipe, train_scnlm_run
+    from vsekit.data import load_corpus
+    from vsekit.embedding.pipeline import VSEModel
+
+    with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
+        config = load_scnlm_recipe(recipe)
+        config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
+        corpus = load_corpus(data)
+        console.print(f"{corpus!r}\nrecipe {config.name}: SC-NLM, {config.epochs} epochs")
+        joint = VSEModel.load(joint_model, device=device).network
+        summary = train_scnlm_run(
+            corpus, config, out, resume=resume, progress=progress, device=device, joint_model=joint
+        )
+    console.print(
+        f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} "
+        f"(dev perplexity {summary['best_dev_ppl']:.2f})"
+    )
+    console.print(f"SC-NLM: {summary['model_path']}", soft_wrap=True)

@@ -16,6 +16,7 @@ from vsekit.cli._common import (
     metrics_table,
     read_caption_lines,
     user_errors,
+    with_overrides,
     write_json,
 )
 from vsekit.errors import VsekitError
@@ -51,15 +52,11 @@ def train(
     from vsekit.embedding.trainer import train as run_training
 
     with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
-        config = load_recipe(recipe)
-        overrides = {
-            k: v
-            for k, v in (("epochs", epochs), ("seed", seed), ("num_threads", num_threads))
-            if v is not None
-        }
-        if seed is not None:
-            overrides["ensemble_seeds"] = None
-        config = dataclasses.replace(config, **overrides).validate(f"recipe {recipe!r}")
+        config = with_overrides(
+            load_recipe(recipe), recipe, epochs=epochs, seed=seed, num_threads=num_threads
+        )
+        if seed is not None:  # one seed given: train that one model, not the recipe's ensemble
+            config = dataclasses.replace(config, ensemble_seeds=None)
         corpus = load_corpus(data)
         console.print(
             f"{corpus!r}\nrecipe {config.name}: {config.text_encoder} + {config.image_features} "
@@ -85,7 +82,7 @@ def _print_training_summary(summary: dict, out: Path) -> None:
     else:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']}"
         console.print(metrics_table(title, best))
-    console.print(f"model: {summary['model_path']}")
+    console.print(f"model: {summary['model_path']}", soft_wrap=True)
 
 
 def evaluate(
