@@ -145,3 +145,33 @@ def read_named_json(
     if isinstance(data, dict):
         data.setdefault("name", path.stem)
     return data, path
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically, fsynced before the rename (feature-cache metadata)."""
+    path = Path(path)
+    tmp = _tmp_for(path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_save_npy(path: str | os.PathLike[str], array: Any) -> None:
+    """``numpy.save`` ``array`` to ``path`` atomically (through an open file, so no ``.npy`` is appended)."""
+    import numpy as np
+
+    path = Path(path)
+    tmp = _tmp_for(path)
+    try:
+        with open(tmp, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
