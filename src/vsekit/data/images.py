@@ -63,11 +63,15 @@ class ImageCollection:
     @classmethod
     def from_paths(cls, paths: Iterable[str | os.PathLike[str]], name: str = "files") -> ImageCollection:
         """Loose image files as a collection rooted at their common folder (ids: relative paths)."""
-        files = [Path(os.path.abspath(Path(p).expanduser())) for p in paths]
+        files = [_absolute(p) for p in paths]
         if not files:
             return cls(name=name, root=Path.cwd(), images={})
         root = Path(os.path.commonpath([str(f.parent) for f in files]))
         return cls(name=name, root=root, images={f.relative_to(root).as_posix(): f for f in files})
+
+    def id_of(self, path: str | os.PathLike[str]) -> str:
+        """The id :meth:`from_paths` gives ``path``: its path relative to ``root``, in POSIX form."""
+        return _absolute(path).relative_to(self.root.absolute()).as_posix()
 
     def image_ids(self) -> list[str]:
         """The ids in the collection's order."""
@@ -92,3 +96,8 @@ class ImageCollection:
 
     def __repr__(self) -> str:
         return f"ImageCollection(name={self.name!r}, images={len(self.images)}, root={str(self.root)!r})"
+
+
+def _absolute(path: str | os.PathLike[str]) -> Path:
+    """``path`` made absolute without resolving symlinks (the file the user named)."""
+    return Path(os.path.abspath(Path(path).expanduser()))
