@@ -687,7 +687,7 @@ def compute_features(
     ``image_ids``, default every image in the collection's order), an id -> path mapping (the same), or
     a sequence of image files or PIL images (rows in that order). ``spec.kind == "one-layer"`` gives
     float32 pooled activations; ``"fne"`` gives int8 {-1, 0, 1} codes under ``fne``, the fitted
-    statistics (required; to fit them on a corpus split see :func:`image_features`).
+    statistics (required; ignored for one-layer; to fit them on a corpus split see :func:`image_features`).
 
     ``cache``: None caches collections, corpora, mappings and anything given a ``cache_dir``, and
     computes loose files and PIL images without touching the disk; True caches loose files too (as a
@@ -701,6 +701,7 @@ def compute_features(
             f"{spec.describe()} features need the fitted FNE statistics (fne=...), e.g. the ones saved "
             "with the model"
         )
+    fne = fne if spec.needs_fne else None  # one-layer features have no statistics to apply
     if isinstance(images, (str, os.PathLike, Image.Image)):
         images = [images]
     collection = _as_collection(images)
@@ -835,7 +836,9 @@ def image_features(
     ids = list(image_ids)
     kwargs = dict(extract_kwargs)
     spec = FeatureSpec(backbone, kind, weights=kwargs.pop("weights", None))
-    if kind == "one-layer" or fne is not None:
+    if kind == "one-layer":
+        return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None
+    if fne is not None:
         return compute_features(corpus, spec, fne, image_ids=ids, cache=True, **kwargs), fne
     if not isinstance(corpus, Corpus):
         raise VsekitError("fitting the Full-Network Embedding needs a corpus with a training split")
