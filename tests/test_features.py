@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from vsekit.data import load_corpus
+from vsekit.data import ImageCollection, load_corpus
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
 from vsekit.resources import sample_data_path
+from vsekit.vision import FeatureSpec, compute_features, features_for_model, image_features
 from vsekit.vision import features as features_module
 from vsekit.vision.backbones import load_backbone
 from vsekit.vision.features import FeatureStore, extract_features, extract_fne, feature_config
@@ -222,3 +223,106 @@ def test_a_second_process_waits_for_the_cache_lock(small_corpus, tmp_path):
     store = FeatureStore.open(cache)
     ids = sorted(small_corpus.images)
     np.testing.assert_allclose(store.raw(ids), reference_pooled(small_corpus, ids), rtol=2e-3, atol=2e-3)
+
+
+# -- the one feature path: collections, cached and uncached routes ---------------------------------------
+
+
+def _photo_folder(small_corpus, root):
+    """The corpus's photos as a plain nested folder with no captions at all."""
+    ids = sorted(small_corpus.images)
+    for k, image_id in enumerate(ids):
+        sub = root / ("holiday" if k % 2 else "home")
+        sub.mkdir(parents=True, exist_ok=True)
+        shutil.copy(small_corpus.images[image_id], sub / image_id.replace(".jpg", ".JPG"))
+    return ImageCollection.from_folder(root)
+
+
+def _no_cnn(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("the CNN was loaded")
+
+    monkeypatch.setattr(features_module, "load_backbone", fail)
+
+
+def test_a_folder_of_photos_is_cached_and_read_back_without_the_cnn(small_corpus, tmp_path, monkeypatch):
+    photos = _photo_folder(small_corpus, tmp_path / "photos")
+    assert len(photos) == N and not any(p.suffix == ".jpg" for p in photos.images.values())
+    spec = FeatureSpec("mobilenet_v2", "one-layer")
+    feats = compute_features(photos, spec, cache_root=tmp_path / "cache", progress=False)
+    assert feats.shape == (N, 1280) and feats.dtype == np.float32
+    store = extract_features(photos, cache_root=tmp_path / "cache", progress=False)
+    assert store.image_ids == photos.image_ids() and store.done_mask().all()
+
+    _no_cnn(monkeypatch)
+    again = compute_features(photos, spec, cache_root=tmp_path / "cache", progress=False)
+    np.testing.assert_array_equal(again, feats)
+    some = photos.image_ids()[3:7][::-1]
+    np.testing.assert_array_equal(
+        compute_features(photos, spec, image_ids=some, cache_root=tmp_path / "cache", progress=False),
+        feats[[photos.image_ids().index(i) for i in some]],
+    )
+
+
+def test_uncached_files_get_exactly_the_cached_numbers(small_corpus, tmp_path):
+    ids = sorted(small_corpus.images)
+    spec = FeatureSpec()
+    cached = compute_features(small_corpus, spec, image_ids=ids, cache_dir=tmp_path / "c", progress=False)
+    files = [small_corpus.images[i] for i in ids]
+    uncached = compute_features(files, spec, progress=False)  # loose files: no cache by default
+    assert not (tmp_path / "features").exists()
+    np.testing.assert_array_equal(uncached, cached)
+    # one photo on its own, as `vsekit rank --image` and embed_images see it; and as a PIL image
+    one = compute_features(files[5], spec, device="cpu", progress=False)
+    np.testing.assert_array_equal(one, cached[5:6])
+    pil = compute_features([load_image(files[5])], spec, device="cpu", progress=False)
+    np.testing.assert_array_equal(pil, cached[5:6])
+    # the compatibility entry points take the same path
+    np.testing.assert_array_equal(
+        image_features(small_corpus, ids, cache_dir=tmp_path / "c", progress=False)[0], cached
+    )
+    image_config = {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": 1280}
+    np.testing.assert_array_equal(
+        features_for_model(image_config, files, cache=False, progress=False), cached
+    )
+    with pytest.raises(VsekitError, match="trained on 999-d"):
+        features_for_model({**image_config, "image_dim": 999}, files[:1], progress=False)
+
+
+def test_fne_codes_are_the_same_cached_and_uncached(small_corpus, tmp_path):
+    store = extract_fne(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    fne, ids = store.fne(), sorted(small_corpus.images)[:4]
+    spec = FeatureSpec.from_config({"backbone": "mobilenet_v2", "kind": "fne", "image_dim": 18056})
+    uncached = compute_features([small_corpus.images[i] for i in ids], spec, fne, progress=False)
+    assert uncached.dtype == np.int8
+    np.testing.assert_array_equal(uncached, store.fne_codes(ids))
+    cached = compute_features(
+        small_corpus, spec, fne, image_ids=ids, cache_dir=tmp_path / "c", progress=False
+    )
+    np.testing.assert_array_equal(cached, uncached)
+    with pytest.raises(VsekitError, match="FNE statistics"):
+        compute_features(small_corpus, spec, image_ids=ids, cache_dir=tmp_path / "c", progress=False)
+
+
+def test_a_corpus_keeps_its_cache_directory_name(small_corpus, tmp_path):
+    """Users' caches stay valid: the directory name is the one vsekit has always used for a corpus."""
+    import hashlib
+
+    from vsekit.vision.backbones import resolve_weights
+
+    weights_sha = hashlib.sha256(resolve_weights("mobilenet_v2").read_bytes()).hexdigest()[:16]
+    config = {
+        "backbone": "mobilenet_v2",
+        "weights_sha": weights_sha,
+        "layers": "one-layer",
+        "preprocessing": "resize=224;crop=224;mean=0.485/0.456/0.406;std=0.229/0.224/0.225;"
+        "interp=bilinear-aa;rgb",
+        "format_version": 1,
+    }
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+    root_tag = hashlib.sha256(str(small_corpus.root.resolve()).encode()).hexdigest()[:8]
+    expected = tmp_path / "features" / f"{small_corpus.name}-{root_tag}-mobilenet_v2-one-layer-{key}"
+    assert features_module.cache_dir_for(small_corpus, feature_config("mobilenet_v2"), tmp_path) == expected
+    store = extract_features(small_corpus.split("dev"), cache_root=tmp_path, progress=False)
+    assert store.path == expected
+    assert features_module.cache_dir_for(small_corpus.image_collection(), store.config, tmp_path) == expected

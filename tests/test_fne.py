@@ -76,3 +76,19 @@ def test_errors(tmp_path):
         FullNetworkEmbedding.load(tmp_path / "junk.safetensors")
     with pytest.raises(ValueError):
         FullNetworkEmbedding(thresholds=(0.2, -0.1))
+
+
+def test_to_from_tensors_round_trip():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(30, 6))
+    fne = FullNetworkEmbedding(thresholds=(-0.3, 0.2), layer_names=["a", "b"], layer_dims=[4, 2]).fit(x)
+    tensors, metadata = fne.to_tensors(prefix="fne.")
+    assert set(tensors) == {"fne.mean", "fne.m2"} and all(v.dtype == np.float64 for v in tensors.values())
+    assert all(isinstance(v, str) for v in metadata.values())
+    back = FullNetworkEmbedding.from_tensors(tensors, metadata, prefix="fne.")
+    assert back.thresholds == (-0.3, 0.2) and back.layer_dims == [4, 2] and back.n_samples_ == 30
+    y = rng.normal(size=(10, 6))
+    np.testing.assert_array_equal(back.standardize(y), fne.standardize(y))
+    np.testing.assert_array_equal(back.transform(y), fne.transform(y))
+    with pytest.raises(VsekitError, match="damaged"):
+        FullNetworkEmbedding.from_tensors({"fne.mean": tensors["fne.mean"]}, metadata, prefix="fne.")

@@ -1,22 +1,28 @@
 """Atomic file writes shared by every saver: a crash or Ctrl-C leaves the previous file, never half a file.
 
-Each writer goes to a hidden temp file in the destination folder, then ``os.replace`` swaps it in.
+Every writer goes through :func:`_atomic_file`: a hidden temp file in the destination folder, fsynced,
+then ``os.replace`` swaps it in. Also the readers of vsekit's own file formats (safetensors with a
+``format`` header, named JSON recipes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 
 __all__ = [
+    "atomic_save_npy",
     "atomic_save_safetensors",
     "atomic_torch_save",
+    "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "read_named_json",
     "read_vsekit_safetensors",
 ]
 
@@ -25,22 +31,34 @@ def _tmp_for(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
-def atomic_save_safetensors(
-    tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str]
-) -> Path:
-    """Write a safetensors file with header ``metadata``, atomically, readable by everyone (0644)."""
-    from safetensors.torch import save_file
-
+@contextlib.contextmanager
+def _atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+    """The one atomic writer: yields a temp file beside ``path``; on success fsyncs it and renames it over
+    ``path``; on any error (or Ctrl-C) removes it, leaving the previous ``path`` untouched."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _tmp_for(path)
     try:
-        save_file(dict(tensors), str(tmp), metadata=dict(metadata))
-        os.chmod(tmp, 0o644)  # safetensors creates 0600 files; a model is meant to be shared
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def atomic_save_safetensors(
+    tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str]
+) -> Path:
+    """Write a safetensors file with header ``metadata``, atomically, readable by everyone (0644)."""
+    from safetensors.torch import save
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _atomic_file(path) as f:
+        f.write(save(dict(tensors), metadata=dict(metadata)))
+        os.chmod(f.name, 0o644)  # a model is meant to be shared, whatever the umask of a temp file
     return path
 
 
@@ -95,24 +113,16 @@ def read_vsekit_safetensors(
     return header, tensors
 
 
-def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temp file, fsync, then rename (training checkpoints)."""
-    tmp = _tmp_for(path)
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
+    """``torch.save`` atomically (training checkpoints)."""
+    with _atomic_file(path) as f:
+        torch.save(obj, f)
+    return Path(path)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = _tmp_for(path)
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write UTF-8 ``text`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def read_named_json(
@@ -149,16 +159,25 @@ def read_named_json(
 
 
 def atomic_write_json(path: str | os.PathLike[str], obj: Any, **dumps_kwargs: Any) -> Path:
-    """Write ``obj`` as JSON (plus a newline) atomically, creating the folder; the temp file never stays."""
+    """Write ``obj`` as JSON (plus a newline) atomically, creating the folder."""
     import json
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp_for(path)
-    try:
-        tmp.write_text(json.dumps(obj, **dumps_kwargs) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_bytes(path, (json.dumps(obj, **dumps_kwargs) + "\n").encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically, fsynced before the rename (feature-cache metadata)."""
+    with _atomic_file(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+def atomic_save_npy(path: str | os.PathLike[str], array: Any) -> Path:
+    """``numpy.save`` ``array`` to ``path`` atomically (through an open file, so no ``.npy`` is appended)."""
+    import numpy as np
+
+    with _atomic_file(path) as f:
+        np.save(f, array)
+    return Path(path)

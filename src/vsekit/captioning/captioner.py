@@ -20,7 +20,6 @@ import torch
 from vsekit.captioning.decode import Caption, beam_search, greedy, sample
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
 from vsekit.data.vocab import Vocabulary
-from vsekit.embedding.model import _fne_from
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.vision.fne import FullNetworkEmbedding
@@ -46,7 +45,7 @@ class MRNNCaptioner:
 
     @property
     def config(self) -> dict[str, Any]:
-        """``{"image": spec}``: the shape :func:`vsekit.embedding.evaluate.features_for_files` reads."""
+        """``{"image": spec}``: the shape :func:`vsekit.vision.features_for_model` reads from ``config``."""
         return {"image": self.image}
 
     def decode(
@@ -112,10 +111,9 @@ def save_captioner(captioner: MRNNCaptioner, path: str | os.PathLike[str], half:
         "fne": "null",
     }
     if captioner.fne is not None and captioner.image["kind"] == "fne":
-        state = captioner.fne.state_dict()
-        tensors["fne.mean"] = torch.from_numpy(np.ascontiguousarray(state["mean"], dtype=np.float64))
-        tensors["fne.m2"] = torch.from_numpy(np.ascontiguousarray(state["m2"], dtype=np.float64))
-        header["fne"] = json.dumps(dict(captioner.fne.metadata()))
+        fne_tensors, fne_meta = captioner.fne.to_tensors(prefix="fne.")
+        tensors.update({k: torch.from_numpy(v) for k, v in fne_tensors.items()})
+        header["fne"] = json.dumps(fne_meta)
     return atomic_save_safetensors(tensors, path, header)
 
 
@@ -136,9 +134,7 @@ def load_captioner(path: str | os.PathLike[str], device: str | torch.device = "c
         vocab = Vocabulary.from_dict(json.loads(header["vocab"]), source=f"{path} (vocab)")
         image = json.loads(header["image"])
         fne_meta = json.loads(header.get("fne", "null"))
-        fne = (
-            _fne_from(fne_meta, tensors["fne.mean"].numpy(), tensors["fne.m2"].numpy()) if fne_meta else None
-        )
+        fne = FullNetworkEmbedding.from_tensors(tensors, fne_meta, prefix="fne.") if fne_meta else None
         extra = json.loads(header.get("extra", "{}"))
     except VsekitError:
         raise

@@ -31,7 +31,6 @@ from vsekit.captioning.nearest import NearestNeighbourCaptioner
 from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, rerank_order
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
-from vsekit.embedding.evaluate import features_for_files
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import VsekitError
 from vsekit.resources import resolve_model_path
@@ -163,14 +162,17 @@ class CaptionGenerator:
 
     # -- describing ----------------------------------------------------------------------------------
 
-    def describe(self, images: Sequence[str | os.PathLike[str]], n: int = 1) -> list[list[str]]:
-        """``n`` captions (best first) for each image file; features computed without the cache."""
+    def describe(self, images: Sequence[Any], n: int = 1) -> list[list[str]]:
+        """``n`` captions (best first) for each image file or PIL image; features computed without the
+        cache."""
         self._need_fitted()
-        files = [Path(p) for p in images]
-        missing = [str(f) for f in files if not f.is_file()]
+        files = [Path(p) if isinstance(p, str | os.PathLike) else p for p in images]
+        missing = [str(f) for f in files if isinstance(f, Path) and not f.is_file()]
         if missing:
             raise VsekitError(f"image file not found: {', '.join(missing)}")
-        feats = features_for_files(files, self, self.fne, device=self.device)
+        feats = vision_features.features_for_model(
+            self.image, files, self.fne, cache=False, device=self.device, progress=False
+        )
         joint_feats = None
         if self.rerank is not None:
             joint_feats = feats if self._joint_reads_same_features() else self.joint.file_features(files)

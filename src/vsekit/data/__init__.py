@@ -1,4 +1,4 @@
-"""Corpora (Flickr8K, CSV, Karpathy JSON, COCO), the caption tokenizer and the word vocabulary."""
+"""Corpora (Flickr8K, CSV, Karpathy JSON, COCO), image collections, the caption tokenizer and vocabulary."""
 
 from vsekit.data.corpus import (
     IMAGE_EXTENSIONS,
@@ -11,6 +11,7 @@ from vsekit.data.corpus import (
     load_flickr8k,
     load_karpathy,
 )
+from vsekit.data.images import PHOTO_EXTENSIONS, ImageCollection
 from vsekit.data.vocab import SPECIALS, Vocabulary, build_vocabulary, tokenize
 
 __all__ = [
@@ -18,6 +19,8 @@ __all__ = [
     "SPECIALS",
     "Caption",
     "Corpus",
+    "ImageCollection",
+    "PHOTO_EXTENSIONS",
     "Vocabulary",
     "build_vocabulary",
     "load_coco",

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vsekit.data.images import ImageCollection
 from vsekit.errors import CorpusError
 
 __all__ = [
@@ -173,6 +174,10 @@ class Corpus:
     def caption_image_ids(self) -> list[str]:
         """The image id of each caption, parallel to `captions` (the ground truth for retrieval)."""
         return [c.image_id for c in self.captions]
+
+    def image_collection(self) -> ImageCollection:
+        """The corpus's images as an :class:`ImageCollection` (same name, root and ids; no captions)."""
+        return ImageCollection(name=self.name, root=self.root, images=self.images)
 
     def verify_images(self) -> list[str]:
         """Ids whose file is missing on disk now (load only checked once; files can go away later)."""

@@ -7,36 +7,25 @@ statistics into the codes and change what the thresholds mean).
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from vsekit.data.corpus import Corpus
 from vsekit.embedding.model import JointEmbedding
 from vsekit.errors import VsekitError
 from vsekit.metrics.ranking import PROTOCOLS, evaluate_protocol
-from vsekit.vision.features import image_features
+from vsekit.vision.features import check_model_features, image_features, require_fne
 from vsekit.vision.fne import FullNetworkEmbedding
 
 __all__ = [
     "evaluate_model",
-    "features_for_files",
     "model_features",
-    "rank_captions",
-    "rank_images",
 ]
 
 _RESULT_KEYS = ("i2t", "t2i", "rsum", "protocol", "n_images", "n_captions")
-
-
-def _check_fne(model: JointEmbedding, fne: FullNetworkEmbedding | None) -> None:
-    if model.config["image"]["kind"] == "fne" and fne is None:
-        raise VsekitError("this model reads Full-Network Embedding features but no FNE statistics were given")
 
 
 def model_features(
@@ -47,17 +36,17 @@ def model_features(
     feature_fn=None,
     **feature_kwargs: Any,
 ) -> np.ndarray:
-    """Image features of ``image_ids`` as the model expects them (its backbone, kind and FNE)."""
-    _check_fne(model, fne)
-    spec = model.config["image"]
+    """Image features of ``image_ids`` as the model expects them (its backbone, kind and FNE).
+
+    Goes through ``feature_fn`` (default :func:`~vsekit.vision.features.image_features`, the cached path).
+    """
+    image = model.config["image"]
+    require_fne(image, fne)
     feature_fn = feature_fn or image_features
-    feats, _ = feature_fn(corpus, list(image_ids), spec["backbone"], spec["kind"], fne=fne, **feature_kwargs)
-    if feats.ndim != 2 or feats.shape[1] != spec["image_dim"]:
-        raise VsekitError(
-            f"{spec['backbone']} {spec['kind']} features have shape {tuple(feats.shape)}; "
-            f"the model was trained on {spec['image_dim']}-d features"
-        )
-    return feats
+    feats, _ = feature_fn(
+        corpus, list(image_ids), image["backbone"], image["kind"], fne=fne, **feature_kwargs
+    )
+    return check_model_features(image, feats)
 
 
 def evaluate_model(
@@ -102,77 +91,3 @@ def evaluate_model(
     out["backbone"] = model.config["image"]["backbone"]
     out["features"] = model.config["image"]["kind"]
     return out
-
-
-# -- one-off ranking ---------------------------------------------------------------------------------
-
-
-def features_for_files(
-    paths: Sequence[str | os.PathLike[str]],
-    model: JointEmbedding,
-    fne: FullNetworkEmbedding | None,
-    device: str | torch.device = "auto",
-    weights: str | os.PathLike[str] | None = None,
-) -> np.ndarray:
-    """Features of arbitrary image files (no corpus, no cache) exactly as the model was trained on them.
-
-    Runs the model's backbone; values are rounded through float16 like the feature cache stores them, so
-    a photo gets the features it would have had inside a corpus. FNE models apply their saved statistics.
-    """
-    from vsekit.device import resolve_device
-    from vsekit.vision.backbones import BACKBONES, load_backbone, prepare_for_inference
-    from vsekit.vision.preprocess import load_image
-
-    _check_fne(model, fne)
-    spec = model.config["image"]
-    dev = resolve_device(device)
-    # the same BN-folded, channels-last network as the feature cache, so a file gets the cache's numbers
-    cnn = prepare_for_inference(load_backbone(spec["backbone"], weights, device=dev))
-    preprocessing = BACKBONES[spec["backbone"]].preprocessing
-    full = spec["kind"] == "fne"
-    rows = []
-    with torch.inference_mode():
-        for path in paths:
-            pixels = preprocessing(load_image(Path(path)))[None].to(dev, memory_format=torch.channels_last)
-            pooled, taps = cnn.forward_features(pixels, taps=full)
-            out = torch.cat(taps, dim=1) if full else pooled
-            rows.append(out.float().cpu().half().float().numpy())
-    raw = np.concatenate(rows) if rows else np.zeros((0, spec["image_dim"]), np.float32)
-    feats = fne.transform(raw) if full else raw
-    if feats.shape[1] != spec["image_dim"]:
-        raise VsekitError(
-            f"{spec['backbone']} gives {feats.shape[1]}-d features; the model expects {spec['image_dim']}"
-        )
-    return feats
-
-
-def rank_captions(
-    model: JointEmbedding,
-    image_features_row: np.ndarray | torch.Tensor,
-    captions: Sequence[str],
-    top: int = 5,
-) -> list[tuple[str, float]]:
-    """Image annotation for one image: the ``top`` captions by cosine, as ``(caption, score)``."""
-    if not captions:
-        raise VsekitError("no captions to rank")
-    feats = torch.as_tensor(np.asarray(image_features_row)).reshape(1, -1)
-    img = model.embed_images(feats)[0]
-    scores = model.embed_texts(list(captions)) @ img
-    order = torch.argsort(scores, descending=True, stable=True)[:top].tolist()
-    return [(captions[j], float(scores[j])) for j in order]
-
-
-def rank_images(
-    model: JointEmbedding,
-    sentence: str,
-    features: np.ndarray | torch.Tensor,
-    image_ids: Sequence[str],
-    top: int = 5,
-) -> list[tuple[str, float]]:
-    """Image search for one sentence: the ``top`` images by cosine, as ``(image_id, score)``."""
-    if len(image_ids) == 0:
-        raise VsekitError("no images to rank")
-    query = model.embed_texts([sentence])[0]
-    scores = model.embed_images(features) @ query
-    order = torch.argsort(scores, descending=True, stable=True)[:top].tolist()
-    return [(image_ids[j], float(scores[j])) for j in order]

@@ -253,20 +253,6 @@ def _member_config(config: dict[str, Any]) -> dict[str, Any]:
 # -- persistence -------------------------------------------------------------------------------------
 
 
-def _fne_from(meta: dict[str, str], mean: np.ndarray, m2: np.ndarray) -> FullNetworkEmbedding:
-    """Rebuild a fitted FNE from its metadata and statistics (mirrors ``FullNetworkEmbedding.load``)."""
-    fne = FullNetworkEmbedding(
-        thresholds=tuple(json.loads(meta["thresholds"])),
-        eps=float(meta["eps"]),
-        layer_names=json.loads(meta["layer_names"]),
-        layer_dims=json.loads(meta["layer_dims"]),
-    )
-    fne.mean_ = np.asarray(mean, dtype=np.float64)
-    fne._m2 = np.asarray(m2, dtype=np.float64)
-    fne.n_samples_ = int(meta["n_samples"])
-    return fne
-
-
 def save_model(
     model: JointEmbedding | EnsembleEmbedding,
     path: str | os.PathLike[str],
@@ -304,10 +290,9 @@ def save_model(
         "fne": "null",
     }
     if fne is not None and kind == "fne":
-        state = fne.state_dict()
-        tensors["fne.mean"] = torch.from_numpy(np.ascontiguousarray(state["mean"], dtype=np.float64))
-        tensors["fne.m2"] = torch.from_numpy(np.ascontiguousarray(state["m2"], dtype=np.float64))
-        meta["fne"] = json.dumps(dict(fne.metadata()))
+        fne_tensors, fne_meta = fne.to_tensors(prefix="fne.")
+        tensors.update({k: torch.from_numpy(v) for k, v in fne_tensors.items()})
+        meta["fne"] = json.dumps(fne_meta)
     return atomic_save_safetensors(tensors, path, meta)
 
 
@@ -370,7 +355,7 @@ def load_model(
     if image["kind"] == "fne":
         if fne_meta is None or "fne.mean" not in tensors or "fne.m2" not in tensors:
             raise VsekitError(f"{path}: FNE model without its FNE statistics (fne.mean / fne.m2)")
-        fne = _fne_from(fne_meta, tensors["fne.mean"].numpy(), tensors["fne.m2"].numpy())
+        fne = FullNetworkEmbedding.from_tensors(tensors, fne_meta, prefix="fne.")
     model.to(device).eval()
     meta = {**extra, "config": config, "dtype": header.get("dtype", "float32")}
     return model, fne, meta

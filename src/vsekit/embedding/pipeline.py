@@ -19,9 +19,10 @@ import torch
 
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
-from vsekit.embedding.evaluate import features_for_files, model_features
+from vsekit.embedding.evaluate import model_features
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model
 from vsekit.resources import resolve_model_path
+from vsekit.vision.features import features_for_model
 from vsekit.vision.fne import FullNetworkEmbedding
 
 __all__ = ["ImageInput", "VSEModel"]
@@ -90,9 +91,12 @@ class VSEModel:
 
     # -- features ------------------------------------------------------------------------------------
 
-    def file_features(self, images: Sequence[ImageInput]) -> np.ndarray:
-        """The network's input features for image files (no cache), exactly as in training."""
-        return features_for_files(list(images), self.network, self.fne, device=self.device)
+    def file_features(self, images: Sequence[ImageInput], progress: bool = False) -> np.ndarray:
+        """The network's input features for image files or PIL images (no cache): the numbers the
+        feature cache would hold for the same photos, so they match what the network was trained on."""
+        return features_for_model(
+            self.image_spec, list(images), self.fne, cache=False, device=str(self.device), progress=progress
+        )
 
     def corpus_features(self, corpus: Corpus, image_ids: Sequence[str], **feature_kwargs: Any) -> np.ndarray:
         """The network's input features for images of a corpus, through the feature cache.

@@ -183,8 +183,8 @@ _FINGERPRINTS: dict[tuple[str, int, int], str] = {}
 def weights_fingerprint(path: str | Path) -> str:
     """First 16 hex digits of the file's sha256, for cache keys (memoised on path, size and mtime).
 
-    Hashing ~20 MB takes a noticeable fraction of a second, and caches ask for it often; the stat-based
-    memo key makes a rewritten file get a fresh fingerprint.
+    Hashing a whole weights file on every cache lookup would be wasted work; the stat-based memo key makes
+    a rewritten file get a fresh fingerprint.
     """
     p = Path(path)
     try:

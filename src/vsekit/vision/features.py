@@ -1,4 +1,11 @@
-"""Image features for a corpus, computed once and cached on disk.
+"""The one image-feature path: images -> CNN -> features, computed once and cached on disk, or not.
+
+:func:`compute_features` turns images (an :class:`~vsekit.data.images.ImageCollection`, a corpus, an
+id -> path mapping, or a list of files or PIL images) into the features a :class:`FeatureSpec` describes.
+Cached or not, every image goes through the same CNN step: the BN-folded, channels-last network of
+:func:`~vsekit.vision.backbones.prepare_for_inference`, the same batching, and float16 rounding of the
+activations (the cache's storage type), so a photo gets identical numbers whichever route it takes.
+:func:`features_for_model` does the same from a saved model's ``config["image"]`` and checks the width.
 
 Two kinds of features come out of one CNN pass:
 
@@ -7,13 +14,15 @@ Two kinds of features come out of one CNN pass:
 * ``full``: the spatially averaged activations of every conv layer plus the FC layer, the raw input of the
   Full-Network Embedding (Vilalta et al. 2017, section 3.1). Its fitted, ternary form lives next to it.
 
-A cache directory holds one feature matrix for one configuration: backbone, weights file (by content hash),
-layer set and preprocessing. Rows are keyed by image file (relative id, size and modification time), so an
-edited or added photo is recomputed and nothing else is. Rows are written into a float16 memory map and a
-``done`` mask is committed atomically every few seconds, which is what makes an interrupted extraction
-resumable without recomputing finished images. A directory made with another configuration is refused.
-Processes sharing a cache take turns: each holds ``<dir>.lock`` (an exclusive ``flock``) while it fills
-the directory and copies its rows out, so two trainings started side by side cannot corrupt it.
+A cache directory holds one feature matrix for one image collection under one configuration: backbone,
+weights file (by content hash), layer set and preprocessing. Rows are keyed by image file (relative id,
+size and modification time), so an edited or added photo is recomputed and nothing else is. Rows are
+written into a float16 memory map and a ``done`` mask is committed atomically every few seconds, which is
+what makes an interrupted extraction resumable without recomputing finished images. A directory made
+with another configuration is refused. Processes sharing a cache take turns: each holds ``<dir>.lock``
+(an exclusive ``flock``) while it fills the directory and copies its rows out, so two trainings started
+side by side cannot corrupt it. A collection whose requested rows are all cached is read without loading
+the CNN.
 
 Layout of a cache directory::
 
@@ -34,18 +43,22 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from tqdm.auto import tqdm
 
 from vsekit.data.corpus import Corpus
+from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
+from vsekit.fileio import atomic_save_npy, atomic_write_bytes
 from vsekit.vision.backbones import (
     BACKBONES,
     load_backbone,
@@ -55,6 +68,30 @@ from vsekit.vision.backbones import (
 )
 from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
 from vsekit.vision.preprocess import Preprocessing, load_image
+from vsekit.vision.spec import FEATURE_KINDS, FeatureSpec
+
+__all__ = [
+    "FEATURE_KINDS",
+    "LAYER_SETS",
+    "FeatureConfig",
+    "FeatureSpec",
+    "FeatureStore",
+    "cache_dir_for",
+    "cache_lock",
+    "check_model_features",
+    "compute_features",
+    "default_cache_root",
+    "extract_features",
+    "extract_fne",
+    "feature_config",
+    "features_for_model",
+    "image_features",
+    "require_fne",
+]
+
+#: What :func:`compute_features` accepts as images: a collection or corpus (cached by default), an
+#: id -> path mapping, or a sequence of image files or PIL images (uncached by default).
+Images = ImageCollection | Corpus | Mapping[str, Any] | Sequence[Any]
 
 LAYER_SETS = ("one-layer", "full")
 FORMAT_VERSION = 1
@@ -93,16 +130,26 @@ def default_cache_root() -> Path:
 def feature_config(
     backbone: str, layers: str = "one-layer", weights: str | Path | None = None
 ) -> FeatureConfig:
+    """The cache key of ``backbone``'s ``layers`` activations with ``weights`` (None: the installed ones)."""
+    return cache_config(_spec_for_layers(backbone, layers, weights))
+
+
+def _spec_for_layers(backbone: str, layers: str, weights: str | Path | None) -> FeatureSpec:
     if backbone not in BACKBONES:
         raise VsekitError(f"unknown backbone {backbone!r}; known: {', '.join(sorted(BACKBONES))}")
     if layers not in LAYER_SETS:
         raise VsekitError(f"unknown layer set {layers!r}; known: {', '.join(LAYER_SETS)}")
-    path = resolve_weights(backbone, weights)
+    return FeatureSpec(backbone, "one-layer" if layers == "one-layer" else "fne", weights=weights)
+
+
+def cache_config(spec: FeatureSpec) -> FeatureConfig:
+    """The cache key of ``spec``'s activations (``layers="full"`` for FNE: the codes are derived data)."""
+    path = resolve_weights(spec.backbone, spec.weights)
     return FeatureConfig(
-        backbone=backbone,
+        backbone=spec.backbone,
         weights_sha=weights_fingerprint(path),
-        layers=layers,
-        preprocessing=BACKBONES[backbone].preprocessing.key(),
+        layers=spec.layers,
+        preprocessing=spec.preprocessing.key(),
     )
 
 
@@ -144,21 +191,6 @@ def cache_lock(path: str | Path) -> Iterator[None]:
 def _file_identity(path: Path) -> list[int]:
     st = path.stat()
     return [st.st_size, st.st_mtime_ns]
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-
-
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp.npy")
-    np.save(tmp, array)
-    tmp.replace(path)
 
 
 class FeatureStore:
@@ -286,31 +318,150 @@ class FeatureStore:
             block = slice(start, start + chunk)
             codes[block] = fne.transform(np.asarray(raw[block], dtype=np.float32))
         codes[~done] = 0
-        _atomic_save_npy(self.path / "fne_codes.npy", codes)
+        atomic_save_npy(self.path / "fne_codes.npy", codes)
         fne.save(self.path / "fne.safetensors")
         self.meta["fne_fit_images"] = int(len(rows))
         self._write_meta()
         return fne
 
     def _write_meta(self) -> None:
-        _atomic_write_bytes(self.path / "meta.json", json.dumps(self.meta, indent=1).encode())
+        atomic_write_bytes(self.path / "meta.json", json.dumps(self.meta, indent=1).encode())
 
 
-# -------------------------------------------------------------------- extraction
-def cache_dir_for(corpus: Corpus, config: FeatureConfig, cache_root: str | Path | None = None) -> Path:
+# -------------------------------------------------------------------- the CNN step
+class _CNN:
+    """The one CNN step of both routes: the BN-folded channels-last backbone, float16 activations out."""
+
+    def __init__(self, spec: FeatureSpec, device: str | torch.device) -> None:
+        self.spec = spec
+        self.device = resolve_device(device)
+        self.model = prepare_for_inference(load_backbone(spec.backbone, spec.weights, device=self.device))
+        self.full = spec.layers == "full"
+        self.preprocessing: Preprocessing = spec.preprocessing
+        self.dims: dict[str, Any] = {
+            "dim": sum(self.model.tap_dims()) if self.full else self.model.pooled_dim
+        }
+        if self.full:
+            self.dims.update(tap_names=self.model.tap_names(), tap_dims=self.model.tap_dims())
+
+    @property
+    def dim(self) -> int:
+        return int(self.dims["dim"])
+
+    def __call__(self, pixels: torch.Tensor) -> np.ndarray:
+        """Pooled activations (one-layer) or all taps concatenated (full), float16 [n, dim]."""
+        with torch.inference_mode():
+            pooled, taps = self.model.forward_features(
+                pixels.to(self.device, memory_format=torch.channels_last), taps=self.full
+            )
+            out = torch.cat(taps, dim=1) if self.full else pooled
+            return out.float().cpu().numpy().astype(np.float16)
+
+
+def _decode(source: Any) -> Image.Image:
+    """An RGB image from a file path or an (already opened) PIL image."""
+    if isinstance(source, Image.Image):
+        try:
+            return source.convert("RGB")
+        except (OSError, ValueError, SyntaxError) as exc:
+            raise ImageError(f"{source!r}: cannot read image ({exc or type(exc).__name__})") from exc
+    return load_image(source)
+
+
+def _load_batch(
+    paths: list[tuple[str, Any]], preprocessing: Preprocessing
+) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
+    """Decode and preprocess ``(id, file or PIL image)`` pairs: ``(ok ids, pixels, {id: error})``."""
+    ok_ids, tensors, failed = [], [], {}
+    for image_id, source in paths:
+        try:
+            tensors.append(preprocessing(_decode(source)))
+            ok_ids.append(image_id)
+        except ImageError as exc:
+            failed[image_id] = str(exc)
+    return ok_ids, (torch.stack(tensors) if tensors else None), failed
+
+
+def _batches(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _run_cnn(
+    items: list[tuple[str, Any]], cnn: _CNN, batch_size: int
+) -> Iterator[tuple[list, list[str], np.ndarray | None, dict[str, str]]]:
+    """``(batch, ok ids, float16 rows of the ok ids, {id: error})`` per batch of ``items``.
+
+    A worker thread decodes the next batch while the CNN runs on this one.
+    """
+    batches = list(_batches(items, batch_size))
+    if not batches:
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(_load_batch, batches[0], cnn.preprocessing)
+        for k, batch in enumerate(batches):
+            ok_ids, pixels, bad = pending.result()
+            if k + 1 < len(batches):
+                pending = pool.submit(_load_batch, batches[k + 1], cnn.preprocessing)
+            yield batch, ok_ids, (cnn(pixels) if pixels is not None else None), bad
+
+
+# -------------------------------------------------------------------- the cache
+def cache_dir_for(
+    images: ImageCollection | Corpus, config: FeatureConfig, cache_root: str | Path | None = None
+) -> Path:
+    """``<root>/features/{name}-{sha256(resolved root)[:8]}-{backbone}-{layers}-{config.key()}``."""
     root = Path(cache_root) if cache_root is not None else default_cache_root()
-    corpus_tag = hashlib.sha256(str(Path(corpus.root).resolve()).encode()).hexdigest()[:8]
-    return root / "features" / f"{corpus.name}-{corpus_tag}-{config.backbone}-{config.layers}-{config.key()}"
+    tag = hashlib.sha256(str(Path(images.root).resolve()).encode()).hexdigest()[:8]
+    return root / "features" / f"{images.name}-{tag}-{config.backbone}-{config.layers}-{config.key()}"
 
 
 def _store_path(
-    corpus: Corpus, config: FeatureConfig, cache_dir: str | Path | None, cache_root: str | Path | None
+    images: ImageCollection | Corpus,
+    config: FeatureConfig,
+    cache_dir: str | Path | None,
+    cache_root: str | Path | None,
 ) -> Path:
-    return Path(cache_dir) if cache_dir is not None else cache_dir_for(corpus, config, cache_root)
+    return Path(cache_dir) if cache_dir is not None else cache_dir_for(images, config, cache_root)
+
+
+def _as_collection(images: Any) -> ImageCollection | None:
+    if isinstance(images, ImageCollection):
+        return images
+    if isinstance(images, Corpus):
+        return images.image_collection()
+    if isinstance(images, Mapping):
+        files = [Path(p) for p in images.values()]
+        root = Path(os.path.commonpath([str(p.absolute().parent) for p in files])) if files else Path.cwd()
+        return ImageCollection(name="images", root=root, images=dict(images))
+    return None
+
+
+def _requested(collection: ImageCollection, ids: list[str]) -> dict[str, tuple[str, list[int]]]:
+    return {i: (str(Path(collection.images[i]).resolve()), _file_identity(collection.images[i])) for i in ids}
+
+
+def _reconcile(
+    path: Path, config: FeatureConfig, requested: dict[str, tuple[str, list[int]]]
+) -> tuple[FeatureStore | None, dict[str, tuple[str, list[int]]], bool]:
+    """``(existing store or None, its rows whose file is unchanged, whether it already fits the request)``."""
+    if not (path / "meta.json").is_file():
+        return None, {}, False
+    old = FeatureStore.open(path, expect=config)
+    kept: dict[str, tuple[str, list[int]]] = {}
+    for image_id, file_path in old.meta.get("paths", {}).items():
+        if Path(file_path).is_file() and _file_identity(Path(file_path)) == old.meta["identities"][image_id]:
+            kept[image_id] = (file_path, old.meta["identities"][image_id])
+    fits = all(kept.get(i) == requested[i] for i in requested) and len(kept) == len(old.image_ids)
+    return old, kept, fits
 
 
 def _prepare_store(
-    path: Path, config: FeatureConfig, corpus: Corpus, ids: list[str], dims: dict
+    path: Path,
+    config: FeatureConfig,
+    requested: dict[str, tuple[str, list[int]]],
+    dims: dict,
+    reconciled: tuple[FeatureStore | None, dict[str, tuple[str, list[int]]], bool],
 ) -> FeatureStore:
     """Create the cache, or reconcile an existing one with the requested image files.
 
@@ -318,21 +469,12 @@ def _prepare_store(
     unchanged (same size and modification time), so extracting one split and then the whole corpus
     recomputes nothing twice. A row whose file changed or vanished is dropped.
     """
-    requested = {i: (str(Path(corpus.images[i]).resolve()), _file_identity(corpus.images[i])) for i in ids}
     dim = dims["dim"]
-    old: FeatureStore | None = None
-    kept: dict[str, tuple[str, list[int]]] = {}
-    if (path / "meta.json").is_file():
-        old = FeatureStore.open(path, expect=config)
+    old, kept, fits = reconciled
+    if old is not None:
         if old.dim != dim:
             raise ConfigMismatchError(f"{path}: cached features have dimension {old.dim}, expected {dim}")
-        for image_id, file_path in old.meta.get("paths", {}).items():
-            if (
-                Path(file_path).is_file()
-                and _file_identity(Path(file_path)) == old.meta["identities"][image_id]
-            ):
-                kept[image_id] = (file_path, old.meta["identities"][image_id])
-        if all(kept.get(i) == requested[i] for i in ids) and len(kept) == len(old.image_ids):
+        if fits:
             return old
     entries = {**kept, **requested}
     all_ids = sorted(entries)
@@ -363,32 +505,102 @@ def _prepare_store(
     new_raw.flush()
     del new_raw
     (path / "raw.f16.new").replace(path / "raw.f16")
-    _atomic_save_npy(path / "done.npy", done)
+    atomic_save_npy(path / "done.npy", done)
     store = FeatureStore(path, meta)
     store._write_meta()
     return store
 
 
-def _load_batch(
-    paths: list[tuple[str, Path]], preprocessing: Preprocessing
-) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
-    ok_ids, tensors, failed = [], [], {}
-    for image_id, image_path in paths:
-        try:
-            tensors.append(preprocessing(load_image(image_path)))
-            ok_ids.append(image_id)
-        except ImageError as exc:
-            failed[image_id] = str(exc)
-    return ok_ids, (torch.stack(tensors) if tensors else None), failed
+def _cached_store(
+    collection: ImageCollection,
+    spec: FeatureSpec,
+    *,
+    cache_dir: str | Path | None = None,
+    cache_root: str | Path | None = None,
+    device: str | torch.device = "auto",
+    batch_size: int = 32,
+    skip_bad_images: bool = False,
+    progress: bool = True,
+) -> FeatureStore:
+    """The cache of ``collection`` under ``spec``, filled for every image of it (the CNN runs only when
+    some image has no finished row)."""
+    config = cache_config(spec)
+    path = _store_path(collection, config, cache_dir, cache_root)
+    ids = sorted(collection.images)
+    if not ids:
+        raise VsekitError(f"{collection.root}: the collection has no images")
+    for image_id in ids:
+        if not collection.images[image_id].is_file():
+            raise ImageError(f"{collection.images[image_id]}: image file not found")
+    with cache_lock(path):  # one writer per cache directory at a time
+        requested = _requested(collection, ids)
+        reconciled = _reconcile(path, config, requested)
+        old, _, fits = reconciled
+        if fits and old.done_mask()[[old._row[i] for i in ids]].all():
+            return old  # everything cached: no CNN
+        cnn = _CNN(spec, device)
+        store = _prepare_store(path, config, requested, cnn.dims, reconciled)
+        _fill_store(store, collection, ids, cnn, batch_size, skip_bad_images, progress)
+        return FeatureStore.open(store.path, expect=config)
 
 
-def _batches(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
+def _fill_store(
+    store: FeatureStore,
+    collection: ImageCollection,
+    ids: list[str],
+    cnn: _CNN,
+    batch_size: int,
+    skip_bad_images: bool,
+    progress: bool,
+) -> None:
+    """Run the CNN over the store's unfinished rows, committing every few seconds and on the way out."""
+    done = store.done_mask()
+    todo = [(image_id, collection.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
+    failed = store.meta.setdefault("failed", {})
+    for image_id, _ in todo:
+        failed.pop(image_id, None)
+    if todo:  # codes fitted before these rows existed would be stale
+        for stale in ("fne.safetensors", "fne_codes.npy"):
+            (store.path / stale).unlink(missing_ok=True)
+    raw = store._raw(mode="r+")
+    last_commit = time.monotonic()
+
+    def commit() -> None:
+        raw.flush()
+        atomic_save_npy(store.path / "done.npy", done)
+        store._write_meta()
+
+    bar = tqdm(
+        total=len(ids),
+        initial=len(ids) - len(todo),
+        desc=f"extract {cnn.spec.backbone} {cnn.spec.layers}",
+        unit="img",
+        disable=not progress,
+    )
+    try:
+        for batch, ok_ids, rows, bad in _run_cnn(todo, cnn, batch_size):
+            if rows is not None:
+                idx = [store._row[i] for i in ok_ids]
+                raw[idx] = rows
+                done[idx] = True
+            if bad:
+                failed.update(bad)
+                if not skip_bad_images:
+                    first = next(iter(bad.values()))
+                    raise ImageError(f"{first} (use --skip-bad-images to leave it out and go on)")
+                for message in bad.values():
+                    warnings.warn(f"skipped: {message}", stacklevel=3)
+            bar.update(len(batch))
+            if time.monotonic() - last_commit > _COMMIT_EVERY_S:
+                commit()
+                last_commit = time.monotonic()
+    finally:
+        commit()
+        bar.close()
 
 
 def extract_features(
-    corpus: Corpus,
+    corpus: Corpus | ImageCollection,
     backbone: str = "mobilenet_v2",
     layers: str = "one-layer",
     *,
@@ -402,102 +614,27 @@ def extract_features(
 ) -> FeatureStore:
     """Compute (or resume computing) features for every image of ``corpus`` and return the store.
 
-    A corrupt or unreadable image stops the run with its name (finished rows are committed first, so a
-    re-run resumes) unless ``skip_bad_images``, which records it under ``failed`` and goes on: its row
-    stays unfinished, never zero-filled, and asking for its features later is an error naming it.
+    ``corpus`` may be a captioned corpus or any image collection (a plain folder of photos). A corrupt or
+    unreadable image stops the run with its name (finished rows are committed first, so a re-run resumes)
+    unless ``skip_bad_images``, which records it under ``failed`` and goes on: its row stays unfinished,
+    never zero-filled, and asking for its features later is an error naming it.
     """
-    config = feature_config(backbone, layers, weights)
-    path = _store_path(corpus, config, cache_dir, cache_root)
-    ids = sorted(corpus.images)
-    if not ids:
-        raise VsekitError(f"{corpus.root}: the corpus has no images")
-    for image_id in ids:
-        if not corpus.images[image_id].is_file():
-            raise ImageError(f"{corpus.images[image_id]}: image file not found")
-
-    torch_device = resolve_device(device)
-    model = prepare_for_inference(load_backbone(backbone, weights, device=torch_device))
-    full = layers == "full"
-    dims = {"dim": sum(model.tap_dims()) if full else model.pooled_dim}
-    if full:
-        dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
-    with cache_lock(path):  # one writer per cache directory at a time
-        store = _prepare_store(path, config, corpus, ids, dims)
-        _fill_store(
-            store, corpus, ids, model, backbone, full, torch_device, batch_size, skip_bad_images, progress
+    spec = _spec_for_layers(backbone, layers, weights)
+    collection = _as_collection(corpus)
+    if collection is None:
+        raise VsekitError(
+            f"extract_features needs a corpus or an image collection, got {type(corpus).__name__}"
         )
-        return FeatureStore.open(store.path, expect=config)
-
-
-def _fill_store(
-    store: FeatureStore,
-    corpus: Corpus,
-    ids: list[str],
-    model: torch.nn.Module,
-    backbone: str,
-    full: bool,
-    torch_device: torch.device,
-    batch_size: int,
-    skip_bad_images: bool,
-    progress: bool,
-) -> None:
-    """Run the CNN over the store's unfinished rows, committing every few seconds and on the way out."""
-    done = store.done_mask()
-    todo = [(image_id, corpus.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
-    failed = store.meta.setdefault("failed", {})
-    for image_id, _ in todo:
-        failed.pop(image_id, None)
-    if todo:  # codes fitted before these rows existed would be stale
-        for stale in ("fne.safetensors", "fne_codes.npy"):
-            (store.path / stale).unlink(missing_ok=True)
-    preprocessing = BACKBONES[backbone].preprocessing
-    raw = store._raw(mode="r+")
-    last_commit = time.monotonic()
-
-    def commit() -> None:
-        raw.flush()
-        _atomic_save_npy(store.path / "done.npy", done)
-        store._write_meta()
-
-    bar = tqdm(
-        total=len(ids),
-        initial=len(ids) - len(todo),
-        desc=f"extract {backbone} {'full' if full else 'one-layer'}",
-        unit="img",
-        disable=not progress,
+    return _cached_store(
+        collection,
+        spec,
+        cache_dir=cache_dir,
+        cache_root=cache_root,
+        device=device,
+        batch_size=batch_size,
+        skip_bad_images=skip_bad_images,
+        progress=progress,
     )
-    try:
-        with ThreadPoolExecutor(max_workers=1) as pool, torch.inference_mode():
-            batches = list(_batches(todo, batch_size))
-            pending = pool.submit(_load_batch, batches[0], preprocessing) if batches else None
-            for k in range(len(batches)):
-                ok_ids, pixels, bad = pending.result()
-                # decode the next batch while the CNN runs on this one
-                pending = (
-                    pool.submit(_load_batch, batches[k + 1], preprocessing) if k + 1 < len(batches) else None
-                )
-                if bad:
-                    failed.update(bad)
-                    if not skip_bad_images:
-                        first = next(iter(bad.values()))
-                        raise ImageError(f"{first} (use --skip-bad-images to leave it out and go on)")
-                    for message in bad.values():
-                        warnings.warn(f"skipped: {message}", stacklevel=2)
-                if pixels is not None:
-                    pooled, taps = model.forward_features(
-                        pixels.to(torch_device, memory_format=torch.channels_last), taps=full
-                    )
-                    out = torch.cat(taps, dim=1) if full else pooled
-                    idx = [store._row[i] for i in ok_ids]
-                    raw[idx] = out.float().cpu().numpy().astype(np.float16)
-                    done[idx] = True
-                bar.update(len(batches[k]))
-                if time.monotonic() - last_commit > _COMMIT_EVERY_S:
-                    commit()
-                    last_commit = time.monotonic()
-    finally:
-        commit()
-        bar.close()
 
 
 def extract_fne(
@@ -515,7 +652,166 @@ def extract_fne(
     return store
 
 
-FEATURE_KINDS = ("one-layer", "fne")
+# -------------------------------------------------------------------- images -> features
+def _fne_codes(
+    fne: FullNetworkEmbedding, n: int, dim: int, raw_rows, backbone: str, chunk: int = 512
+) -> np.ndarray:
+    """FNE codes of ``n`` images, ``raw_rows(start, stop)`` giving their activations a chunk at a time."""
+    if fne.dim != dim:
+        raise ConfigMismatchError(
+            f"the model's Full-Network Embedding has {fne.dim} features but {backbone} gives {dim}"
+        )
+    codes = np.empty((n, dim), dtype=np.int8)
+    for start in range(0, n, chunk):
+        codes[start : start + chunk] = fne.transform(raw_rows(start, min(n, start + chunk)))
+    return codes
+
+
+def compute_features(
+    images: Images,
+    spec: FeatureSpec,
+    fne: FullNetworkEmbedding | None = None,
+    *,
+    image_ids: Sequence[str] | None = None,
+    cache: bool | None = None,
+    cache_dir: str | Path | None = None,
+    cache_root: str | Path | None = None,
+    device: str | torch.device = "auto",
+    batch_size: int = 32,
+    skip_bad_images: bool = False,
+    progress: bool = True,
+) -> np.ndarray:
+    """Features of ``images`` as ``spec`` describes them, one row per image, in order.
+
+    ``images``: an :class:`~vsekit.data.images.ImageCollection` or a corpus (rows in the order of
+    ``image_ids``, default every image in the collection's order), an id -> path mapping (the same), or
+    a sequence of image files or PIL images (rows in that order). ``spec.kind == "one-layer"`` gives
+    float32 pooled activations; ``"fne"`` gives int8 {-1, 0, 1} codes under ``fne``, the fitted
+    statistics (required; ignored for one-layer; to fit them on a corpus split see :func:`image_features`).
+
+    ``cache``: None caches collections, corpora, mappings and anything given a ``cache_dir``, and
+    computes loose files and PIL images without touching the disk; True caches loose files too (as a
+    collection rooted at their common folder); False never reads or writes the cache. Either way the
+    numbers are identical. ``skip_bad_images`` applies to the cache (an unreadable image is recorded and
+    left unfinished, so asking for its row is an error naming it); uncached, an unreadable image is an
+    :class:`~vsekit.errors.ImageError` naming it.
+    """
+    if spec.needs_fne and fne is None:
+        raise VsekitError(
+            f"{spec.describe()} features need the fitted FNE statistics (fne=...), e.g. the ones saved "
+            "with the model"
+        )
+    fne = fne if spec.needs_fne else None  # one-layer features have no statistics to apply
+    if isinstance(images, (str, os.PathLike, Image.Image)):
+        images = [images]
+    collection = _as_collection(images)
+    if collection is not None:
+        ids = list(image_ids) if image_ids is not None else collection.image_ids()
+        unknown = [i for i in ids if i not in collection.images]
+        if unknown:
+            raise VsekitError(f"{collection.root}: no image {unknown[0]!r} in collection {collection.name!r}")
+    else:
+        if image_ids is not None:
+            raise VsekitError("image_ids selects from a collection or a mapping, not from a list of images")
+        items = list(images)
+        if cache or (cache is None and cache_dir is not None):
+            if any(isinstance(item, Image.Image) for item in items):
+                raise VsekitError(
+                    "PIL images cannot be cached (they have no file); pass cache=False or paths"
+                )
+            collection = ImageCollection.from_paths(items)
+            ids = [collection.id_of(item) for item in items]
+    use_cache = cache is not False and collection is not None
+    if use_cache:
+        config = cache_config(spec)
+        path = _store_path(collection, config, cache_dir, cache_root)
+        # Held from extraction to the copy out, so another process cannot swap the files in between.
+        with cache_lock(path):
+            store = _cached_store(
+                collection.subset(ids),
+                spec,
+                cache_dir=cache_dir,
+                cache_root=cache_root,
+                device=device,
+                batch_size=batch_size,
+                skip_bad_images=skip_bad_images,
+                progress=progress,
+            )
+            if fne is None:
+                return store.raw(ids)
+            return _fne_codes(fne, len(ids), store.dim, lambda a, b: store.raw(ids[a:b]), spec.backbone)
+    sources = (
+        [(str(k), collection.images[i]) for k, i in enumerate(ids)]
+        if collection is not None
+        else [(str(k), item) for k, item in enumerate(items)]
+    )
+    raw = _uncached_raw(sources, spec, device, batch_size, progress)
+    if fne is None:
+        return raw.astype(np.float32)
+    return _fne_codes(fne, len(raw), raw.shape[1], lambda a, b: raw[a:b].astype(np.float32), spec.backbone)
+
+
+def _uncached_raw(
+    sources: list[tuple[str, Any]],
+    spec: FeatureSpec,
+    device: str | torch.device,
+    batch_size: int,
+    progress: bool,
+) -> np.ndarray:
+    """float16 activations [n, dim] of ``(position, file or PIL image)`` pairs, nothing read or written."""
+    cnn = _CNN(spec, device)
+    out = np.empty((len(sources), cnn.dim), dtype=np.float16)
+    bar = tqdm(
+        total=len(sources),
+        desc=f"features {spec.backbone} {spec.layers}",
+        unit="img",
+        disable=not progress,
+    )
+    try:
+        for batch, ok_ids, rows, bad in _run_cnn(sources, cnn, batch_size):
+            if bad:
+                raise ImageError(next(iter(bad.values())))
+            out[[int(i) for i in ok_ids]] = rows
+            bar.update(len(batch))
+    finally:
+        bar.close()
+    return out
+
+
+def check_model_features(image_config: Mapping[str, Any], features: np.ndarray) -> np.ndarray:
+    """``features`` unchanged if they are ``[n, image_config["image_dim"]]``, else a VsekitError."""
+    if features.ndim != 2 or features.shape[1] != image_config["image_dim"]:
+        raise VsekitError(
+            f"{image_config['backbone']} {image_config['kind']} features have shape {tuple(features.shape)}; "
+            f"the model was trained on {image_config['image_dim']}-d features"
+        )
+    return features
+
+
+def require_fne(image_config: Mapping[str, Any], fne: FullNetworkEmbedding | None) -> None:
+    """A VsekitError if a model reading FNE features comes without its statistics."""
+    if image_config["kind"] == "fne" and fne is None:
+        raise VsekitError("this model reads Full-Network Embedding features but no FNE statistics were given")
+
+
+def features_for_model(
+    image_config: Mapping[str, Any],
+    images: Images,
+    fne: FullNetworkEmbedding | None = None,
+    *,
+    weights: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> np.ndarray:
+    """The features a model (or captioner) reads, for any images: its backbone and kind, its FNE.
+
+    ``image_config`` is the model's ``config["image"]`` (``{"backbone", "kind", "image_dim", ...}``);
+    ``fne`` the statistics saved with it (FNE models). ``images`` and ``kwargs`` as in
+    :func:`compute_features` (``cache``, ``image_ids``, ``device``, ``progress``, ...). The result is
+    checked against the model's ``image_dim``.
+    """
+    require_fne(image_config, fne)
+    spec = FeatureSpec.from_config(image_config, weights=weights)
+    return check_model_features(image_config, compute_features(images, spec, fne, **kwargs))
 
 
 def image_features(
@@ -532,40 +828,33 @@ def image_features(
     ``kind="one-layer"``: float32 pooled activations. ``kind="fne"``: int8 {-1,0,1} Full-Network Embedding
     codes. For FNE, pass the ``fne`` a model was trained with (its statistics travel with the model and
     are applied unchanged to new images); without one, the statistics are fitted on ``fit_split`` of this
-    corpus. Returns ``(features, fne_used)``.
+    corpus. Returns ``(features, fne_used)``. (The signature of the trainers' feature function; a thin
+    adapter over :func:`compute_features`.)
     """
     if kind not in FEATURE_KINDS:
         raise VsekitError(f"unknown feature kind {kind!r}; known: {', '.join(FEATURE_KINDS)}")
     ids = list(image_ids)
-    layers = "one-layer" if kind == "one-layer" else "full"
-    config = feature_config(backbone, layers, extract_kwargs.get("weights"))
-    path = _store_path(corpus, config, extract_kwargs.get("cache_dir"), extract_kwargs.get("cache_root"))
-    # Held from extraction to the copy out, so another process cannot swap the files in between.
+    kwargs = dict(extract_kwargs)
+    spec = FeatureSpec(backbone, kind, weights=kwargs.pop("weights", None))
+    if kind == "one-layer":
+        return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None
+    if fne is not None:
+        return compute_features(corpus, spec, fne, image_ids=ids, cache=True, **kwargs), fne
+    if not isinstance(corpus, Corpus):
+        raise VsekitError("fitting the Full-Network Embedding needs a corpus with a training split")
+    config = cache_config(spec)
+    path = _store_path(corpus, config, kwargs.get("cache_dir"), kwargs.get("cache_root"))
     with cache_lock(path):
-        if kind == "one-layer":
-            store = extract_features(corpus.subset(ids), backbone, "one-layer", **extract_kwargs)
-            return store.raw(ids), None
-        if fne is None:
-            fit_ids = corpus.split(fit_split).image_ids()
-            store = extract_features(
-                corpus.subset(list(dict.fromkeys([*fit_ids, *ids]))), backbone, "full", **extract_kwargs
-            )
-            cached = store.path / "fne.safetensors"
-            reuse = cached.is_file() and store.meta.get("fne_fit_ids") == _ids_digest(fit_ids)
-            fne = store.fne() if reuse else store.fit_fne(fit_ids)
-            if not reuse:
-                store.meta["fne_fit_ids"] = _ids_digest(fit_ids)
-                store._write_meta()
-            return store.fne_codes(ids), fne
-        store = extract_features(corpus.subset(ids), backbone, "full", **extract_kwargs)
-        if fne.dim != store.dim:
-            raise ConfigMismatchError(
-                f"the model's Full-Network Embedding has {fne.dim} features but {backbone} gives {store.dim}"
-            )
-        codes = np.empty((len(ids), store.dim), dtype=np.int8)
-        for start in range(0, len(ids), 512):
-            codes[start : start + 512] = fne.transform(store.raw(ids[start : start + 512]))
-        return codes, fne
+        fit_ids = corpus.split(fit_split).image_ids()
+        collection = corpus.image_collection().subset([*fit_ids, *ids])
+        store = _cached_store(collection, spec, **kwargs)
+        cached = store.path / "fne.safetensors"
+        reuse = cached.is_file() and store.meta.get("fne_fit_ids") == _ids_digest(fit_ids)
+        fne = store.fne() if reuse else store.fit_fne(fit_ids)
+        if not reuse:
+            store.meta["fne_fit_ids"] = _ids_digest(fit_ids)
+            store._write_meta()
+        return store.fne_codes(ids), fne
 
 
 def _ids_digest(ids: Sequence[str]) -> str:

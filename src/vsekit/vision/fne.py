@@ -7,22 +7,28 @@ The pipeline, after the CNN itself:
   3. discretisation of z to {-1, 0, 1} with the fixed thresholds (-0.25, 0.15) that the FNE paper found
      to work across domains: -1 = atypically low, 0 = typical, 1 = atypically high.
 
-This class is steps 2 and 3, shaped like a scikit-learn transformer (fit / partial_fit / transform / save /
-load), so the statistics fitted on a training split travel with a model and are applied unchanged to any
-later image (a dev split, a user's photo collection).
+This class is steps 2 and 3, shaped like a scikit-learn transformer (fit / partial_fit / transform /
+save / load; ``to_tensors`` / ``from_tensors`` put the statistics inside another file, such as a model),
+so the statistics fitted on a training split travel with a model and are applied unchanged to any later
+image (a dev split, a user's photo collection).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file
 
 from vsekit.errors import ConfigMismatchError, VsekitError
 
+__all__ = ["DEFAULT_THRESHOLDS", "FullNetworkEmbedding"]
+
 DEFAULT_THRESHOLDS = (-0.25, 0.15)
+FNE_KIND = "vsekit.FullNetworkEmbedding"  # the ``kind`` field of the settings (metadata)
 
 
 class FullNetworkEmbedding:
@@ -129,7 +135,7 @@ class FullNetworkEmbedding:
 
     def metadata(self) -> dict[str, str]:
         return {
-            "kind": "vsekit.FullNetworkEmbedding",
+            "kind": FNE_KIND,
             "thresholds": json.dumps(self.thresholds),
             "eps": repr(self.eps),
             "n_samples": str(self.n_samples_),
@@ -137,12 +143,49 @@ class FullNetworkEmbedding:
             "layer_dims": json.dumps(self.layer_dims),
         }
 
+    def to_tensors(self, prefix: str = "") -> tuple[dict[str, np.ndarray], dict[str, str]]:
+        """``(tensors, metadata)``: the fitted statistics (float64 ``{prefix}mean``, ``{prefix}m2``) and the
+        settings as strings, ready for a safetensors file or for another file's tensors and header."""
+        state = self.state_dict()
+        tensors = {f"{prefix}{k}": np.ascontiguousarray(v, dtype=np.float64) for k, v in state.items()}
+        return tensors, self.metadata()
+
+    @classmethod
+    def from_tensors(
+        cls, tensors: Mapping[str, Any], metadata: Mapping[str, str], prefix: str = ""
+    ) -> FullNetworkEmbedding:
+        """Rebuild a fitted embedding from :meth:`to_tensors` output (numpy arrays or CPU torch tensors).
+
+        Raises:
+            VsekitError: a statistic or a setting is missing or unreadable.
+        """
+        try:
+            mean = np.asarray(tensors[f"{prefix}mean"], dtype=np.float64)
+            m2 = np.asarray(tensors[f"{prefix}m2"], dtype=np.float64)
+            fne = cls(
+                thresholds=tuple(json.loads(metadata["thresholds"])),
+                eps=float(metadata["eps"]),
+                layer_names=json.loads(metadata["layer_names"]),
+                layer_dims=json.loads(metadata["layer_dims"]),
+            )
+            n_samples = int(metadata["n_samples"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise VsekitError(
+                f"damaged Full-Network Embedding statistics ({type(exc).__name__}: {exc})"
+            ) from exc
+        if mean.ndim != 1 or mean.shape != m2.shape:
+            raise VsekitError(f"damaged Full-Network Embedding statistics (mean {mean.shape}, m2 {m2.shape})")
+        fne.mean_, fne._m2, fne.n_samples_ = mean, m2, n_samples
+        return fne
+
     def save(self, path: str | Path) -> None:
         """Write the fitted statistics and settings to one safetensors file (atomically)."""
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        save_file(self.state_dict(), str(tmp), metadata=self.metadata())
-        tmp.replace(path)
+        import torch
+
+        from vsekit.fileio import atomic_save_safetensors
+
+        tensors, metadata = self.to_tensors()
+        atomic_save_safetensors({k: torch.from_numpy(v) for k, v in tensors.items()}, path, metadata)
 
     @classmethod
     def load(cls, path: str | Path) -> FullNetworkEmbedding:
@@ -157,18 +200,12 @@ class FullNetworkEmbedding:
             tensors = load_file(str(path))
         except Exception as exc:  # any parse failure is the same user-facing problem
             raise VsekitError(f"{path}: not a readable safetensors file ({exc})") from exc
-        if meta.get("kind") != "vsekit.FullNetworkEmbedding" or not {"mean", "m2"} <= tensors.keys():
+        if meta.get("kind") != FNE_KIND or not {"mean", "m2"} <= tensors.keys():
             raise ConfigMismatchError(f"{path}: not a vsekit Full-Network Embedding file")
-        fne = cls(
-            thresholds=tuple(json.loads(meta["thresholds"])),
-            eps=float(meta["eps"]),
-            layer_names=json.loads(meta["layer_names"]),
-            layer_dims=json.loads(meta["layer_dims"]),
-        )
-        fne.mean_ = tensors["mean"].astype(np.float64)
-        fne._m2 = tensors["m2"].astype(np.float64)
-        fne.n_samples_ = int(meta["n_samples"])
-        return fne
+        try:
+            return cls.from_tensors(tensors, meta)
+        except VsekitError as exc:
+            raise VsekitError(f"{path}: {exc}") from exc
 
     def _check_fitted(self) -> None:
         if self.mean_ is None:
