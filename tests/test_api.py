@@ -80,3 +80,12 @@ def test_models_load_by_name_or_path_and_unknown_names_are_refused():
 def test_embed_texts_refuses_a_bare_string(model):
     with pytest.raises(TypeError, match="list of sentences"):
         model.embed_texts("a dog")
+
+
+def test_a_pil_image_embeds_like_its_file(model):
+    from PIL import Image
+
+    photo = sorted((sample_data_path() / "Images").glob("*.jpg"))[0]
+    with Image.open(photo) as decoded:
+        from_pil = model.embed_images([decoded.convert("RGB")])
+    np.testing.assert_array_equal(from_pil, model.embed_images([photo]))

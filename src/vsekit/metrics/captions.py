@@ -31,11 +31,8 @@
   reference caption with no words after tokenisation is an error (pycocoevalcap's ROUGE-L would count
   an empty candidate as matching it, and its CIDEr crashes when no reference has any n-gram).
 
-Cost, measured on Flickr8K dev size (1,000 images, 1 prediction + 4 references each) on a 2-core machine
-shared with other jobs: without METEOR 0.9 s (PTB tokenisation 0.3 s, CIDEr most of the rest); with
-METEOR 11 s, nearly all of it the METEOR jar loading its 62 MB paraphrase table (5-14 s depending on the
-load; about 1.2 GB of memory) -- paid once per call, so score a whole split in one call. On a heavily
-loaded machine both figures doubled (2.1 s / 22 s).
+Cost: METEOR dominates (its jar loads a paraphrase table on every call), so score a whole split in one
+call; the figures are in the README's caption-generation section.
 """
 
 from __future__ import annotations
@@ -87,8 +84,8 @@ def score_captions(
     `predictions` maps an image id to its one generated caption (may be empty: it scores 0); `references`
     maps an image id to its ground-truth captions. Every predicted id must have references; references of
     images without a prediction are ignored (also for CIDEr's document frequencies). Scores are over the
-    whole set (see the module docstring). `meteor=False` skips METEOR (the slowest metric: 5-15 s to start
-    its jar) and returns ``None`` for it. Without Java METEOR is ``None`` too, the other metrics use the
+    whole set (see the module docstring). `meteor=False` skips METEOR (the slowest metric: its jar is slow to
+    start) and returns ``None`` for it. Without Java METEOR is ``None`` too, the other metrics use the
     fallback tokenizer, and one warning says so (without the METEOR part when `meteor=False`).
 
     Raises `VsekitError` for an empty prediction set, predicted ids without references, an empty

