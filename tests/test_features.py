@@ -305,7 +305,9 @@ def test_fne_codes_are_the_same_cached_and_uncached(small_corpus, tmp_path):
 
 
 def test_a_corpus_keeps_its_cache_directory_name(small_corpus, tmp_path):
-    """Users' caches stay valid: the directory name is the one vsekit has always used for a corpus."""
+    """The cache directory name of a corpus follows one fixed formula (so users' caches stay valid across
+    versions); its preprocessing key changed once, on purpose, when decoding started applying the EXIF
+    orientation (rows cached before that may hold sideways phone photos)."""
     import hashlib
 
     from vsekit.vision.backbones import resolve_weights
@@ -316,7 +318,7 @@ def test_a_corpus_keeps_its_cache_directory_name(small_corpus, tmp_path):
         "weights_sha": weights_sha,
         "layers": "one-layer",
         "preprocessing": "resize=224;crop=224;mean=0.485/0.456/0.406;std=0.229/0.224/0.225;"
-        "interp=bilinear-aa;rgb",
+        "interp=bilinear-aa;rgb;exif-upright",
         "format_version": 1,
     }
     key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
@@ -326,3 +328,21 @@ def test_a_corpus_keeps_its_cache_directory_name(small_corpus, tmp_path):
     store = extract_features(small_corpus.split("dev"), cache_root=tmp_path, progress=False)
     assert store.path == expected
     assert features_module.cache_dir_for(small_corpus.image_collection(), store.config, tmp_path) == expected
+
+
+def test_a_sideways_phone_photo_is_decoded_upright(tmp_path):
+    """A JPEG stored rotated with EXIF Orientation=6 decodes like the upright photo it shows."""
+    from PIL import Image
+
+    upright_path = next((sample_data_path() / "Images").glob("*.jpg"))
+    with Image.open(upright_path) as img:
+        upright = img.convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 degrees clockwise to display"
+    upright.transpose(Image.Transpose.ROTATE_90).save(tmp_path / "phone.jpg", exif=exif, quality=95)
+    upright.save(tmp_path / "upright.jpg", quality=95)
+
+    decoded = np.asarray(load_image(tmp_path / "phone.jpg"), dtype=np.float32)
+    reference = np.asarray(load_image(tmp_path / "upright.jpg"), dtype=np.float32)
+    assert decoded.shape == reference.shape == (upright.height, upright.width, 3)
+    assert np.abs(decoded - reference).mean() < 3.0  # JPEG re-encoding noise only

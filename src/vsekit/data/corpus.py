@@ -118,6 +118,22 @@ class Corpus:
         available = ", ".join(self.splits) if self.splits else "none"
         raise CorpusError(f"{self.root}: no split '{name}' in corpus '{self.name}' (available: {available})")
 
+    def default_split(self, preferred: str = "test") -> str:
+        """The split a command uses when none is asked for: ``preferred`` when the corpus has it, else its
+        only split (a CSV without a split column has just ``all``); several others are an error that lists
+        them and says how to choose."""
+        try:
+            return self._resolve_split(preferred)
+        except CorpusError:
+            pass
+        if len(self.splits) == 1:
+            return next(iter(self.splits))
+        available = ", ".join(self.splits) if self.splits else "none"
+        raise CorpusError(
+            f"{self.root}: corpus '{self.name}' has no '{preferred}' split; choose one with --split "
+            f"(available: {available}; join several with '+', e.g. --split {'+'.join(list(self.splits)[:2])})"
+        )
+
     def split(self, name: str) -> Corpus:
         """The images and captions of one split (aliases dev/val/validation; "a+b" joins splits).
 

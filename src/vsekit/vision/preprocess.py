@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from vsekit.errors import ImageError
 
@@ -25,7 +25,7 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 
 def load_image(path: str | Path) -> Image.Image:
-    """Open ``path`` and decode it completely into an RGB image.
+    """Open ``path`` and decode it completely into an upright (EXIF orientation applied) RGB image.
 
     PIL decodes lazily, so a truncated or corrupt file would otherwise only fail later, deep inside a
     batch loop; forcing ``load()`` here makes the error surface immediately and name the file.
@@ -36,7 +36,9 @@ def load_image(path: str | Path) -> Image.Image:
     try:
         with Image.open(path) as img:
             img.load()
-            return img.convert("RGB")
+            # A phone stores a portrait photo sideways plus an EXIF Orientation tag; every viewer turns it
+            # upright, so the network must see it upright too.
+            return ImageOps.exif_transpose(img).convert("RGB")
     except FileNotFoundError:
         raise ImageError(f"{path}: cannot read image (file not found)") from None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
@@ -79,7 +81,9 @@ class Preprocessing:
         """A stable, human-readable description for cache keys (changes whenever the output would)."""
         mean = "/".join(repr(m) for m in self.mean)
         std = "/".join(repr(s) for s in self.std)
-        return f"resize={self.resize};crop={self.crop};mean={mean};std={std};interp=bilinear-aa;rgb"
+        return (
+            f"resize={self.resize};crop={self.crop};mean={mean};std={std};interp=bilinear-aa;rgb;exif-upright"
+        )
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
         """Preprocess one PIL image into a normalised ``[3, crop, crop]`` float32 tensor."""
