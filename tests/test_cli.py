@@ -97,6 +97,8 @@ def test_eval_without_model_uses_the_shipped_model(tmp_path, monkeypatch):
         "n_captions",
         "backbone",
         "features",
+        "split",
+        "model",
     }
     assert (metrics["n_images"], metrics["n_captions"], metrics["protocol"]) == (100, 500, "flickr")
     assert set(metrics["i2t"]) == {"r1", "r5", "r10", "medr", "meanr"}

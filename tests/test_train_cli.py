@@ -124,6 +124,8 @@ def test_eval_prints_a_table_and_writes_the_json(run, tmp_path):
         "n_captions",
         "backbone",
         "features",
+        "split",
+        "model",
     }
     assert set(metrics["i2t"]) == set(metrics["t2i"]) == {"r1", "r5", "r10", "medr", "meanr"}
     assert (metrics["n_images"], metrics["n_captions"], metrics["protocol"]) == (6, 30, "flickr")

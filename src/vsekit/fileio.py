@@ -22,6 +22,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "file_sha256",
     "read_named_json",
     "read_vsekit_safetensors",
 ]
@@ -181,3 +182,14 @@ def atomic_save_npy(path: str | os.PathLike[str], array: Any) -> Path:
     with _atomic_file(path) as f:
         np.save(f, array)
     return Path(path)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """sha256 of a file's bytes, read in blocks (identifies a model file)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

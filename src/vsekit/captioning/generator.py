@@ -32,16 +32,26 @@ from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fin
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import VsekitError
+from vsekit.errors import ImageError, VsekitError
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
+from vsekit.vision.preprocess import load_image
 
-__all__ = ["METHODS", "CaptionGenerator", "DecodeSettings"]
+__all__ = ["METHODS", "CaptionGenerator", "DecodeSettings", "FileCaptions"]
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("mrnn", "scnlm", "nn")
 FEATURE_KINDS = ("one-layer", "fne")
+
+
+@dataclass
+class FileCaptions:
+    """The captions of one image file, or why it could not be read."""
+
+    path: Path
+    captions: list[str]
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +187,22 @@ class CaptionGenerator:
         if self.rerank is not None:
             joint_feats = feats if self._joint_reads_same_features() else self.joint.file_features(files)
         return self.describe_features(feats, n, joint_feats)
+
+    def describe_files(self, files: Sequence[str | os.PathLike[str]], n: int = 1) -> list[FileCaptions]:
+        """``n`` captions for each file, where one unreadable file costs only itself: it comes back with
+        its error and no captions, and the others are described."""
+        decoded: list[Any] = []
+        results = []
+        for path in files:
+            try:
+                decoded.append(load_image(path))
+                results.append(FileCaptions(Path(path), []))
+            except ImageError as exc:
+                results.append(FileCaptions(Path(path), [], str(exc)))
+        readable = [r for r in results if r.error is None]
+        for result, captions in zip(readable, self.describe(decoded, n) if decoded else [], strict=True):
+            result.captions = captions
+        return results
 
     def describe_corpus(
         self, corpus: Corpus, image_ids: Sequence[str], n: int = 1, **feature_kwargs: Any

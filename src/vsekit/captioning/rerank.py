@@ -12,10 +12,8 @@ their cosine with the image in the joint space) applied to m-RNN hypotheses. ``w
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +21,7 @@ import torch
 
 from vsekit.captioning.decode import Caption
 from vsekit.errors import VsekitError
+from vsekit.fileio import file_sha256 as file_fingerprint  # the joint model a reranker was tuned with
 
 __all__ = ["RerankSettings", "choose", "rerank_order", "embedding_cosines", "file_fingerprint", "tune_rerank"]
 
@@ -42,15 +41,6 @@ class RerankSettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RerankSettings:
         return cls(**{k: data[k] for k in ("beam_size", "weight", "length_penalty", "joint_model_sha256")})
-
-
-def file_fingerprint(path: str | Path) -> str:
-    """sha256 of a file (identifies the joint model a reranker was tuned with)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def embedding_cosines(

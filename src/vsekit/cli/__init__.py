@@ -7,7 +7,8 @@ from __future__ import annotations
 import typer
 
 from vsekit.cli import captioning, demo, embedding, features
-from vsekit.cli._common import install_warning_format
+from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
+from vsekit.version import __version__
 
 __all__ = ["app", "main"]
 
@@ -17,6 +18,26 @@ app = typer.Typer(
     help="Visual-semantic embeddings: rank, describe and search images and sentences in one space.",
 )
 install_warning_format()
+hide_flag_metavars()
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        console.print(f"vsekit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the library's progress notes."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only results and errors."),
+) -> None:
+    """Visual-semantic embeddings: rank, describe and search images and sentences in one space."""
+    configure_logging(verbose, quiet)
+
 
 app.command("demo")(demo.demo)
 app.command("extract")(features.extract)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,10 @@ err_console = Console(stderr=True)
 
 DEVICE_HELP = "auto, cpu, cuda or cuda:N."
 CACHE_ROOT_HELP = "Root of the feature cache (default $VSEKIT_CACHE or ~/.cache/vsekit)."
+SPLIT_HELP = (
+    "Split of --data: default 'test' when the corpus has one, else its only split (a CSV without a "
+    "split column has one split, 'all'); join splits with '+'."
+)
 MODEL_HELP = "Joint model: a shipped name (vse) or a model file (default: vse, shipped with vsekit)."
 
 
@@ -33,6 +38,30 @@ def install_warning_format() -> None:
     warnings.formatwarning = _one_line_warning
 
 
+def configure_logging(verbose: bool, quiet: bool) -> None:
+    """Library messages (``logging``) on stderr: warnings by default, info with -v, errors only with -q."""
+    level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(levelname)s: %(message)s", force=True)
+    if quiet:
+        warnings.simplefilter("ignore")
+
+
+def hide_flag_metavars() -> None:
+    """Show on/off flags as ``--fne``, not ``--fne <bool>`` (typer's rich help prints the type of every
+    option, which reads as if the flag took a value)."""
+    from typer.core import TyperOption
+
+    if getattr(TyperOption, "_vsekit_flags_hidden", False):
+        return
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's hook
+        return "" if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich
+    TyperOption._vsekit_flags_hidden = True
+
+
 def fail(exc: Exception) -> None:
     """Print ``exc`` as one red line and exit with status 2."""
     err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
@@ -41,11 +70,15 @@ def fail(exc: Exception) -> None:
 
 @contextlib.contextmanager
 def user_errors(interrupted: str | None = None) -> Iterator[None]:
-    """Turn a VsekitError into one line + exit 2, and Ctrl-C into ``interrupted`` + exit 130."""
+    """Turn a VsekitError, or an OS error on a path the user gave (cache, output, model, data), into one
+    line + exit 2, and Ctrl-C into ``interrupted`` + exit 130."""
     try:
         yield
     except VsekitError as exc:
         fail(exc)
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else "a file"
+        fail(VsekitError(f"{where}: {exc.strerror or exc} (check the path and its permissions)"))
     except KeyboardInterrupt:
         if interrupted is None:
             raise
@@ -57,6 +90,20 @@ def with_overrides(config: Any, recipe: str, **values: Any) -> Any:
     """``config`` with the command-line overrides that were given (None = not given), validated."""
     given = {k: v for k, v in values.items() if v is not None}
     return dataclasses.replace(config, **given).validate(f"recipe {recipe!r}")
+
+
+JSON_HELP_SUFFIX = " (an existing file is overwritten)"
+
+
+def rounded(value: Any, digits: int = 2) -> Any:
+    """``value`` with every float rounded to ``digits`` decimals (JSON for people: no float noise)."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v, digits) for v in value]
+    return value
 
 
 def write_json(path: Path, payload: object) -> None:
@@ -74,6 +121,23 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             f.writelines(json.dumps(row) + "\n" for row in rows)
     except OSError as exc:
         raise VsekitError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def expand_image_paths(paths: list[Path]) -> list[Path]:
+    """The image files named on the command line, folders expanded to the photos inside them (recursive,
+    sorted); a path that does not exist is an error naming it."""
+    from vsekit.data.images import ImageCollection
+
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = ImageCollection.from_folder(path)
+            files.extend(found.images[i] for i in found.image_ids())
+        elif path.exists():
+            files.append(path)
+        else:
+            raise VsekitError(f"{path}: no such image file or folder")
+    return files
 
 
 def read_caption_lines(path: Path) -> list[str]:

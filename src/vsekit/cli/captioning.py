@@ -9,7 +9,11 @@ import typer
 from vsekit.cli._common import (
     CACHE_ROOT_HELP,
     DEVICE_HELP,
+    JSON_HELP_SUFFIX,
+    SPLIT_HELP,
     console,
+    err_console,
+    expand_image_paths,
     scores_table,
     user_errors,
     with_overrides,
@@ -60,11 +64,16 @@ def train_captioner(
 
 
 def caption(
-    image: list[Path] = typer.Option(None, "--image", help="Image file(s) to describe (repeat the option)."),
+    paths: list[Path] = typer.Argument(
+        None,
+        help="Image files or folders of photos to describe (e.g. photos/*.jpg or photos/).",
+        show_default=False,
+    ),
+    image: list[Path] = typer.Option(None, "--image", help="Image file or folder to describe (repeatable)."),
     data: Path | None = typer.Option(
         None, "--data", help="Corpus: describe every image of --split and score."
     ),
-    split: str = typer.Option("test", "--split", help="Split of --data to caption."),
+    split: str | None = typer.Option(None, "--split", help=SPLIT_HELP),
     model: str | None = typer.Option(
         None, "--model", help="Captioner: a shipped name (captioner) or a file (default: captioner)."
     ),
@@ -99,7 +108,9 @@ def caption(
     features: str = typer.Option(
         "one-layer", "--features", help="nn method: one-layer or fne (Full-Network Embedding) features."
     ),
-    json_out: Path | None = typer.Option(None, "--json", help="With --data: write the scores to this JSON."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="With --data: write the scores to this JSON" + JSON_HELP_SUFFIX + "."
+    ),
     out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
@@ -115,9 +126,11 @@ def caption(
     with user_errors():
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
+        image = [*(paths or []), *(image or [])]
         if bool(image) == (data is not None):
             raise VsekitError(
-                "give images to describe (--image IMG) or a corpus split (--data DIR --split S)"
+                "give images to describe (vsekit caption photo.jpg, a folder, or --image IMG) or a corpus "
+                "split (--data DIR --split S)"
             )
         if (json_out is not None or out is not None) and data is None:
             raise VsekitError("--json and --out need --data (they hold scores and captions of a split)")
@@ -130,19 +143,27 @@ def caption(
                 if train_data is None:
                     raise VsekitError("--method nn needs the training images to search: --train-data DIR")
                 generator.fit_nn(load_corpus(train_data), "train", cache_root)
-            _print_file_captions(list(image), generator.describe(list(image), n))
+            _print_file_captions(generator.describe_files(expand_image_paths(image), n))
         else:
             corpus = load_corpus(data)
+            split = split or corpus.default_split()
             if method == "nn":
                 generator.fit_nn(load_corpus(train_data) if train_data else corpus, "train", cache_root)
             _caption_split(generator, corpus, split, n, cache_root, json_out, out)
 
 
-def _print_file_captions(files: list[Path], generated: list[list[str]]) -> None:
-    for path, captions in zip(files, generated, strict=True):
-        console.print(f"[bold]{path}[/]", soft_wrap=True)  # a path must stay copyable
-        for k, text in enumerate(captions, start=1):
-            console.print(f"  {k}. {text}" if len(captions) > 1 else f"  {text}")
+def _print_file_captions(results: list) -> None:  # list[FileCaptions]
+    for result in results:
+        console.print(f"[bold]{result.path}[/]", soft_wrap=True)  # a path must stay copyable
+        if result.error is not None:
+            err_console.print(f"  [yellow]skipped:[/] {result.error}", highlight=False, soft_wrap=True)
+        for k, text in enumerate(result.captions, start=1):
+            console.print(f"  {k}. {text}" if len(result.captions) > 1 else f"  {text}")
+    failed = sum(r.error is not None for r in results)
+    if failed:
+        err_console.print(f"{failed} of {len(results)} image(s) could not be read")
+        if failed == len(results):
+            raise typer.Exit(code=2)
 
 
 def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, out) -> None:  # noqa: ANN001

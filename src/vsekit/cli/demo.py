@@ -21,8 +21,8 @@ def demo(
         None, "--data", help="Corpus to show (default: the bundled Flickr8K sample)."
     ),
     model: str | None = typer.Option(None, help=MODEL_HELP),
-    n_images: int = typer.Option(3, help="How many sample photos to describe."),
-    top: int = typer.Option(3, help="Results per query."),
+    n_images: int = typer.Option(3, min=1, help="How many sample photos to describe."),
+    top: int = typer.Option(3, min=1, help="Results per query."),
     device: str = typer.Option("auto", help=DEVICE_HELP),
 ) -> None:
     """Quick start: the shipped model ranks captions for sample photos and photos for sentences.
@@ -49,18 +49,24 @@ def demo(
     shown = list(range(0, min(len(ids), step * n_images), step))
     annotations = space.captions_for_images(top)
     for q in shown:
-        table = _table(f"photo {ids[q]}: best captions among all {n_captions}", ("caption", None), ("", 10))
+        table = _table(
+            f"photo {ids[q]}: best captions among all {n_captions}", ("caption", None), ("correct?", 9)
+        )
         for k, hit in enumerate(annotations[q], start=1):
             mark = "[green]correct[/]" if space.caption_image_ids[hit.index] == ids[q] else ""
             table.add_row(str(k), f"{hit.score:.2f}", hit.key, mark)
-        table.add_row("", "", f"[dim]a human caption: {by_image[ids[q]][0]}[/]", "")
+        table.caption = f"a human caption of this photo: {by_image[ids[q]][0]}"
+        table.caption_justify = "left"
         console.print(table)
+        console.print()
     searches = space.images_for(vse.embed_texts(list(DEMO_SENTENCES)), top)
     for sentence, hits in zip(DEMO_SENTENCES, searches, strict=True):
         table = _table(f"search: {sentence!r}", ("photo", 26), ("its first human caption", None))
         for k, hit in enumerate(hits, start=1):
             table.add_row(str(k), f"{hit.score:.2f}", hit.key, by_image[hit.key][0])
         console.print(table)
+    folder = corpus.images[ids[0]].parent
+    console.print(f"the photos are in {folder}", soft_wrap=True, highlight=False)
     title = f"ranking the whole sample ({len(ids)} photos x {n_captions} captions)"
     console.print(metrics_table(title, space.evaluate("flickr")))
     _show_generated(corpus, ids, by_image, vse, device, n_images * 2)

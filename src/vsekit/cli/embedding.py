@@ -11,15 +11,19 @@ from rich.table import Table
 from vsekit.cli._common import (
     CACHE_ROOT_HELP,
     DEVICE_HELP,
+    JSON_HELP_SUFFIX,
     MODEL_HELP,
+    SPLIT_HELP,
     console,
     metrics_table,
     read_caption_lines,
+    rounded,
     user_errors,
     with_overrides,
     write_json,
 )
 from vsekit.errors import VsekitError
+from vsekit.fileio import file_sha256
 
 
 def train(
@@ -87,10 +91,12 @@ def _print_training_summary(summary: dict, out: Path) -> None:
 
 def evaluate(
     data: Path = typer.Option(..., "--data", help="Corpus directory or file."),
-    split: str = typer.Option("test", "--split", help="Split to rank (every image against every caption)."),
+    split: str | None = typer.Option(None, "--split", help=SPLIT_HELP),
     model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
     protocol: str = typer.Option("flickr", "--protocol", help="flickr, coco1k or coco5k."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the metrics to this JSON file."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Write the metrics to this JSON file" + JSON_HELP_SUFFIX + "."
+    ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
 ) -> None:
@@ -102,11 +108,17 @@ def evaluate(
     with user_errors():
         vse = VSEModel.load(model, device=device)
         corpus = load_corpus(data)
+        split = split or corpus.default_split()
         result = evaluate_model(
             vse.network, vse.fne, corpus, split, protocol, cache_root=cache_root, device=str(vse.device)
         )
+        result = {
+            **result,
+            "split": split,
+            "model": {"name": model or "vse", "path": str(vse.path), "sha256": file_sha256(vse.path)},
+        }
         if json_out is not None:
-            write_json(json_out, result)
+            write_json(json_out, rounded(result))
     title = (
         f"{corpus.name} {split}: {result['n_images']} images x {result['n_captions']} captions, "
         f"{protocol} protocol, {result['backbone']} {result['features']} features"
@@ -122,9 +134,11 @@ def rank(
     model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
     captions: Path | None = typer.Option(None, "--captions", help="Candidate captions, one per line."),
     data: Path | None = typer.Option(None, "--data", help="Corpus whose split provides the candidates."),
-    split: str = typer.Option("test", "--split", help="Split of --data to search."),
+    split: str | None = typer.Option(None, "--split", help=SPLIT_HELP),
     top: int = typer.Option(5, "--top", min=1, help="How many results to show."),
-    json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write the results to this JSON file" + JSON_HELP_SUFFIX + "."
+    ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
 ) -> None:
@@ -140,8 +154,12 @@ def rank(
             raise VsekitError("--image needs candidates: --captions FILE or --data DIR (with --split)")
         if sentence is not None and data is None:
             raise VsekitError("--sentence needs images to search: --data DIR (with --split)")
+        if sentence is not None and not sentence.strip():
+            raise VsekitError("--sentence is empty: give the words to search for")
         vse = VSEModel.load(model, device=device)
         corpus = load_corpus(data) if data is not None else None
+        if corpus is not None:
+            split = split or corpus.default_split()
         if image is not None:
             if captions is not None:
                 candidates = read_caption_lines(captions)
@@ -166,12 +184,15 @@ def rank(
                 for k, h in enumerate(hits, 1)
             ]
         if json_out is not None:
-            write_json(json_out, {"query": str(image) if image is not None else sentence, "results": rows})
+            query = str(image) if image is not None else sentence
+            write_json(json_out, rounded({"query": query, "results": rows}, 4))
     console.print(_rank_table(image, sentence, rows))
 
 
 def _rank_table(image: Path | None, sentence: str | None, rows: list[dict]) -> Table:
-    table = Table(title=f"query: {image if image is not None else sentence!r}", header_style="bold")
+    query = str(image) if image is not None else repr(sentence)
+    console.print(f"query: {query}", soft_wrap=True, highlight=False)  # a path must stay copyable
+    table = Table(header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     if image is not None:

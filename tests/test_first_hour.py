@@ -1,0 +1,118 @@
+"""What a new user does in the first hour, as they would type it (issue: "a new user's first hour")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from corpus_helpers import write_tiny_corpus
+from vsekit.cli import app
+from vsekit.data import load_corpus
+from vsekit.errors import CorpusError
+from vsekit.resources import pretrained_path, sample_data_path
+
+runner = CliRunner()
+shipped = pytest.mark.skipif(
+    not pretrained_path("vse").is_file() or not pretrained_path("captioner").is_file(),
+    reason="the shipped models are not in this checkout",
+)
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+
+
+def test_the_default_split_is_test_else_the_only_one_else_a_list(tmp_path):
+    assert load_corpus(sample_data_path()).default_split() == "dev"  # the sample has only dev
+    two = load_corpus(write_tiny_corpus(tmp_path / "c", n_train=4, n_dev=2, n_test=0))
+    with pytest.raises(
+        CorpusError, match=r"no 'test' split; choose one with --split \(available: train, dev"
+    ):
+        two.default_split()
+    three = load_corpus(write_tiny_corpus(tmp_path / "d", n_train=4, n_dev=2, n_test=2))
+    assert three.default_split() == "test"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "captions.csv").write_text("image,caption\na.jpg,a dog\n")
+    (plain / "Images").mkdir()
+    (plain / "Images" / "a.jpg").touch()
+    assert load_corpus(plain).default_split() == "all"
+
+
+@shipped
+def test_eval_on_the_sample_needs_no_split_and_writes_json_a_person_can_read(tmp_path, cache):
+    out = tmp_path / "dev.json"
+    result = runner.invoke(app, ["eval", "--data", str(sample_data_path()), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    assert payload["split"] == "dev" and payload["model"]["name"] == "vse"
+    assert len(payload["model"]["sha256"]) == 64
+    floats = [payload["rsum"], *payload["i2t"].values(), *payload["t2i"].values()]
+    assert all(round(x, 2) == x for x in floats)
+
+
+@shipped
+def test_caption_takes_files_and_folders_and_one_bad_file_costs_only_itself(tmp_path, cache):
+    photos = sorted((sample_data_path() / "Images").glob("*.jpg"))[:3]
+    folder = tmp_path / "photos"
+    (folder / "sub").mkdir(parents=True)
+    shutil.copy(photos[0], folder / "a.jpg")
+    shutil.copy(photos[1], folder / "sub" / "B.JPG")
+    (folder / "broken.jpg").write_text("not a photo")
+    result = runner.invoke(app, ["caption", str(folder), str(photos[2])])
+    assert result.exit_code == 0, result.output
+    assert "broken.jpg" in result.output and "1 of 4 image(s) could not be read" in result.output
+    for name in ("a.jpg", "B.JPG", photos[2].name):
+        assert name in result.output
+    described = [
+        line for line in result.output.splitlines() if line.startswith("  ") and "skipped" not in line
+    ]
+    assert len(described) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["rank", "--sentence", "   ", "--data", str(sample_data_path())], "--sentence is empty"),
+        (["demo", "--n-images", "-1"], "--n-images"),
+        (["demo", "--top", "0"], "--top"),
+        (["caption", "/no/such/photo.jpg"], "/no/such/photo.jpg: no such image file or folder"),
+    ],
+)
+def test_inputs_a_person_types_are_checked(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_an_unusable_cache_is_one_line_not_a_traceback(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = runner.invoke(
+        app, ["extract", "--data", str(sample_data_path()), "--cache-root", str(blocker / "cache")]
+    )
+    assert result.exit_code == 2
+    assert str(blocker) in result.output and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_version_and_flags_without_a_type():
+    from vsekit import __version__
+
+    assert __version__ in runner.invoke(app, ["--version"]).output
+    help_text = runner.invoke(app, ["extract", "--help"]).output
+    assert "--fne" in help_text and "<bool>" not in help_text
+
+
+@shipped
+def test_rank_prints_the_image_path_not_its_repr(cache):
+    photo = sorted((sample_data_path() / "Images").glob("*.jpg"))[0]
+    result = runner.invoke(
+        app, ["rank", "--image", str(photo), "--data", str(sample_data_path()), "--top", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "PosixPath" not in result.output and photo.name in result.output.replace("\n", "")
