@@ -116,3 +116,26 @@ def test_rank_prints_the_image_path_not_its_repr(cache):
     )
     assert result.exit_code == 0, result.output
     assert "PosixPath" not in result.output and photo.name in result.output.replace("\n", "")
+
+
+def test_library_code_never_prints():
+    """Only cli/ prints; the library reports through logging (so -v / -q and embedding apps control it)."""
+    import ast
+    from pathlib import Path
+
+    import vsekit
+
+    offenders = []
+    for path in Path(vsekit.__file__).parent.rglob("*.py"):
+        if "cli" in path.relative_to(Path(vsekit.__file__).parent).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
+                offenders.append(f"{path.name}:{node.lineno}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "write"
+                and getattr(node.value, "id", "") == "tqdm"
+            ):
+                offenders.append(f"{path.name}:{node.lineno}")
+    assert offenders == []

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -77,6 +77,8 @@ __all__ = [
     "translation_score",
     "tune_rerank_weights",
 ]
+
+logger = logging.getLogger(__name__)
 
 SCNLM_FORMAT = "vsekit.SCNLM"
 SCNLM_FORMAT_VERSION = 1
@@ -269,8 +271,9 @@ def _perplexity(model: SCNLM, data: tuple[np.ndarray, ...], u: torch.Tensor, bat
 
 
 def _log(progress: bool, message: str) -> None:
+    """Progress notes: through logging (``vsekit -v`` shows them), only when ``progress`` is on."""
     if progress:
-        print(message, file=sys.stderr, flush=True)
+        logger.info(message)
 
 
 def joint_fingerprint(joint_model: Any) -> str:

@@ -11,6 +11,7 @@ trigram LM, POS templates, word and sentence banks), built once from the trainin
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tempfile
@@ -24,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.captioning.scnlm import (
@@ -69,6 +69,8 @@ __all__ = [
     "train_scnlm",
     "train_scnlm_run",
 ]
+
+logger = logging.getLogger(__name__)
 
 SCNLM_MODEL_NAME = "scnlm.safetensors"
 KIND = "scnlm"  # the checkpoint kind this trainer writes
@@ -324,7 +326,7 @@ def train_scnlm_run(
     ``best_epoch``, ``best_dev_ppl``, ``epochs_completed``, ``stopped_early`` and ``history``.
     """
     config.validate()
-    say = log if log is not None else tqdm.write
+    say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)
     ckpt = run.open(resume)

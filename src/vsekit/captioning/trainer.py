@@ -10,6 +10,7 @@ exact resume are the training engine's (:mod:`vsekit.training`), as for the join
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -20,7 +21,6 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
@@ -57,6 +57,8 @@ __all__ = [
     "train_captioner",
     "tune_captioner_rerank",
 ]
+
+logger = logging.getLogger(__name__)
 
 CAPTIONER_NAME = "captioner.safetensors"
 KIND = "captioner"  # the checkpoint kind this trainer writes
@@ -340,7 +342,7 @@ def train_captioner(
     ``best_epoch``, ``best_dev`` (the scores of the best epoch), ``epochs_completed`` and ``history``.
     """
     config.validate()
-    say = log if log is not None else tqdm.write
+    say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)
     ckpt = run.open(resume)

@@ -38,8 +38,13 @@ def install_warning_format() -> None:
     warnings.formatwarning = _one_line_warning
 
 
+_quiet = False
+
+
 def configure_logging(verbose: bool, quiet: bool) -> None:
     """Library messages (``logging``) on stderr: warnings by default, info with -v, errors only with -q."""
+    global _quiet
+    _quiet = quiet
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", force=True)
     if quiet:
@@ -60,6 +65,15 @@ def hide_flag_metavars() -> None:
 
     TyperOption.display_type_rich = display_type_rich
     TyperOption._vsekit_flags_hidden = True
+
+
+def say(message: str) -> None:
+    """A line of a long job's running account (a trainer's epoch lines), above any progress bar; -q hides
+    it."""
+    if not _quiet:
+        from tqdm.auto import tqdm
+
+        tqdm.write(message)
 
 
 def fail(exc: Exception) -> None:

@@ -14,6 +14,7 @@ from vsekit.cli._common import (
     console,
     err_console,
     expand_image_paths,
+    say,
     scores_table,
     user_errors,
     with_overrides,
@@ -54,7 +55,7 @@ def train_captioner(
             f"{corpus!r}\nrecipe {config.name}: m-RNN ({config.cell}, hidden {config.hidden_dim}) on "
             f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
         )
-        summary = run_training(corpus, config, out, resume=resume, progress=progress, device=device)
+        summary = run_training(corpus, config, out, resume=resume, progress=progress, device=device, log=say)
     best = summary["best_dev"]
     if best is None:
         console.print(f"no dev evaluation yet; checkpoint in {out}")
@@ -229,7 +230,7 @@ def train_scnlm(
         console.print(f"{corpus!r}\nrecipe {config.name}: SC-NLM, {config.epochs} epochs")
         joint = VSEModel.load(joint_model, device=device).network
         summary = train_scnlm_run(
-            corpus, config, out, resume=resume, progress=progress, device=device, joint_model=joint
+            corpus, config, out, resume=resume, progress=progress, device=device, joint_model=joint, log=say
         )
     console.print(
         f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} "

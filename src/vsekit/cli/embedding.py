@@ -18,6 +18,7 @@ from vsekit.cli._common import (
     metrics_table,
     read_caption_lines,
     rounded,
+    say,
     user_errors,
     with_overrides,
     write_json,
@@ -68,7 +69,14 @@ def train(
             + (f", ensemble of seeds {config.ensemble_seeds}" if config.ensemble_seeds else "")
         )
         summary = run_training(
-            corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
+            corpus,
+            config,
+            out,
+            resume=resume,
+            progress=progress,
+            device=device,
+            cache_root=cache_root,
+            log=say,
         )
     _print_training_summary(summary, out)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import random
 from collections.abc import Callable, Sequence
@@ -35,7 +36,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
@@ -80,6 +80,8 @@ __all__ = [
     "load_recipe",
     "train",
 ]
+
+logger = logging.getLogger(__name__)
 
 MODEL_NAME = "model.safetensors"
 KIND = "joint-embedding"  # the checkpoint kind this trainer writes
@@ -412,7 +414,7 @@ def train(
     and ``epochs_completed`` / ``best_epoch`` as lists over the members.
     """
     config.validate()
-    say = log if log is not None else tqdm.write
+    say = log if log is not None else logger.info
     run = dict(
         resume=resume, progress=progress, device=device, cache_root=cache_root, feature_fn=feature_fn, say=say
     )
