@@ -139,3 +139,28 @@ def test_library_code_never_prints():
             ):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
+
+
+@shipped
+def test_sentence_embeddings_are_cached_per_model_and_sentence_list(tmp_path, monkeypatch):
+    import numpy as np
+
+    import vsekit
+    from vsekit.embedding.text_cache import cached_text_embeddings
+
+    model = vsekit.load_model(device="cpu")
+    texts = ["a dog runs through the snow", "two children on a beach"]
+    first = cached_text_embeddings(model, texts, tmp_path, progress=False)
+    np.testing.assert_array_equal(first, model.embed_texts(texts))
+
+    def no_encoder(*args, **kwargs):
+        raise AssertionError("the cached sentences were embedded again")
+
+    monkeypatch.setattr(model, "embed_texts", no_encoder)
+    np.testing.assert_array_equal(cached_text_embeddings(model, texts, tmp_path, progress=False), first)
+    monkeypatch.undo()
+    (cache_file,) = (tmp_path / "texts").glob("*.npy")
+    cache_file.write_bytes(b"damaged")  # a damaged cache file is recomputed, never trusted
+    np.testing.assert_array_equal(cached_text_embeddings(model, texts, tmp_path, progress=False), first)
+    other = cached_text_embeddings(model, texts[:1], tmp_path, progress=False)  # another list, another file
+    assert other.shape == (1, model.embed_dim) and len(list((tmp_path / "texts").glob("*.npy"))) == 2

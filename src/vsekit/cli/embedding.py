@@ -153,6 +153,7 @@ def rank(
     """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
     from vsekit.data import load_corpus
     from vsekit.embedding.pipeline import VSEModel
+    from vsekit.embedding.text_cache import cached_text_embeddings
     from vsekit.retrieval import rank as rank_in_space
 
     with user_errors():
@@ -173,7 +174,8 @@ def rank(
                 candidates = read_caption_lines(captions)
             else:
                 candidates = [c.text for c in corpus.split(split).captions]
-            (hits,) = rank_in_space(vse.embed_images([image]), vse.embed_texts(candidates), candidates, top)
+            texts = cached_text_embeddings(vse, candidates, cache_root)
+            (hits,) = rank_in_space(vse.embed_images([image]), texts, candidates, top)
             rows = [{"rank": k, "score": h.score, "caption": h.key} for k, h in enumerate(hits, 1)]
         else:
             part = corpus.split(split)

@@ -90,14 +90,22 @@ class _JointSpace(nn.Module):
         return torch.cat(out) if out else torch.empty(0, self.embed_dim)
 
     @torch.no_grad()
-    def embed_texts(self, texts: Sequence[str], batch_size: int = 256) -> torch.Tensor:
-        """Unit-norm embeddings of raw sentences ``[n, K]`` (eval mode, no grad, batched; CPU result)."""
+    def embed_texts(
+        self, texts: Sequence[str], batch_size: int = 256, progress: bool = False
+    ) -> torch.Tensor:
+        """Unit-norm embeddings of raw sentences ``[n, K]`` (eval mode, no grad, batched; CPU result).
+
+        ``progress`` shows a bar when there is more than one batch (thousands of captions take seconds)."""
+        from tqdm.auto import tqdm
+
         texts = list(texts)
         was_training = self.training
         self.eval()
+        starts = range(0, len(texts), batch_size)
         try:
             out = []
-            for i in range(0, len(texts), batch_size):
+            bar = tqdm(starts, desc="embed sentences", unit="batch", disable=not progress or len(starts) < 2)
+            for i in bar:
                 prepared = self.text_encoder.prepare(texts[i : i + batch_size])
                 prepared = {k: v.to(self.device) for k, v in prepared.items()}
                 out.append(self.encode_texts(**prepared).float().cpu())

@@ -119,8 +119,8 @@ class VSEModel:
             return np.zeros((0, self.embed_dim), dtype=np.float32)
         return self.embed_features(self.file_features(images))
 
-    def embed_texts(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    def embed_texts(self, texts: Sequence[str], batch_size: int = 256, progress: bool = False) -> np.ndarray:
         """Unit-norm float32 embeddings ``[n, K]`` of sentences (batched, no gradient)."""
         if isinstance(texts, str):
             raise TypeError("embed_texts takes a list of sentences, not one string")
-        return self.network.embed_texts(list(texts), batch_size=batch_size).numpy()
+        return self.network.embed_texts(list(texts), batch_size=batch_size, progress=progress).numpy()
