@@ -164,3 +164,28 @@ def test_sentence_embeddings_are_cached_per_model_and_sentence_list(tmp_path, mo
     np.testing.assert_array_equal(cached_text_embeddings(model, texts, tmp_path, progress=False), first)
     other = cached_text_embeddings(model, texts[:1], tmp_path, progress=False)  # another list, another file
     assert other.shape == (1, model.embed_dim) and len(list((tmp_path / "texts").glob("*.npy"))) == 2
+
+
+@shipped
+def test_one_bad_photo_in_a_corpus_costs_only_itself_with_skip_bad_images(tmp_path, cache):
+    """The advice in the error is an option that exists, and taking it gives results for the rest."""
+    data = tmp_path / "corpus"
+    shutil.copytree(sample_data_path(), data)
+    bad = sorted((data / "Images").glob("*.jpg"))[5]
+    bad.write_bytes(b"not a jpeg")
+
+    stopped = runner.invoke(app, ["eval", "--data", str(data)])
+    assert stopped.exit_code == 2 and bad.name in stopped.output and "--skip-bad-images" in stopped.output
+    out = tmp_path / "dev.json"
+    kept = runner.invoke(app, ["eval", "--data", str(data), "--skip-bad-images", "--json", str(out)])
+    assert kept.exit_code == 0, kept.output
+    assert json.loads(out.read_text())["n_images"] == 99
+    searched = runner.invoke(
+        app, ["rank", "--sentence", "a dog", "--data", str(data), "--skip-bad-images", "--top", "3"]
+    )
+    assert searched.exit_code == 0, searched.output
+    described = runner.invoke(
+        app, ["caption", "--data", str(data), "--skip-bad-images", "--json", str(tmp_path / "c.json")]
+    )
+    assert described.exit_code == 0, described.output
+    assert json.loads((tmp_path / "c.json").read_text())["n_images"] == 99

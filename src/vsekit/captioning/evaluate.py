@@ -35,11 +35,21 @@ class SplitCaptions:
 
 
 def caption_split(
-    generator: CaptionGenerator, corpus: Corpus, split: str, n: int = 1, **feature_kwargs: Any
+    generator: CaptionGenerator,
+    corpus: Corpus,
+    split: str,
+    n: int = 1,
+    skip_bad_images: bool = False,
+    **feature_kwargs: Any,
 ) -> SplitCaptions:
-    """Describe every captioned image of ``split`` with ``generator`` and score the best captions."""
+    """Describe every captioned image of ``split`` with ``generator`` and score the best captions.
+
+    ``skip_bad_images`` leaves unreadable photos out (each reported once) instead of stopping."""
     references = {i: caps for i, caps in corpus.split(split).captions_by_image().items() if caps}
     ids = list(references)
+    if skip_bad_images and ids:
+        ids = generator.readable_ids(corpus, ids, **feature_kwargs)
+        references = {i: references[i] for i in ids}
     if not ids:
         raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images")
     t0 = time.perf_counter()

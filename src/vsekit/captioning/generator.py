@@ -35,7 +35,9 @@ from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ImageError, VsekitError
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
+from vsekit.vision.features import readable_image_ids
 from vsekit.vision.preprocess import load_image
+from vsekit.vision.spec import FeatureSpec
 
 __all__ = ["METHODS", "CaptionGenerator", "DecodeSettings", "FileCaptions"]
 
@@ -223,6 +225,16 @@ class CaptionGenerator:
         if self.rerank is not None:
             joint_feats = self.joint.corpus_features(corpus, ids, **feature_kwargs)
         return self.describe_features(feats, n, joint_feats)
+
+    def readable_ids(self, corpus: Corpus, image_ids: Sequence[str], **cache_kwargs: Any) -> list[str]:
+        """The ids of ``image_ids`` whose photos can be read, for every feature this generator needs (its
+        own, and the joint model's when it reranks); each unreadable photo is reported once."""
+        options = {k: v for k, v in cache_kwargs.items() if k in ("cache_dir", "cache_root", "progress")}
+        spec = FeatureSpec.from_config(self.image)
+        kept, _ = readable_image_ids(corpus, spec, list(image_ids), device=self.device, **options)
+        if self.rerank is not None:
+            kept, _ = self.joint.readable_ids(corpus, kept, **options)
+        return kept
 
     def describe_features(
         self, features: np.ndarray, n: int = 1, joint_features: np.ndarray | None = None

@@ -115,6 +115,11 @@ def caption(
     out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    skip_bad_images: bool = typer.Option(
+        False,
+        "--skip-bad-images",
+        help="With --data: leave unreadable photos out instead of stopping.",
+    ),
 ) -> None:
     """Describe images in words: print captions for --image files, or caption and score a corpus split.
 
@@ -150,7 +155,7 @@ def caption(
             split = split or corpus.default_split()
             if method == "nn":
                 generator.fit_nn(load_corpus(train_data) if train_data else corpus, "train", cache_root)
-            _caption_split(generator, corpus, split, n, cache_root, json_out, out)
+            _caption_split(generator, corpus, split, n, cache_root, json_out, out, skip_bad_images)
 
 
 def _print_file_captions(results: list) -> None:  # list[FileCaptions]
@@ -167,10 +172,10 @@ def _print_file_captions(results: list) -> None:  # list[FileCaptions]
             raise typer.Exit(code=2)
 
 
-def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, out) -> None:  # noqa: ANN001
+def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, out, skip: bool) -> None:  # noqa: ANN001
     from vsekit.captioning.evaluate import caption_split
 
-    done = caption_split(generator, corpus, split, n, cache_root=cache_root)
+    done = caption_split(generator, corpus, split, n, skip_bad_images=skip, cache_root=cache_root)
     if out is not None:
         rows = [
             {"image": i, "caption": caps[0], "n_best": caps}

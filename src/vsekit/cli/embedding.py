@@ -107,6 +107,9 @@ def evaluate(
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    skip_bad_images: bool = typer.Option(
+        False, "--skip-bad-images", help="Leave unreadable photos out (each reported) instead of stopping."
+    ),
 ) -> None:
     """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
     from vsekit.data import load_corpus
@@ -118,7 +121,14 @@ def evaluate(
         corpus = load_corpus(data)
         split = split or corpus.default_split()
         result = evaluate_model(
-            vse.network, vse.fne, corpus, split, protocol, cache_root=cache_root, device=str(vse.device)
+            vse.network,
+            vse.fne,
+            corpus,
+            split,
+            protocol,
+            skip_bad_images=skip_bad_images,
+            cache_root=cache_root,
+            device=str(vse.device),
         )
         result = {
             **result,
@@ -149,6 +159,9 @@ def rank(
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    skip_bad_images: bool = typer.Option(
+        False, "--skip-bad-images", help="Leave unreadable photos out (each reported) instead of stopping."
+    ),
 ) -> None:
     """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
     from vsekit.data import load_corpus
@@ -180,6 +193,8 @@ def rank(
         else:
             part = corpus.split(split)
             ids = part.image_ids()
+            if skip_bad_images:
+                ids, _ = vse.readable_ids(corpus, ids, cache_root=cache_root)
             images = vse.embed_features(vse.corpus_features(corpus, ids, cache_root=cache_root))
             (hits,) = rank_in_space(vse.embed_texts([sentence]), images, ids, top)
             first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}

@@ -7,6 +7,7 @@ statistics into the codes and change what the thresholds mean).
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -17,13 +18,16 @@ from vsekit.data.corpus import Corpus
 from vsekit.embedding.model import JointEmbedding
 from vsekit.errors import VsekitError
 from vsekit.metrics.ranking import PROTOCOLS, evaluate_protocol
-from vsekit.vision.features import check_model_features, image_features, require_fne
+from vsekit.vision.features import check_model_features, image_features, readable_image_ids, require_fne
 from vsekit.vision.fne import FullNetworkEmbedding
+from vsekit.vision.spec import FeatureSpec
 
 __all__ = [
     "evaluate_model",
     "model_features",
 ]
+
+logger = logging.getLogger(__name__)
 
 _RESULT_KEYS = ("i2t", "t2i", "rsum", "protocol", "n_images", "n_captions")
 
@@ -57,6 +61,7 @@ def evaluate_model(
     protocol: str = "flickr",
     batch_size: int = 256,
     feature_fn=None,
+    skip_bad_images: bool = False,
     **feature_kwargs: Any,
 ) -> dict[str, Any]:
     """Recall@K / median rank of ``model`` on ``split`` of ``corpus`` under ``protocol``.
@@ -65,7 +70,8 @@ def evaluate_model(
     "n_captions", "backbone", "features"}`` with recalls in percent. Images of the split without any
     caption are left out (with a warning): their i2t rank is undefined. ``feature_fn`` replaces
     :func:`~vsekit.vision.features.image_features` (tests); ``feature_kwargs`` go to it (``cache_root``,
-    ``device``, ``progress``, ...).
+    ``device``, ``progress``, ...). ``skip_bad_images`` leaves unreadable photos (and their captions) out,
+    each reported once, instead of stopping at the first; the result's ``n_images`` says how many stayed.
     """
     if protocol not in PROTOCOLS:
         raise VsekitError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
@@ -76,6 +82,8 @@ def evaluate_model(
         warnings.warn(
             f"split '{split}': {len(by_image) - len(ids)} image(s) without captions left out", stacklevel=2
         )
+    if skip_bad_images and ids:
+        ids = _readable(model, corpus, ids, feature_kwargs)
     if not ids:
         raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images to evaluate")
     kept = set(ids)
@@ -91,3 +99,12 @@ def evaluate_model(
     out["backbone"] = model.config["image"]["backbone"]
     out["features"] = model.config["image"]["kind"]
     return out
+
+
+def _readable(model: JointEmbedding, corpus: Corpus, ids: list[str], feature_kwargs: dict) -> list[str]:
+    """The ids of ``ids`` whose photos can be read (features cached), warning once for each other one."""
+    options = {
+        k: v for k, v in feature_kwargs.items() if k in ("cache_dir", "cache_root", "device", "progress")
+    }
+    kept, _ = readable_image_ids(corpus, FeatureSpec.from_config(model.config["image"]), ids, **options)
+    return kept

@@ -22,8 +22,9 @@ from vsekit.device import resolve_device
 from vsekit.embedding.evaluate import model_features
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model
 from vsekit.resources import resolve_model_path
-from vsekit.vision.features import features_for_model
+from vsekit.vision.features import features_for_model, readable_image_ids
 from vsekit.vision.fne import FullNetworkEmbedding
+from vsekit.vision.spec import FeatureSpec
 
 __all__ = ["ImageInput", "VSEModel"]
 
@@ -105,6 +106,16 @@ class VSEModel:
         """
         feature_kwargs.setdefault("device", str(self.device))
         return model_features(self.network, self.fne, corpus, list(image_ids), **feature_kwargs)
+
+    def readable_ids(
+        self, corpus: Corpus, image_ids: Sequence[str], **cache_kwargs: Any
+    ) -> tuple[list[str], dict[str, str]]:
+        """``(ids of images with features, {id: why} for unreadable ones)``: the cache is filled leaving
+        bad images out, so a command asked to skip them loses only those (each reported once)."""
+        spec = FeatureSpec.from_config(self.image_spec)
+        cache_kwargs.setdefault("device", str(self.device))
+        kept, failed = readable_image_ids(corpus, spec, list(image_ids), **cache_kwargs)
+        return kept, failed
 
     # -- embeddings ----------------------------------------------------------------------------------
 

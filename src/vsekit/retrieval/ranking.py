@@ -85,12 +85,19 @@ class SplitEmbeddings:
         return rank(sentence_embeddings, self.images, self.image_ids, top)
 
 
-def embed_split(model: VSEModel, corpus: Corpus, split: str, **feature_kwargs: Any) -> SplitEmbeddings:
-    """Embed the captioned images and the captions of ``split`` (image features through the cache)."""
+def embed_split(
+    model: VSEModel, corpus: Corpus, split: str, skip_bad_images: bool = False, **feature_kwargs: Any
+) -> SplitEmbeddings:
+    """Embed the captioned images and the captions of ``split`` (image features through the cache).
+
+    ``skip_bad_images`` leaves unreadable photos and their captions out (each reported once) instead of
+    stopping at the first."""
     part = corpus.split(split)
     ids = [i for i, caps in part.captions_by_image().items() if caps]
+    if skip_bad_images and ids:
+        ids, _ = model.readable_ids(corpus, ids, **feature_kwargs)
     if not ids:
-        raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images")
+        raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images with readable photos")
     kept = set(ids)
     captions = [c for c in part.captions if c.image_id in kept]
     feats = model.corpus_features(corpus, ids, **feature_kwargs)

@@ -86,6 +86,7 @@ __all__ = [
     "feature_config",
     "features_for_model",
     "image_features",
+    "readable_image_ids",
     "require_fne",
 ]
 
@@ -792,6 +793,39 @@ def require_fne(image_config: Mapping[str, Any], fne: FullNetworkEmbedding | Non
     """A VsekitError if a model reading FNE features comes without its statistics."""
     if image_config["kind"] == "fne" and fne is None:
         raise VsekitError("this model reads Full-Network Embedding features but no FNE statistics were given")
+
+
+def readable_image_ids(
+    images: ImageCollection | Corpus,
+    spec: FeatureSpec,
+    image_ids: Sequence[str] | None = None,
+    **cache_kwargs: Any,
+) -> tuple[list[str], dict[str, str]]:
+    """Fill the cache for ``image_ids`` leaving unreadable images out, and say which are usable.
+
+    Returns ``(ids whose features exist, in order; {id: why} for missing or unreadable files})``, each
+    of those reported once as a warning. Commands asked to skip bad images call this first, then work on
+    the usable ids only, so one bad photo costs only itself. ``cache_kwargs``: ``cache_dir``,
+    ``cache_root``, ``device``, ``batch_size``, ``progress``.
+    """
+    collection = _as_collection(images)
+    if collection is None:
+        raise VsekitError("readable_image_ids takes an image collection or a corpus")
+    ids = list(image_ids) if image_ids is not None else collection.image_ids()
+    failed = {
+        i: f"{collection.images[i]}: image file not found" for i in ids if not collection.images[i].is_file()
+    }
+    for why in failed.values():  # unreadable files are reported by the extraction itself, as they fail
+        warnings.warn(f"skipped: {why}", stacklevel=2)
+    present = [i for i in ids if i not in failed]
+    if present:
+        store = _cached_store(collection.subset(present), spec, skip_bad_images=True, **cache_kwargs)
+        done = store.done_mask()
+        for i in present:
+            if not done[store._row[i]]:
+                failed[i] = store.failed.get(i, f"{collection.images[i]}: no features")
+    kept = [i for i in ids if i not in failed]
+    return kept, failed
 
 
 def features_for_model(
