@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from vsekit.cli import captioning, demo, embedding, features, search
+from vsekit.cli import captioning, demo, embedding, features, search, serve
 from vsekit.cli._common import install_warning_format
 
 __all__ = ["app", "main"]
@@ -28,6 +28,7 @@ app.command("caption")(captioning.caption)
 app.command("train-scnlm")(captioning.train_scnlm)
 app.add_typer(search.index_app, name="index")
 app.command("search")(search.search)
+app.command("serve")(serve.serve)
 
 
 def main() -> None:
