@@ -55,6 +55,8 @@ def test_search_text_image_queries_and_arithmetic(built, tmp_path):
     rows = read_jsonl(out)
     assert [r["query"] for r in rows] == ["a dog runs", "a man on a bike", "children play in the water"]
     assert rows[0] == row | {"results": row["results"][:2]}  # the same answer, batched or not
+    result = runner.invoke(app, ["search", str(index), "--queries", str(queries), "--top", "2"])
+    assert [json.loads(line) for line in result.stdout.splitlines()] == rows  # JSON lines on stdout too
 
     result = runner.invoke(app, ["search", str(index), "--image", str(SAMPLE_IMAGES[0]), "--json", str(out)])
     assert read_jsonl(out)[0]["results"][0] == {

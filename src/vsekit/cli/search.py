@@ -3,6 +3,7 @@ arithmetic (Kiros et al. 2014, Eq. 15)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -128,9 +129,9 @@ def search(
         if json_out is not None:
             write_jsonl(json_out, rows)
             console.print(f"wrote {len(rows)} result line(s) to {json_out}")
-        elif queries is not None:
+        elif queries is not None:  # JSON lines on stdout, as --json would write them
             for row in rows:
-                console.print_json(data=row)
+                console.print(json.dumps(row), highlight=False, soft_wrap=True, markup=False)
         else:
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
             _print_hits(f"{rows[0]['query']}{arithmetic}", hits)
