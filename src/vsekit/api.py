@@ -6,6 +6,8 @@
     hits = vsekit.rank_images(model, ["a dog in the snow"], ["a.jpg", "b.jpg"], top=1)
     captioner = vsekit.load_captioner()              # the shipped m-RNN captioner ("captioner")
     print(captioner.describe(["a.jpg"]))
+    index = vsekit.Index.build("photos/", "photos.index")   # a folder of photos, no captions needed
+    index.search("a dog in the snow", minus=["snow"], plus=["beach"], k=5)
 
 Every name here is re-exported by ``vsekit`` itself.
 """
@@ -17,11 +19,15 @@ from collections.abc import Sequence
 
 from vsekit.captioning.generator import CaptionGenerator, DecodeSettings
 from vsekit.embedding.pipeline import ImageInput, VSEModel
+from vsekit.retrieval.index import BuildReport, Index, SearchHit
 from vsekit.retrieval.ranking import Hit, rank
 
 __all__ = [
+    "BuildReport",
     "CaptionGenerator",
     "Hit",
+    "Index",
+    "SearchHit",
     "VSEModel",
     "load_captioner",
     "load_model",

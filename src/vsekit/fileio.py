@@ -16,6 +16,7 @@ from typing import Any, BinaryIO
 import torch
 
 __all__ = [
+    "atomic_npy_memmap",
     "atomic_save_npy",
     "atomic_save_safetensors",
     "atomic_torch_save",
@@ -193,3 +194,35 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+@contextlib.contextmanager
+def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...]) -> Iterator[Any]:
+    """A ``.npy`` file filled in place through a memory map (arrays larger than RAM), swapped in atomically.
+
+    Yields a writable ``numpy.memmap`` of a temp file beside ``path``; on success flushes and fsyncs it
+    and renames it over ``path``; on any error removes it, leaving the previous ``path`` untouched.
+    """
+    import numpy as np
+
+    path = Path(path)
+    if 0 in shape:  # an empty file cannot be memory-mapped
+        array = np.zeros(shape, dtype=dtype)
+        yield array
+        atomic_save_npy(path, array)
+        return
+    tmp = _tmp_for(path)
+    try:
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        yield array
+        array.flush()
+        del array
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

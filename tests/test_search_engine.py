@@ -1,0 +1,91 @@
+"""Nearest-neighbour engines against brute force, and Eq. 15 arithmetic against hand-computed vectors."""
+
+import numpy as np
+import pytest
+
+from vsekit.errors import VsekitError
+from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.retrieval.search import (
+    build_ann,
+    calibrate,
+    exact_search,
+    faiss_search,
+    resolve_engine,
+    set_search_params,
+)
+
+
+def unit_vectors(n, dim, seed):
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def brute_force(vectors, queries, k):
+    scores = queries @ vectors.T
+    rows = np.array([np.lexsort((np.arange(len(row)), -row))[:k] for row in scores])
+    return np.take_along_axis(scores, rows, axis=1), rows
+
+
+@pytest.mark.parametrize("chunk_rows", [7, 64, 10_000])
+def test_exact_search_equals_brute_force_across_chunks(chunk_rows):
+    vectors, queries = unit_vectors(300, 16, 0), unit_vectors(5, 16, 1)
+    scores, rows = exact_search(vectors, queries, 10, chunk_rows=chunk_rows)
+    ref_s, ref_r = brute_force(vectors, queries, 10)
+    np.testing.assert_array_equal(rows, ref_r)
+    np.testing.assert_allclose(scores, ref_s, rtol=1e-6)
+
+
+def test_exact_search_on_float16_memmap_and_k_beyond_n(tmp_path):
+    vectors = unit_vectors(5, 8, 2)
+    np.save(tmp_path / "v.npy", vectors.astype(np.float16))
+    mapped = np.load(tmp_path / "v.npy", mmap_mode="r")
+    scores, rows = exact_search(mapped, vectors[:1], 8, chunk_rows=2)
+    assert rows[0, 0] == 0 and list(rows[0, 5:]) == [-1, -1, -1] and np.isinf(scores[0, 5:]).all()
+    assert sorted(rows[0, :5]) == [0, 1, 2, 3, 4]
+
+
+def test_exact_search_ties_keep_row_order():
+    vectors = np.array([[1, 0], [0, 1], [1, 0], [1, 0]], dtype=np.float32)
+    _, rows = exact_search(vectors, np.array([[1, 0]], np.float32), 3, chunk_rows=1)
+    assert rows.tolist() == [[0, 2, 3]]
+
+
+def test_faiss_flat_equals_exact_and_ann_recall():
+    vectors, queries = unit_vectors(3000, 32, 3), unit_vectors(40, 32, 4)
+    ex_s, ex_r = exact_search(vectors, queries, 10)
+    fl_s, fl_r = faiss_search(build_ann(vectors, "flat"), queries, 10)
+    np.testing.assert_array_equal(fl_r, ex_r)
+    np.testing.assert_allclose(fl_s, ex_s, atol=1e-5)
+    for engine in ("hnsw", "ivf"):  # calibrated on the collection, measured on other queries
+        index = build_ann(vectors, engine)
+        set_search_params(index, calibrate(index, vectors))
+        _, rows = faiss_search(index, queries, 10)
+        recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, ex_r, strict=True)])
+        assert recall >= 0.95, (engine, recall)
+
+
+def test_engine_rules():
+    assert resolve_engine("auto", 10) == "exact"
+    assert resolve_engine("auto", 1_000_000) == "hnsw"
+    assert resolve_engine("flat", 10) == "flat"
+    with pytest.raises(VsekitError, match="annoy"):
+        resolve_engine("annoy", 10)
+
+
+def test_eq15_by_hand():
+    q = np.array([3.0, 0.0, 0.0])  # normalised to (1, 0, 0) first
+    minus = np.array([[0.0, 2.0, 0.0]])  # (0, 1, 0)
+    plus = np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 5.0]])  # two terms, each (0, 0, 1)
+    # (1, 0, 0) - (0, 1, 0) + 2 (0, 0, 1) = (1, -1, 2), norm sqrt(6)
+    expected = np.array([1.0, -1.0, 2.0]) / np.sqrt(6.0)
+    np.testing.assert_allclose(arithmetic_query(q, plus, minus), expected, rtol=1e-6)
+    np.testing.assert_allclose(arithmetic_query(q), [1.0, 0.0, 0.0])
+    with pytest.raises(VsekitError, match="cancels"):
+        arithmetic_query(np.array([1.0, 0.0]), None, np.array([[1.0, 0.0]]))
+
+
+def test_resort_by_mean_by_hand():
+    # three images near (1, 0) and one odd one out at (0, 1); the mean is (0.75, 0.25) roughly
+    vectors = np.array([[0, 1], [1, 0], [0.9, 0.1], [0.95, 0.05]], dtype=np.float32)
+    # mean of all four = (0.7125, 0.2875): distances: row0 1.01, row1 0.41, row2 0.27, row3 0.33
+    assert resort_by_mean(vectors, np.array([0, 1, 2, 3])).tolist() == [2, 3, 1, 0]
