@@ -2,7 +2,7 @@
 
 - :mod:`~vsekit.alignment.score`: S_kl (Eq. 8) and the sum of positive parts (Eq. 7), batched and chunked;
 - :mod:`~vsekit.alignment.mrf`: the chain MRF of Eq. 10-12, solved exactly by dynamic programming;
-- :mod:`~vsekit.alignment.model`: the aligner network, its file format, :class:`Aligner` (files in, scores out);
+- :mod:`~vsekit.alignment.model`: the aligner network, its file format, :class:`Aligner` (files in);
 - :mod:`~vsekit.alignment.trainer`: training on the shared engine (Eq. 9 through the ranking loss);
 - :mod:`~vsekit.alignment.evaluate`: ranking a split by S_kl, the usual R@K JSON;
 - :mod:`~vsekit.alignment.align`: one image and one sentence -> per-word regions, MRF segments, a picture.

@@ -89,7 +89,7 @@ class RegionAligner(nn.Module):
 def save_aligner(
     model: RegionAligner, path: str | os.PathLike[str], extra: dict | None = None, half: bool = False
 ) -> Path:
-    """One safetensors file: weights (float16 with ``half``), config, vocabulary and ``extra`` in the header."""
+    """One safetensors file: weights (float16 with ``half``); config, vocabulary, ``extra`` in the header."""
     tensors = {}
     for key, value in model.state_dict().items():
         value = value.detach().cpu()
