@@ -89,6 +89,9 @@ class BRNNWordEncoder(nn.Module):
             self.w_rec.mul_(0.5)  # ReLU recurrences explode easily from an orthogonal (gain 1) start
         self.w_d = nn.Linear(self.hidden_dim, self.hidden_dim)  # Eq. 6
         self.drop = nn.Dropout(self.dropout_p)
+        with torch.no_grad():  # small positive biases: ReLU units that start alive (all-zero s_t never learn)
+            self.w_e.bias.fill_(0.1)
+            self.w_d.bias.fill_(0.1)
 
     def _init_from_glove(self) -> None:
         from vsekit.text.glove import glove_lookup
