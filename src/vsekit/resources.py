@@ -34,6 +34,7 @@ ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
 PRETRAINED: dict[str, tuple[str, str, str]] = {
     "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
     "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
+    "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
 }
 
 

@@ -7,13 +7,41 @@ from typing import Any
 
 import torch
 
-from vsekit.alignment.model import Aligner
+from vsekit.alignment.model import ALIGNER_FORMAT, Aligner
 from vsekit.alignment.trainer import evaluate_scores
 from vsekit.data.corpus import Corpus
 from vsekit.errors import VsekitError
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 
-__all__ = ["evaluate_aligner"]
+__all__ = ["evaluate_aligner", "evaluate_aligner_file", "is_aligner_file"]
+
+
+def is_aligner_file(name_or_path: str | None) -> bool:
+    """Whether ``--model`` names an aligner: the shipped name ``aligner`` or a file whose safetensors
+    header says ``format: vsekit.aligner`` (anything unreadable is left to the joint-model loader)."""
+    if name_or_path is None:
+        return False
+    if name_or_path == "aligner":
+        return True
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(name_or_path), framework="pt") as f:
+            return (f.metadata() or {}).get("format") == ALIGNER_FORMAT
+    except Exception:  # not a file, not safetensors: not an aligner
+        return False
+
+
+def evaluate_aligner_file(
+    name_or_path: str,
+    corpus: Corpus,
+    split: str,
+    protocol: str = "flickr",
+    device: str = "auto",
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`evaluate_aligner` of the aligner at ``name_or_path`` (``kwargs`` to the region extraction)."""
+    return evaluate_aligner(Aligner.load(name_or_path, device=device), corpus, split, protocol, **kwargs)
 
 
 def evaluate_aligner(

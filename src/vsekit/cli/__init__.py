@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from vsekit.cli import captioning, demo, embedding, features
+from vsekit.cli import alignment, captioning, demo, embedding, features
 from vsekit.cli._common import install_warning_format
 
 __all__ = ["app", "main"]
@@ -26,6 +26,8 @@ app.command("rank")(embedding.rank)
 app.command("train-captioner")(captioning.train_captioner)
 app.command("caption")(captioning.caption)
 app.command("train-scnlm")(captioning.train_scnlm)
+app.command("train-aligner")(alignment.train_aligner)
+app.command("align")(alignment.align)
 
 
 def main() -> None:

@@ -95,16 +95,22 @@ def evaluate(
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
 ) -> None:
     """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
+    from vsekit.alignment.evaluate import evaluate_aligner_file, is_aligner_file
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import evaluate_model
     from vsekit.embedding.pipeline import VSEModel
 
     with user_errors():
-        vse = VSEModel.load(model, device=device)
         corpus = load_corpus(data)
-        result = evaluate_model(
-            vse.network, vse.fne, corpus, split, protocol, cache_root=cache_root, device=str(vse.device)
-        )
+        if is_aligner_file(model):  # an aligner ranks by S_kl; same JSON keys
+            result = evaluate_aligner_file(
+                model, corpus, split, protocol, device=device, cache_root=cache_root
+            )
+        else:
+            vse = VSEModel.load(model, device=device)
+            result = evaluate_model(
+                vse.network, vse.fne, corpus, split, protocol, cache_root=cache_root, device=str(vse.device)
+            )
         if json_out is not None:
             write_json(json_out, result)
     title = (
