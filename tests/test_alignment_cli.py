@@ -1,4 +1,4 @@
-"""`vsekit align` and `vsekit eval --model ALIGNER` end to end, with a small untrained aligner on real photos."""
+"""`vsekit align` and `vsekit eval --model ALIGNER` end to end: a small untrained aligner, real photos."""
 
 import json
 
