@@ -13,6 +13,7 @@ from pathlib import Path
 from vsekit.errors import VsekitError
 
 __all__ = [
+    "ALIGNMENT_RECIPES_DIR",
     "CAPTION_RECIPES_DIR",
     "PACKAGE_DIR",
     "PRETRAINED",
@@ -27,11 +28,13 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 RECIPES_DIR = PACKAGE_DIR / "recipes"
 CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
 SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
+ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
 
 #: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
     "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
     "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
+    "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
 }
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from vsekit.cli import captioning, demo, embedding, features, search, serve
+from vsekit.cli import alignment, captioning, demo, embedding, features, search, serve
 from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
 from vsekit.version import __version__
 
@@ -50,6 +50,8 @@ app.command("train-scnlm")(captioning.train_scnlm)
 app.add_typer(search.index_app, name="index")
 app.command("search")(search.search)
 app.command("serve")(serve.serve)
+app.command("train-aligner")(alignment.train_aligner)
+app.command("align")(alignment.align)
 
 
 def main() -> None:

@@ -112,28 +112,37 @@ def evaluate(
     ),
 ) -> None:
     """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
+    from vsekit.alignment.evaluate import evaluate_aligner_file, is_aligner_file
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import evaluate_model
     from vsekit.embedding.pipeline import VSEModel
+    from vsekit.resources import resolve_model_path
 
     with user_errors():
-        vse = VSEModel.load(model, device=device)
         corpus = load_corpus(data)
         split = split or corpus.default_split()
-        result = evaluate_model(
-            vse.network,
-            vse.fne,
-            corpus,
-            split,
-            protocol,
-            skip_bad_images=skip_bad_images,
-            cache_root=cache_root,
-            device=str(vse.device),
-        )
+        if is_aligner_file(model):  # an aligner ranks by S_kl; same JSON keys
+            result = evaluate_aligner_file(
+                model, corpus, split, protocol, device=device, cache_root=cache_root
+            )
+            path = resolve_model_path(model, "aligner")
+        else:
+            vse = VSEModel.load(model, device=device)
+            result = evaluate_model(
+                vse.network,
+                vse.fne,
+                corpus,
+                split,
+                protocol,
+                skip_bad_images=skip_bad_images,
+                cache_root=cache_root,
+                device=str(vse.device),
+            )
+            path = vse.path
         result = {
             **result,
             "split": split,
-            "model": {"name": model or "vse", "path": str(vse.path), "sha256": file_sha256(vse.path)},
+            "model": {"name": model or "vse", "path": str(path), "sha256": file_sha256(path)},
         }
         if json_out is not None:
             write_json(json_out, rounded(result))

@@ -108,7 +108,7 @@ def field_error(source: str, name: str, value: Any, why: str) -> VsekitError:
 
 def _type_ok(value: Any, hint: Any) -> bool:
     args = typing.get_args(hint)
-    options = args if args else (hint,)
+    options = args if args and typing.get_origin(hint) is not list else (hint,)  # a Union's members
     for option in options:
         if option is type(None) and value is None:
             return True

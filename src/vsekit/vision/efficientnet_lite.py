@@ -214,6 +214,17 @@ class EfficientNetLite0(nn.Module):
             tap_list += [pooled, self._classify(pooled)]
         return pooled, tap_list
 
+    def forward_map(self, x: torch.Tensor) -> torch.Tensor:
+        """The last conv feature map ``[B, 1280, H/32, W/32]`` (its spatial mean is the pooled vector)."""
+        h = F.relu6(self._bn0(self._conv_stem(x)))
+        for block in self._blocks:
+            h = block(h, None)
+        return F.relu6(self._bn1(self._conv_head(h)))
+
+    def classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        """ImageNet logits of pooled features ``[B, 1280]``."""
+        return self._classify(pooled)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ImageNet logits ``[B, 1000]`` for a normalised ``[B, 3, H, W]`` batch."""
         pooled, _ = self.forward_features(x)

@@ -358,6 +358,12 @@ class _CNN:
             out = torch.cat(taps, dim=1) if self.full else pooled
             return out.float().cpu().numpy().astype(np.float16)
 
+    def batches(
+        self, items: list[tuple[str, Any]], batch_size: int
+    ) -> Iterator[tuple[list, list[str], np.ndarray | None, dict[str, str]]]:
+        """What the cache fills itself from (any extractor with ``spec``, ``dims`` and this method)."""
+        return _run_cnn(items, self, batch_size)
+
 
 def _decode(source: Any) -> Image.Image:
     """An RGB image from a file path or an (already opened) PIL image."""
@@ -522,10 +528,16 @@ def _cached_store(
     batch_size: int = 32,
     skip_bad_images: bool = False,
     progress: bool = True,
+    config: FeatureConfig | None = None,
+    make_extractor: Any = None,
 ) -> FeatureStore:
     """The cache of ``collection`` under ``spec``, filled for every image of it (the CNN runs only when
-    some image has no finished row)."""
-    config = cache_config(spec)
+    some image has no finished row).
+
+    ``config`` and ``make_extractor`` (a ``device -> extractor`` factory) replace the one-layer / full CNN
+    step for other per-image rows of the same cache machinery (the regions of :mod:`vsekit.vision.regions`).
+    """
+    config = config if config is not None else cache_config(spec)
     path = _store_path(collection, config, cache_dir, cache_root)
     ids = sorted(collection.images)
     if not ids:
@@ -539,7 +551,7 @@ def _cached_store(
         old, _, fits = reconciled
         if fits and old.done_mask()[[old._row[i] for i in ids]].all():
             return old  # everything cached: no CNN
-        cnn = _CNN(spec, device)
+        cnn = make_extractor(device) if make_extractor is not None else _CNN(spec, device)
         store = _prepare_store(path, config, requested, cnn.dims, reconciled)
         _fill_store(store, collection, ids, cnn, batch_size, skip_bad_images, progress)
         return FeatureStore.open(store.path, expect=config)
@@ -549,12 +561,16 @@ def _fill_store(
     store: FeatureStore,
     collection: ImageCollection,
     ids: list[str],
-    cnn: _CNN,
+    cnn: Any,
     batch_size: int,
     skip_bad_images: bool,
     progress: bool,
 ) -> None:
-    """Run the CNN over the store's unfinished rows, committing every few seconds and on the way out."""
+    """Run the CNN over the store's unfinished rows, committing every few seconds and on the way out.
+
+    ``cnn`` is the one-layer / full-network :class:`_CNN` or any extractor with the same ``spec``
+    (``backbone``, ``layers``) and ``batches`` (the region extractor of :mod:`vsekit.vision.regions`).
+    """
     done = store.done_mask()
     todo = [(image_id, collection.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
     failed = store.meta.setdefault("failed", {})
@@ -579,7 +595,7 @@ def _fill_store(
         disable=not progress,
     )
     try:
-        for batch, ok_ids, rows, bad in _run_cnn(todo, cnn, batch_size):
+        for batch, ok_ids, rows, bad in cnn.batches(todo, batch_size):
             if rows is not None:
                 idx = [store._row[i] for i in ok_ids]
                 raw[idx] = rows

@@ -166,6 +166,14 @@ class MobileNetV2(nn.Module):
             tap_list.append(self.classifier(pooled))
         return pooled, tap_list
 
+    def forward_map(self, x: torch.Tensor) -> torch.Tensor:
+        """The last conv feature map ``[B, 1280, H/32, W/32]`` (its spatial mean is the pooled vector)."""
+        return self.features(x)
+
+    def classify(self, pooled: torch.Tensor) -> torch.Tensor:
+        """ImageNet logits of pooled features ``[B, 1280]``."""
+        return self.classifier(pooled)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """ImageNet logits ``[B, 1000]`` for a normalised ``[B, 3, H, W]`` batch."""
         pooled, _ = self.forward_features(x)

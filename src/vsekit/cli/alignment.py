@@ -1,0 +1,88 @@
+"""`vsekit train-aligner` and `vsekit align`: region-word alignment (Karpathy & Fei-Fei 2015, sec. 3.1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from vsekit.cli._common import (
+    CACHE_ROOT_HELP,
+    DEVICE_HELP,
+    console,
+    metrics_table,
+    user_errors,
+    with_overrides,
+    write_json,
+)
+
+ALIGNER_HELP = "Aligner: a shipped name (aligner) or an aligner file (default: aligner)."
+
+
+def train_aligner(
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    recipe: str = typer.Option(
+        ..., "--recipe", help="Recipe name (brnn-grid, brnn-proposals) or a JSON file."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", help="Run directory: aligner, checkpoint, log and config go here."
+    ),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in --out from its last checkpoint."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Train a region-word aligner; the best epoch by dev rsum goes to OUT/aligner.safetensors."""
+    from vsekit.alignment.trainer import load_aligner_recipe
+    from vsekit.alignment.trainer import train_aligner as run_training
+    from vsekit.data import load_corpus
+
+    with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+        config = with_overrides(load_aligner_recipe(recipe), recipe, epochs=epochs, num_threads=num_threads)
+        corpus = load_corpus(data)
+        console.print(
+            f"{corpus!r}\nrecipe {config.name}: {config.regions} regions, {config.backbone}, "
+            f"h={config.embed_dim}"
+        )
+        summary = run_training(
+            corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
+        )
+    if summary["best_dev"] is not None:
+        title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"
+        console.print(metrics_table(title, summary["best_dev"]))
+    console.print(f"aligner: {summary['model_path']}", soft_wrap=True)
+
+
+def align(
+    image: Path = typer.Option(..., "--image", help="The image."),
+    sentence: str = typer.Option(..., "--sentence", help="The sentence to align to its regions."),
+    out: Path = typer.Option(..., "--out", help="Picture to write (PNG or JPEG)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write boxes, words and segments as JSON."
+    ),
+    model: str | None = typer.Option(None, "--model", help=ALIGNER_HELP),
+    beta: float = typer.Option(
+        1.0, "--beta", help="MRF bonus for neighbouring words on one region (Eq. 12)."
+    ),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+) -> None:
+    """Align the words of a sentence to regions of an image: per-word best region and MRF segments."""
+    from vsekit.alignment import Aligner
+    from vsekit.alignment.align import align_sentence, draw_alignment
+
+    with user_errors():
+        aligner = Aligner.load(model, device=device)
+        result = align_sentence(aligner, image, sentence, beta=beta)
+        draw_alignment(image, result, out)
+        if json_out is not None:
+            write_json(json_out, result)
+    for seg in result["segments"]:
+        console.print(
+            f"region {seg['region']:>2} {result['boxes'][seg['region']]}: {seg['text']!r} "
+            f"({seg['score']:.2f})"
+        )
+    console.print(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else ""), soft_wrap=True)
