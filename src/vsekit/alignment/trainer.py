@@ -13,6 +13,7 @@ log and the checkpoint (exact resume).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from vsekit.alignment.model import RegionAligner, save_aligner
 from vsekit.alignment.score import SCORES, alignment_scores
@@ -48,6 +48,8 @@ from vsekit.training import (
 from vsekit.vision.regions import REGION_MODES, Regions, RegionSpec, region_features
 
 __all__ = ["MODEL_NAME", "AlignerConfig", "list_aligner_recipes", "load_aligner_recipe", "train_aligner"]
+
+logger = logging.getLogger(__name__)
 
 MODEL_NAME = "aligner.safetensors"
 KIND = "aligner"
@@ -310,7 +312,7 @@ def train_aligner(
     extraction (tests). Returns a summary (``model_path``, ``best_epoch``, ``best_dev``, ``history``, ...).
     """
     config.validate()
-    say = log if log is not None else tqdm.write
+    say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)
     ckpt = run.open(resume)

@@ -11,6 +11,7 @@ from vsekit.cli._common import (
     DEVICE_HELP,
     console,
     metrics_table,
+    say,
     user_errors,
     with_overrides,
     write_json,
@@ -48,9 +49,8 @@ def train_aligner(
             f"{corpus!r}\nrecipe {config.name}: {config.regions} regions, {config.backbone}, "
             f"h={config.embed_dim}"
         )
-        summary = run_training(
-            corpus, config, out, resume=resume, progress=progress, device=device, cache_root=cache_root
-        )
+        options = dict(resume=resume, progress=progress, device=device, cache_root=cache_root, log=say)
+        summary = run_training(corpus, config, out, **options)
     if summary["best_dev"] is not None:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"
         console.print(metrics_table(title, summary["best_dev"]))
