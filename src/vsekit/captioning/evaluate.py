@@ -7,9 +7,13 @@ the reference set), and the share of captions copied verbatim from the training 
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from tqdm.auto import tqdm
 
 from vsekit.captioning.generator import CaptionGenerator
 from vsekit.data.corpus import Corpus
@@ -52,13 +56,17 @@ def caption_split(
         references = {i: references[i] for i in ids}
     if not ids:
         raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images")
+    progress = bool(feature_kwargs.get("progress", True))
     t0 = time.perf_counter()
-    generated = generator.describe_corpus(corpus, ids, n, **feature_kwargs)
+    with _step(f"caption {len(ids)} images ({generator.method})", progress):
+        generated = generator.describe_corpus(corpus, ids, n, **feature_kwargs)
     seconds = time.perf_counter() - t0
     best = {i: caps[0] for i, caps in zip(ids, generated, strict=True)}
     decode = generator.decode
+    with _step(f"score {len(ids)} captions (BLEU, METEOR, ROUGE-L, CIDEr-D)", progress):
+        scores = score_captions(best, references)
     result = {
-        **score_captions(best, references),
+        **scores,
         "n_images": len(ids),
         "method": generator.method,
         "backbone": generator.image["backbone"],
@@ -81,3 +89,16 @@ def _share_in_training_set(corpus: Corpus, captions: Any) -> float | None:
     captions = list(captions)
     copied = sum(" ".join(tokenize(p)) in seen for p in captions)
     return round(100 * copied / len(captions), 1)
+
+
+@contextlib.contextmanager
+def _step(description: str, progress: bool) -> Iterator[None]:
+    """A one-step bar around a long call that reports nothing itself (decoding a split, the Java
+    metrics): the user sees what runs and for how long, and it ends marked done."""
+    bar = tqdm(total=1, desc=description, disable=not progress, bar_format="{desc}: {elapsed}{postfix}")
+    try:
+        yield
+        bar.set_postfix_str("done")
+        bar.update(1)
+    finally:
+        bar.close()
