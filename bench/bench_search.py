@@ -101,7 +101,7 @@ def _real_spectrum(dim: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise SystemExit(f"the shipped model is {emb.shape[1]}-d, not {dim}-d")
     mean = emb.mean(axis=0)
     _, s, vt = np.linalg.svd(emb - mean, full_matrices=False)
-    return mean, vt, s / np.sqrt(len(emb) - 1)
+    return mean.astype(np.float32), vt.astype(np.float32), (s / np.sqrt(len(emb) - 1)).astype(np.float32)
 
 
 def synthetic(n: int, dim: int, distribution: str, spectrum, seed: int = 0) -> np.ndarray:
@@ -113,8 +113,8 @@ def synthetic(n: int, dim: int, distribution: str, spectrum, seed: int = 0) -> n
             x = rng.standard_normal((m, dim), dtype=np.float32)
         else:
             mean, axes, std = spectrum
-            z = rng.standard_normal((m, len(std))) * std
-            x = (mean + z @ axes).astype(np.float32)
+            z = rng.standard_normal((m, len(std)), dtype=np.float32) * std
+            x = mean + z @ axes
             # a little isotropic noise: the ~7K real photos span fewer than 2048 directions
             x += rng.standard_normal((m, dim), dtype=np.float32) * np.float32(0.05 * std[-1] + 1e-3)
         out[start : start + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
@@ -629,12 +629,16 @@ def main() -> None:
 
     if "engines" in args.only:
         spectrum = _real_spectrum(2048) if "real-spectrum" in args.distribution else None
-        rows = []
+        # rows are merged by (distribution, N): sizes can be measured one run at a time
+        previous = json.loads(RESULTS.read_text()).get("engines", []) if RESULTS.is_file() else []
+        rows = {(r["distribution"], r["n"]): r for r in previous}
         for distribution in args.distribution:
             for n in args.sizes:
-                rows.append(engines(n, 2048, distribution, spectrum, args.queries))
-                print_engines(rows[-1:])
-                save("engines", rows)
+                row = engines(n, 2048, distribution, spectrum, args.queries)
+                print_engines([row])
+                rows[distribution, n] = row
+                order = sorted(rows.values(), key=lambda r: (r["distribution"] != "real-spectrum", r["n"]))
+                save("engines", order)
 
     tmp = tempfile.TemporaryDirectory()
     work = args.work or Path(tmp.name)
