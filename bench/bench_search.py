@@ -563,6 +563,39 @@ def print_arithmetic(rows: dict) -> None:
 
 
 # --------------------------------------------------------------------------- main
+def readme_table(out: dict) -> str:
+    """The compact markdown the README quotes, from search.json."""
+    lines = [
+        "| N (synthetic, 2048-d) | engine | setting | build s | bytes/vector | p50 ms | p99 ms | recall@10 |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in out.get("engines", []):
+        kind = "" if r["distribution"] == "real-spectrum" else f"({r['distribution']}) "
+        head = f"| {r['n']:,} {kind}"
+        for e in ("exact", "flat"):
+            x = r[e]
+            note = f"exact/flat {r['exact_over_flat_p50']:.2f}x" if e == "exact" else "IndexFlatIP"
+            lines.append(
+                f"{head}| {e} | {note} | {x['build_s']:.1f} | {x['bytes_per_vector']:,.0f} "
+                f"| {x['p50_ms']:.2f} | {x['p99_ms']:.2f} | {x.get('recall@10', 1.0):.3f} |"
+            )
+        for e in ("hnsw", "ivf"):
+            x = r[e]
+            (name, value), *_ = x["calibrated"].items()
+            shown = [s for s in x["sweep"] if s[name] == value]
+            best = x["fastest_at_recall_0.95"]
+            if best and best[name] != value:
+                shown.append(best)
+            for s in shown:
+                tag = " (calibrated)" if s[name] == value else " (fastest >= 0.95)"
+                lines.append(
+                    f"{head}| {e} | {name} {s[name]}{tag} | {x['build_s']:.1f} "
+                    f"| {x['bytes_per_vector']:,.0f} | {s['p50_ms']:.2f} | {s['p99_ms']:.2f} "
+                    f"| {s['recall@10']:.3f} |"
+                )
+    return "\n".join(lines)
+
+
 def _versions() -> dict:
     import faiss
     import fastapi
@@ -605,7 +638,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work", type=Path, help="dev photos and indexes go here (default: a temp dir)")
     parser.add_argument("--no-save", action="store_true", help="print only (for trying the script out)")
+    parser.add_argument("--readme", action="store_true", help="print the README's table from search.json")
     args = parser.parse_args()
+    if args.readme:
+        print(readme_table(json.loads(RESULTS.read_text())))
+        return
 
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import faiss
