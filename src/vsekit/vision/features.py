@@ -768,6 +768,35 @@ def compute_features(
     return _fne_codes(fne, len(raw), raw.shape[1], lambda a, b: raw[a:b].astype(np.float32), spec.backbone)
 
 
+_SHARED_CNNS: dict[tuple, _CNN] = {}
+_SHARED_CNNS_LOCK = threading.Lock()
+_SHARED_CNNS_MAX = 2
+
+
+def _shared_cnn(spec: FeatureSpec, device: str | torch.device) -> _CNN:
+    """The uncached route's CNN for ``spec`` on ``device``, built once and reused.
+
+    Building it (read the weights, fold BatchNorm) costs far more than a few photos' forward pass, and
+    its callers (a photo index embedding a few photos at a time, the web server's uploads, the
+    captioner) ask for a handful of photos per call. A weights file is keyed by its size and mtime too,
+    so a replaced file is read again. At most ``_SHARED_CNNS_MAX`` networks are kept.
+    """
+    device = resolve_device(device)
+    stamp = None
+    if spec.weights is not None and os.path.isfile(spec.weights):
+        stat = os.stat(spec.weights)
+        stamp = (stat.st_size, stat.st_mtime_ns)
+    key = (spec, str(device), stamp)
+    with _SHARED_CNNS_LOCK:
+        cnn = _SHARED_CNNS.pop(key, None)
+        if cnn is None:
+            cnn = _CNN(spec, device)
+        _SHARED_CNNS[key] = cnn  # most recently used last
+        while len(_SHARED_CNNS) > _SHARED_CNNS_MAX:
+            del _SHARED_CNNS[next(iter(_SHARED_CNNS))]
+        return cnn
+
+
 def _uncached_raw(
     sources: list[tuple[str, Any]],
     spec: FeatureSpec,
@@ -776,7 +805,7 @@ def _uncached_raw(
     progress: bool,
 ) -> np.ndarray:
     """float16 activations [n, dim] of ``(position, file or PIL image)`` pairs, nothing read or written."""
-    cnn = _CNN(spec, device)
+    cnn = _shared_cnn(spec, device)
     out = np.empty((len(sources), cnn.dim), dtype=np.float16)
     bar = tqdm(
         total=len(sources),
