@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,10 +28,15 @@ from vsekit.text.brnn import BRNNWordEncoder, PackedWords
 from vsekit.text.encoders import no_pretrained_init
 from vsekit.vision.regions import Regions, RegionSpec, region_features
 
-__all__ = ["ALIGNER_FORMAT", "Aligner", "RegionAligner", "load_aligner", "save_aligner"]
+if TYPE_CHECKING:
+    from vsekit.text.minilm_tokens import MiniLMWordEncoder
+
+__all__ = ["ALIGNER_FORMAT", "WORD_ENCODERS", "Aligner", "RegionAligner", "load_aligner", "save_aligner"]
 
 ALIGNER_FORMAT = "vsekit.aligner"
 ALIGNER_FORMAT_VERSION = 1
+#: Word encoders of the aligner: the paper's BRNN (Eq. 2-6) or pooled MiniLM token states + a head.
+WORD_ENCODERS: tuple[str, ...] = ("brnn", "minilm")
 
 
 class RegionAligner(nn.Module):
@@ -48,6 +53,8 @@ class RegionAligner(nn.Module):
         freeze_words: bool = False,
         dropout: float = 0.0,
         score: str = "max",
+        words: str = "brnn",
+        word_head: str = "mlp",
     ) -> None:
         super().__init__()
         if score not in SCORES:
@@ -56,7 +63,16 @@ class RegionAligner(nn.Module):
         self.score_kind = score
         self.project = nn.Linear(image_dim, embed_dim)  # W_m, b_m of Eq. 1
         self.drop = nn.Dropout(dropout)
-        self.words = BRNNWordEncoder(vocab, embed_dim, word_dim, glove, freeze_words, dropout)
+        if words not in WORD_ENCODERS:
+            raise VsekitError(f"unknown word encoder {words!r}; known: {', '.join(WORD_ENCODERS)}")
+        self.words: BRNNWordEncoder | MiniLMWordEncoder
+        if words == "minilm":
+            # The vocabulary is kept (file format) but unused: word pieces cover every word.
+            from vsekit.text.minilm_tokens import MiniLMWordEncoder
+
+            self.words = MiniLMWordEncoder(embed_dim, head=word_head, dropout=dropout)
+        else:
+            self.words = BRNNWordEncoder(vocab, embed_dim, word_dim, glove, freeze_words, dropout)
         self.config = {
             "regions": dict(regions),
             "image_dim": int(image_dim),
@@ -76,7 +92,7 @@ class RegionAligner(nn.Module):
     def embed_words(self, texts: Sequence[str]) -> PackedWords:
         prepared = self.words.prepare(texts)
         device = self.project.weight.device
-        return self.words(prepared["tokens"].to(device), prepared["lengths"].to(device))
+        return self.words(**{k: v.to(device) for k, v in prepared.items()})
 
     def scores(self, regions: torch.Tensor, words: PackedWords) -> torch.Tensor:
         """``S[k, l]`` of every projected image ``[n, R, h]`` against every sentence of ``words``."""
@@ -133,6 +149,8 @@ def load_aligner(
 
 
 def _word_kwargs(words: dict[str, Any]) -> dict[str, Any]:
+    if words.get("kind", "brnn") == "minilm":
+        return {"words": "minilm", "word_head": words["head"], "dropout": words["dropout"]}
     return {k: words[k] for k in ("word_dim", "glove", "freeze_words", "dropout")}
 
 
@@ -187,9 +205,7 @@ class Aligner:
     def word_region_scores(self, features: np.ndarray, sentence: str) -> tuple[list[str], np.ndarray]:
         """The known words of ``sentence`` (unknown ones shown as <unk>) and ``v_i . s_t`` ``[n_words, R]``
         for one image's region features ``[R, D]``."""
-        ids = self.model.words.token_ids(sentence)
-        if all(i == self.model.vocab.unk_id for i in ids):
-            raise VsekitError(f"sentence {sentence!r}: none of its words is in the aligner's vocabulary")
+        shown = self.model.words.display_words(sentence)
         words = self.model.embed_words([sentence])
         dots = word_region_dots(self.region_vectors(features[None]), words.vectors)[0]  # [R, n_words]
-        return [self.model.vocab.word(i) for i in ids], dots.T.cpu().numpy()
+        return shown, dots.T.cpu().numpy()

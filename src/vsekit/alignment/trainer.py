@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vsekit.alignment.model import RegionAligner, save_aligner
+from vsekit.alignment.model import WORD_ENCODERS, RegionAligner, save_aligner
 from vsekit.alignment.score import SCORES, alignment_scores
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
@@ -32,6 +32,7 @@ from vsekit.embedding.losses import hinge_ranking_loss
 from vsekit.errors import ConfigMismatchError, CorpusError
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 from vsekit.resources import ALIGNMENT_RECIPES_DIR
+from vsekit.text.minilm_tokens import WORD_HEADS
 from vsekit.training import (
     Recipe,
     RunDir,
@@ -63,7 +64,9 @@ class AlignerConfig(Recipe):
 
     ``regions``: ``grid`` (levels ``grid``) or ``proposals`` (``proposals`` boxes + the whole image).
     ``glove``: initialise the word table from GloVe 6B 50-d (then ``word_dim`` must be 50);
-    ``freeze_words`` keeps it fixed. ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
+    ``freeze_words`` keeps it fixed. ``words``: ``brnn`` (Eq. 2-6) or ``minilm`` (frozen MiniLM token
+    states pooled per word, then a trained ``word_head``, ``mlp`` or ``linear``; ``word_dim``, ``glove``
+    and ``freeze_words`` are then unused). ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
     """
 
     name: str = "custom"
@@ -73,6 +76,8 @@ class AlignerConfig(Recipe):
     grid: list[int] = field(default_factory=lambda: [2, 3])
     proposals: int = 19
     embed_dim: int = 512
+    words: str = "brnn"
+    word_head: str = "mlp"
     word_dim: int = 50
     glove: bool = True
     freeze_words: bool = False
@@ -100,14 +105,20 @@ class AlignerConfig(Recipe):
         def bad(name: str, why: str) -> Exception:
             return field_error(source, name, getattr(self, name), why)
 
-        choices = {"regions": REGION_MODES, "score": SCORES, "optimizer": ("adam", "sgd")}
+        choices = {
+            "regions": REGION_MODES,
+            "score": SCORES,
+            "optimizer": ("adam", "sgd"),
+            "words": WORD_ENCODERS,
+            "word_head": WORD_HEADS,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {', '.join(allowed)}")
         for name in ("embed_dim", "word_dim", "batch_size", "epochs", "vocab_min_count", "proposals"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
-        if self.glove and self.word_dim != 50:
+        if self.words == "brnn" and self.glove and self.word_dim != 50:
             raise bad("word_dim", "must be 50 with glove=true (GloVe 6B 50-d)")
         if not self.grid or any(g < 1 for g in self.grid):
             raise bad("grid", "must be a non-empty list of levels >= 1")
@@ -278,6 +289,8 @@ def _build(
         config.freeze_words,
         config.dropout,
         config.score,
+        words=config.words,
+        word_head=config.word_head,
     ).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "sgd":

@@ -122,6 +122,14 @@ class BRNNWordEncoder(nn.Module):
             raise VsekitError(f"sentence {text!r} has no words to align")
         return ids
 
+    def display_words(self, text: str) -> list[str]:
+        """The words of ``text`` as the model sees them (unknown ones as <unk>); a sentence with no known
+        word is an error (nothing to align)."""
+        ids = self.token_ids(text)
+        if all(i == self.vocab.unk_id for i in ids):
+            raise VsekitError(f"sentence {text!r}: none of its words is in the aligner's vocabulary")
+        return [self.vocab.word(i) for i in ids]
+
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``tokens [B, T]`` padded with <pad> and ``lengths [B]`` (CPU int64)."""
         ids = [self.token_ids(t) for t in texts]

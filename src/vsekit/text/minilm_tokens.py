@@ -1,0 +1,179 @@
+"""Word vectors in context from the pretrained MiniLM: the "modern variant" of the BRNN (sec. 3.1.2).
+
+Same interface as :class:`~vsekit.text.brnn.BRNNWordEncoder` (``prepare`` then ``forward`` gives
+:class:`~vsekit.text.brnn.PackedWords`), so the S_kl score, the Eq. 9 loss and the MRF are unchanged. The
+words of a sentence are the ones the BRNN path uses (:func:`~vsekit.data.vocab.tokenize`); the frozen
+all-MiniLM-L6-v2 reads them (``is_split_into_words``), and each word's vector is the mean of the last
+hidden states of its word pieces. A trained head maps it to ``s_t``:
+
+    x_t = LayerNorm(mean of the piece states of word t)            384-d, frozen up to here
+    s_t = f(W_d f(W_e x_t + b_e) + b_d)      ("mlp", f = ReLU, as Eq. 3 and Eq. 6)
+    s_t = W_e x_t + b_e                      ("linear")
+
+The transformer runs once per distinct sentence (cached per text, float16 ``[n_words, 384]``: only what
+the head needs); its weights live outside the module tree, so a saved aligner holds only the head.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from vsekit.data.vocab import tokenize
+from vsekit.errors import VsekitError
+from vsekit.text.brnn import PackedWords
+from vsekit.text.pretrained import _Frozen, _load_transformer, minilm_model_dir
+
+__all__ = ["WORD_HEADS", "MiniLMWordEncoder", "pool_pieces"]
+
+WORD_HEADS: tuple[str, ...] = ("mlp", "linear")
+_DIM = 384  # all-MiniLM-L6-v2 hidden size
+_PROGRESS_MIN = 4096
+
+
+def pool_pieces(states: torch.Tensor, word_ids: Sequence[int | None], n_words: int) -> torch.Tensor:
+    """``[n_words, D]``: the mean of the piece states ``states [T, D]`` of each word (``word_ids[t]`` is
+    the word of piece ``t``, None for [CLS]/[SEP]/padding). A word with no piece (cut off by truncation)
+    gets zeros."""
+    index = torch.tensor([-1 if w is None else w for w in word_ids], dtype=torch.int64)
+    keep = index >= 0
+    sums = states.new_zeros(n_words, states.shape[-1]).index_add_(0, index[keep], states[keep])
+    counts = torch.bincount(index[keep], minlength=n_words).clamp(min=1).to(states.dtype)
+    return sums / counts[:, None]
+
+
+class MiniLMWordEncoder(nn.Module):
+    """Frozen MiniLM token states pooled per word, then a trained head to ``hidden_dim`` (``s_t``)."""
+
+    def __init__(
+        self,
+        hidden_dim: int = 512,
+        head: str = "mlp",
+        dropout: float = 0.0,
+        batch_size: int = 128,
+        cache: bool = True,
+        cache_half: bool = True,
+    ) -> None:
+        super().__init__()
+        if hidden_dim < 1 or not 0 <= dropout < 1 or batch_size < 1:
+            raise ValueError(f"bad MiniLM word sizes: hidden_dim={hidden_dim}, dropout={dropout}")
+        if head not in WORD_HEADS:
+            raise ValueError(f"unknown MiniLM word head {head!r}; known: {', '.join(WORD_HEADS)}")
+        path = minilm_model_dir()
+        self.tokenizer, model, self.max_length = _load_transformer(path)
+        if int(json.loads((path / "config.json").read_text())["hidden_size"]) != _DIM:
+            raise VsekitError(f"{path}: expected a {_DIM}-d MiniLM")
+        self._frozen = _Frozen(model)
+        self.hidden_dim, self.head_kind, self.dropout_p = int(hidden_dim), head, float(dropout)
+        self.batch_size, self.use_cache, self.cache_half = int(batch_size), bool(cache), bool(cache_half)
+        self._cache: dict[str, torch.Tensor] = {}
+        self.encoded_count = 0  # sentences that went through the transformer (tests, benchmarks)
+        self.norm = nn.LayerNorm(_DIM)
+        self.drop = nn.Dropout(self.dropout_p)
+        self.w_e = nn.Linear(_DIM, self.hidden_dim)
+        self.w_d = nn.Linear(self.hidden_dim, self.hidden_dim) if head == "mlp" else None
+        if self.w_d is not None:
+            with torch.no_grad():  # ReLU units that start alive, as the BRNN does
+                self.w_e.bias.fill_(0.1)
+                self.w_d.bias.fill_(0.1)
+
+    @property
+    def output_dim(self) -> int:
+        return self.hidden_dim
+
+    def config(self) -> dict:
+        return {"kind": "minilm", "head": self.head_kind, "dropout": self.dropout_p}
+
+    # -- words ----------------------------------------------------------------------------------------
+
+    def words(self, text: str) -> list[str]:
+        """The words of ``text`` (the BRNN's tokenisation); an empty sentence is an error."""
+        words = tokenize(text)
+        if not words:
+            raise VsekitError(f"sentence {text!r} has no words to align")
+        return words
+
+    def display_words(self, text: str) -> list[str]:
+        """The words shown by ``align`` (every word has a vector: word pieces cover any word)."""
+        return self.words(text)
+
+    def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        """``states [n_words, 384]`` (float32, the pooled piece states of every word, packed in sentence
+        then word order) and ``lengths [B]``."""
+        if isinstance(texts, str):
+            raise TypeError("prepare() takes a sequence of texts, not a single string")
+        texts = list(texts)
+        for text in texts:
+            self.words(text)  # the clear error before any transformer work
+        todo = [t for t in dict.fromkeys(texts) if t not in self._cache] if self.use_cache else texts
+        fresh = self._encode(list(dict.fromkeys(todo))) if todo else {}
+        if self.use_cache:
+            self._cache.update(fresh)
+        items = [(self._cache if self.use_cache else fresh)[t] for t in texts]
+        lengths = torch.tensor([len(x) for x in items], dtype=torch.int64)
+        states = torch.cat(items).float() if items else torch.empty(0, _DIM)
+        return {"states": states, "lengths": lengths}
+
+    def forward(self, states: torch.Tensor, lengths: torch.Tensor) -> PackedWords:
+        x = self.drop(self.norm(states.to(self.w_e.weight.dtype)))
+        s = self.w_e(x)
+        if self.w_d is not None:
+            s = torch.relu(self.w_d(self.drop(torch.relu(s))))
+        sentence = torch.repeat_interleave(torch.arange(len(lengths), device=s.device), lengths.to(s.device))
+        return PackedWords(s, sentence, lengths.to(s.device))
+
+    # -- the frozen part ------------------------------------------------------------------------------
+
+    def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - nn.Module's own signature
+        super()._apply(fn, recurse)
+        self._frozen.model._apply(fn)
+        return self
+
+    def train(self, mode: bool = True) -> MiniLMWordEncoder:
+        super().train(mode)
+        self._frozen.model.eval()
+        return self
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    @torch.inference_mode()
+    def piece_states(self, texts: list[str]) -> list[tuple[torch.Tensor, list[int | None]]]:
+        """For each text: the last hidden states of its pieces ``[T, 384]`` and each piece's word index."""
+        out = []
+        for start in range(0, len(texts), self.batch_size):
+            out.extend(self._run(texts[start : start + self.batch_size]))
+        return out
+
+    def _run(self, batch: list[str]) -> list[tuple[torch.Tensor, list[int | None]]]:
+        model = self._frozen.model
+        device = next(model.parameters()).device
+        enc = self.tokenizer(
+            [self.words(t) for t in batch],
+            is_split_into_words=True,
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
+        hidden = model(**{k: v.to(device) for k, v in enc.items()}).last_hidden_state.float().cpu()
+        return [(hidden[b], enc.word_ids(b)) for b in range(len(batch))]
+
+    @torch.inference_mode()
+    def _encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
+        """Pooled word states of each text, batched by length (less padding)."""
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out: dict[str, torch.Tensor] = {}
+        starts = range(0, len(order), self.batch_size)
+        bar = tqdm(starts, desc="MiniLM words", unit="batch", leave=False, disable=len(texts) < _PROGRESS_MIN)
+        for start in bar:
+            batch = [texts[i] for i in order[start : start + self.batch_size]]
+            for text, (states, word_ids) in zip(batch, self._run(batch), strict=True):
+                pooled = pool_pieces(states, word_ids, len(self.words(text)))
+                out[text] = pooled.half() if self.cache_half else pooled
+        self.encoded_count += len(texts)
+        return out
