@@ -26,6 +26,7 @@ SPLIT_HELP = (
     "Split of --data: default 'test' when the corpus has one, else its only split (a CSV without a "
     "split column has one split, 'all'); join splits with '+'."
 )
+SKIP_BAD_HELP = "Leave unreadable photos out (each reported) instead of stopping."
 MODEL_HELP = "Joint model: a shipped name (vse) or a model file (default: vse, shipped with vsekit)."
 
 

@@ -13,6 +13,7 @@ from vsekit.cli._common import (
     DEVICE_HELP,
     JSON_HELP_SUFFIX,
     MODEL_HELP,
+    SKIP_BAD_HELP,
     SPLIT_HELP,
     console,
     metrics_table,
@@ -107,9 +108,7 @@ def evaluate(
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
-    skip_bad_images: bool = typer.Option(
-        False, "--skip-bad-images", help="Leave unreadable photos out (each reported) instead of stopping."
-    ),
+    skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
     """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
     from vsekit.alignment.evaluate import evaluate_aligner_file, is_aligner_file
@@ -168,9 +167,7 @@ def rank(
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
-    skip_bad_images: bool = typer.Option(
-        False, "--skip-bad-images", help="Leave unreadable photos out (each reported) instead of stopping."
-    ),
+    skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
     """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
     from vsekit.data import load_corpus
