@@ -372,3 +372,20 @@ def test_embedding_cosines_pair_each_image_with_its_own_candidates():
 
     cos = embedding_cosines(FakeJoint(), np.array([[1.0, 0.0], [0.0, 2.0]]), [["x", "xy"], ["x", "y", "xy"]])
     assert cos[0] == pytest.approx([1.0, 0.6]) and cos[1] == pytest.approx([0.0, 1.0, 0.8])
+
+
+def test_describe_features_in_batches_with_a_bar_changes_no_caption(capsys):
+    """Captioning a split shows a per-batch bar, and batching changes no caption: the same as the
+    captioner decoding all rows at once."""
+    from vsekit.captioning.generator import DECODE_BATCH, CaptionGenerator, DecodeSettings
+
+    gen = CaptionGenerator(decode=DecodeSettings(decoding="greedy"), rerank=False, device="cpu")
+    rows = DECODE_BATCH + 44
+    feats = np.random.default_rng(0).standard_normal((rows, gen.image["image_dim"])).astype(np.float32)
+    whole = gen.captioner.decode(feats, decoding="greedy", batch_size=rows)
+    got = gen.describe_features(feats, progress=True)
+    assert got == [[gen.captioner.text(c[0])] for c in whole]
+    err = capsys.readouterr().err
+    assert "captioning" in err and f"{rows}/{rows}" in err
+    gen.describe_features(feats[:5], progress=True)  # one batch: no bar for instant work
+    assert "captioning" not in capsys.readouterr().err

@@ -58,8 +58,7 @@ def caption_split(
         raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images")
     progress = bool(feature_kwargs.get("progress", True))
     t0 = time.perf_counter()
-    with _step(f"caption {len(ids)} images ({generator.method})", progress):
-        generated = generator.describe_corpus(corpus, ids, n, **feature_kwargs)
+    generated = generator.describe_corpus(corpus, ids, n, **feature_kwargs)
     seconds = time.perf_counter() - t0
     best = {i: caps[0] for i, caps in zip(ids, generated, strict=True)}
     decode = generator.decode

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from vsekit.captioning.captioner import DECODINGS, load_captioner
 from vsekit.captioning.nearest import NearestNeighbourCaptioner
@@ -44,6 +45,9 @@ __all__ = ["METHODS", "CaptionGenerator", "DecodeSettings", "FileCaptions"]
 logger = logging.getLogger(__name__)
 
 METHODS = ("mrnn", "scnlm", "nn")
+#: Images decoded per step: the captioner's own decoding batch, so batching here changes no caption
+#: (not even sampled ones); a progress bar advances once per batch.
+DECODE_BATCH = 256
 FEATURE_KINDS = ("one-layer", "fne")
 
 
@@ -224,7 +228,7 @@ class CaptionGenerator:
         joint_feats = None
         if self.rerank is not None:
             joint_feats = self.joint.corpus_features(corpus, ids, **feature_kwargs)
-        return self.describe_features(feats, n, joint_feats)
+        return self.describe_features(feats, n, joint_feats, progress=feature_kwargs.get("progress", True))
 
     def readable_ids(self, corpus: Corpus, image_ids: Sequence[str], **cache_kwargs: Any) -> list[str]:
         """The ids of ``image_ids`` whose photos can be read, for every feature this generator needs (its
@@ -237,11 +241,31 @@ class CaptionGenerator:
         return kept
 
     def describe_features(
-        self, features: np.ndarray, n: int = 1, joint_features: np.ndarray | None = None
+        self,
+        features: np.ndarray,
+        n: int = 1,
+        joint_features: np.ndarray | None = None,
+        progress: bool = False,
     ) -> list[list[str]]:
         """``n`` captions per row of precomputed ``features`` (``joint_features``: the joint model's
-        inputs for the same images, needed for reranking)."""
+        inputs for the same images, needed for reranking); ``progress`` shows a bar over the images
+        when there is more than one batch of them."""
         self._need_fitted()
+        total = len(features)
+        out: list[list[str]] = []
+        with tqdm(
+            total=total, desc="captioning", unit="img", disable=not progress or total <= DECODE_BATCH
+        ) as bar:
+            for start in range(0, total, DECODE_BATCH):
+                rows = slice(start, start + DECODE_BATCH)
+                joint = None if joint_features is None else joint_features[rows]
+                out.extend(self._describe_batch(features[rows], n, joint))
+                bar.update(len(features[rows]))
+        return out
+
+    def _describe_batch(
+        self, features: np.ndarray, n: int, joint_features: np.ndarray | None
+    ) -> list[list[str]]:
         if self.method == "nn":
             return [[c] for c in self.captioner.caption(features)]
         if self.method == "scnlm":
