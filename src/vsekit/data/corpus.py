@@ -227,6 +227,8 @@ def _list_dir(directory: Path) -> set[str]:
         raise CorpusError(f"{directory}: image folder does not exist") from None
     except NotADirectoryError:
         raise CorpusError(f"{directory}: image folder is not a directory") from None
+    except ValueError:  # a NUL byte in the name
+        raise CorpusError(f"{str(directory)!r}: not a valid folder name") from None
 
 
 def _disk_images(directory: Path) -> dict[str, Path]:
@@ -251,14 +253,21 @@ def _default_images_dir(anchor: Path) -> Path:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Lines without their line ends; CRLF files (some Flickr8K copies) read like LF files."""
+    """Lines without their line ends; CRLF files (some Flickr8K copies) read like LF files.
+
+    Only \\n, \\r\\n and \\r end a line (universal newlines), as in an editor: ``str.splitlines`` would
+    also split a caption at \\x1c, \\x0c or U+2028 and shift every later line number.
+    """
     try:
         with open(path, encoding="utf-8-sig") as f:
-            return f.read().splitlines()
+            lines = f.read().split("\n")
     except FileNotFoundError:
         raise CorpusError(f"{path}: file does not exist") from None
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def _read_json(path: Path) -> Any:
@@ -271,6 +280,8 @@ def _read_json(path: Path) -> Any:
         raise CorpusError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
     except UnicodeDecodeError as e:
         raise CorpusError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise CorpusError(f"{path}: invalid JSON: nested too deeply") from None
 
 
 def _read_split_file(path: Path, split: str, on_disk: set[str], images_dir: Path) -> list[str]:
@@ -484,6 +495,10 @@ def load_csv(path: str | os.PathLike[str], images_dir: str | os.PathLike[str] | 
                     )
         except csv.Error as e:
             raise CorpusError(f"{path}:{reader.line_num}: malformed CSV: {e}") from None
+        except UnicodeDecodeError as e:
+            raise CorpusError(
+                f"{path}: not UTF-8 text ({e.reason} near line {reader.line_num + 1})"
+            ) from None
 
     if has_split:
         splits = _ordered_splits(row_splits)
@@ -538,7 +553,10 @@ def _karpathy_from_data(path: Path, data: Any, images_dir: Path) -> Corpus:
         folder = images_dir / filepath if filepath else images_dir
         listing = listings.get(folder)
         if listing is None:
-            listing = listings[folder] = _list_dir(folder)
+            try:
+                listing = listings[folder] = _list_dir(folder)
+            except CorpusError as exc:  # name the entry too: its 'filepath' is what points there
+                raise CorpusError(f"{where}: {exc}") from None
         if filename not in listing:
             raise CorpusError(f"{where}: image '{image_id}' of split '{split}' is not in {images_dir}")
         images[image_id] = folder / filename
@@ -605,6 +623,8 @@ def _coco_from_data(path: Path, data: Any, images_dir: Path, split: str) -> Corp
         if not isinstance(entry, dict) or "id" not in entry or not isinstance(entry.get("file_name"), str):
             raise CorpusError(f"{where}: expected an object with 'id' and 'file_name'")
         file_name = entry["file_name"]
+        if not isinstance(entry["id"], int | str):
+            raise CorpusError(f"{where}: 'id' must be a number or a string")
         if entry["id"] in file_of:
             raise CorpusError(f"{where}: image id {entry['id']} is listed twice")
         if file_name not in on_disk:
@@ -616,6 +636,8 @@ def _coco_from_data(path: Path, data: Any, images_dir: Path, split: str) -> Corp
         where = f"{path}:annotations[{k}]"
         if not isinstance(ann, dict) or "image_id" not in ann:
             raise CorpusError(f"{where}: expected an object with 'image_id' and 'caption'")
+        if not isinstance(ann["image_id"], int | str):
+            raise CorpusError(f"{where}: 'image_id' must be a number or a string")
         image_id = file_of.get(ann["image_id"])
         if image_id is None:
             raise CorpusError(f"{where}: image_id {ann['image_id']} is not in 'images'")
