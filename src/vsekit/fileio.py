@@ -50,18 +50,94 @@ def _atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+#: Header field holding the sha256 of the rest of the header and of the tensor bytes (see
+#: :func:`_canonical_safetensors`); a reader recomputes it, so bytes changed on disk are never loaded.
+CONTENT_SHA256 = "content_sha256"
+
+
 def atomic_save_safetensors(
     tensors: Mapping[str, torch.Tensor], path: str | os.PathLike[str], metadata: Mapping[str, str]
 ) -> Path:
-    """Write a safetensors file with header ``metadata``, atomically, readable by everyone (0644)."""
+    """Write a safetensors file with header ``metadata``, atomically, readable by everyone (0644).
+
+    The bytes depend on the tensors and metadata only (the same model saved twice, in two processes, is
+    the same file: its sha256 fingerprints it), and the header carries a checksum of the content.
+    """
     from safetensors.torch import save
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    data = _canonical_safetensors(save(dict(tensors), metadata=dict(metadata)))
     with _atomic_file(path) as f:
-        f.write(save(dict(tensors), metadata=dict(metadata)))
+        f.write(data)
         os.chmod(f.name, 0o644)  # a model is meant to be shared, whatever the umask of a temp file
     return path
+
+
+def _content_digest(header: Mapping[str, Any], body_digest: Any) -> str:
+    """sha256 of ``header`` (sorted compact JSON, without its own checksum field), then the tensor bytes."""
+    import hashlib
+    import json
+
+    meta = {k: v for k, v in header.get("__metadata__", {}).items() if k != CONTENT_SHA256}
+    canonical = json.dumps({**header, "__metadata__": meta}, sort_keys=True, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8"))
+    digest.update(body_digest.digest())
+    return digest.hexdigest()
+
+
+def _canonical_safetensors(data: bytes) -> bytes:
+    """``data`` (a safetensors file) with its header rewritten deterministically, plus a checksum.
+
+    The safetensors library writes the ``__metadata__`` map in hash-map order, which changes from one
+    process to the next; here it is sorted by key and given :data:`CONTENT_SHA256`. The tensor entries
+    (already in a fixed order) and the tensor bytes are kept as they are; the header is padded with
+    spaces to a multiple of 8 bytes, as the format asks.
+    """
+    import hashlib
+    import json
+
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + n])
+    body = data[8 + n :]
+    meta = dict(header.get("__metadata__") or {})
+    meta[CONTENT_SHA256] = _content_digest(header, hashlib.sha256(body))
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    raw = json.dumps({"__metadata__": dict(sorted(meta.items())), **tensors}, separators=(",", ":"))
+    raw_bytes = raw.encode("utf-8")
+    raw_bytes += b" " * (-len(raw_bytes) % 8)
+    return len(raw_bytes).to_bytes(8, "little") + raw_bytes + body
+
+
+def _check_content(path: Path, what: str) -> None:
+    """Recompute a vsekit safetensors file's :data:`CONTENT_SHA256`; a mismatch is a VsekitError naming it.
+
+    Files written before the checksum existed (no such field) pass unchecked.
+    """
+    import hashlib
+    import json
+
+    from vsekit.errors import VsekitError
+
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n)) if 0 < n <= path.stat().st_size - 8 else None
+            if not isinstance(header, dict):
+                return  # not safetensors: safe_open names the problem
+            expected = (header.get("__metadata__") or {}).get(CONTENT_SHA256)
+            if expected is None:
+                return
+            body = hashlib.sha256()
+            for block in iter(lambda: f.read(1 << 20), b""):
+                body.update(block)
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        return  # unreadable or not JSON: safe_open names the problem
+    if _content_digest(header, body) != expected:
+        raise VsekitError(
+            f"{path}: damaged {what} file (its content checksum does not match: the file was changed "
+            "or corrupted on disk; save or download it again)"
+        )
 
 
 #: What each vsekit file format is called in error messages, so a user handed the wrong file learns what
@@ -112,6 +188,7 @@ def read_vsekit_safetensors(
             f"{path}: {what} format version {version} is newer than this vsekit reads ({max_version}); "
             "upgrade vsekit"
         )
+    _check_content(path, what)  # after the version: a newer format may checksum another way
     return header, tensors
 
 
@@ -155,6 +232,12 @@ def read_named_json(
         raise VsekitError(f"{path}: recipe file not found") from None
     except json.JSONDecodeError as exc:
         raise VsekitError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    except UnicodeDecodeError as exc:
+        raise VsekitError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except RecursionError:
+        raise VsekitError(f"{path}: invalid JSON: nested too deeply") from None
+    except OSError as exc:  # a folder, no permission
+        raise VsekitError(f"{path}: cannot read {kind} file ({exc.strerror})") from None
     if isinstance(data, dict):
         data.setdefault("name", path.stem)
     return data, path

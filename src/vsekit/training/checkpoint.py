@@ -39,9 +39,12 @@ def read_checkpoint(path: str | os.PathLike[str], kind: str | None = None) -> di
     """
     path = Path(path)
     try:
+        _check_crcs(path)
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise VsekitError(f"{path}: checkpoint not found") from None
+    except VsekitError:
+        raise
     except Exception as exc:  # truncated zip, foreign pickle, disallowed global, ...
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [type(exc).__name__]
         why = next((ln for ln in lines if ln.startswith("WeightsUnpickler error")), lines[0])
@@ -54,6 +57,19 @@ def read_checkpoint(path: str | os.PathLike[str], kind: str | None = None) -> di
     if kind is not None and ckpt["kind"] != kind:
         raise VsekitError(f"{path}: this is a {ckpt['kind']} checkpoint, not a {kind} one")
     return ckpt
+
+
+def _check_crcs(path: Path) -> None:
+    """Check every record of a (zip) checkpoint against its CRC-32: ``torch.load`` does not, and would
+    load a tensor with flipped bytes as data. A damaged record is a VsekitError naming ``path``."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):  # truncated, or not a zip at all: torch.load says which
+        return
+    with zipfile.ZipFile(path) as archive:
+        bad = archive.testzip()
+    if bad is not None:
+        raise VsekitError(f"{path}: damaged checkpoint (record {bad!r} fails its CRC check: changed on disk)")
 
 
 def _upgrade(ckpt: dict[str, Any]) -> dict[str, Any] | None:

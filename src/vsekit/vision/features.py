@@ -216,11 +216,16 @@ class FeatureStore:
                 f"{path}: not a vsekit feature cache (no meta.json); run `vsekit extract` first"
             )
         try:
-            meta = json.loads(meta_path.read_text())
-            FeatureConfig(**meta["config"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise VsekitError(f"{meta_path}: unreadable feature-cache metadata ({exc})") from exc
-        store = cls(path, meta)
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            store = cls(path, meta)
+            if not all(isinstance(i, str) for i in store.image_ids) or store.dim <= 0:
+                raise ValueError("bad 'image_ids' or 'dim'")
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:  # JSON and Unicode errors too
+            raise VsekitError(
+                f"{meta_path}: unreadable feature-cache metadata ({type(exc).__name__}: {exc}); "
+                f"delete {path} and extract again"
+            ) from exc
+        store._check_files()
         if expect is not None and store.config != expect:
             raise ConfigMismatchError(
                 f"{path}: this feature cache was made with {store.config.describe()}; "
@@ -243,6 +248,38 @@ class FeatureStore:
     @property
     def failed(self) -> dict[str, str]:
         return dict(self.meta.get("failed", {}))
+
+    def _check_files(self) -> None:
+        """``done.npy`` and ``raw.f16`` fit ``meta.json``; a truncated or garbage file is a VsekitError.
+
+        Without ``done.npy`` nothing counts as finished and ``raw.f16`` is never read (the state a kill
+        leaves while :func:`_prepare_store` swaps in a reshaped matrix), so it is not checked then.
+        """
+        done_path = self.path / "done.npy"
+        if not done_path.is_file():
+            return
+        fix = f"delete {self.path} and extract again"
+        try:
+            done = np.load(done_path, allow_pickle=False)
+        except Exception as exc:  # numpy parses the header with ast: SyntaxError, TokenError, ValueError...
+            why = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise VsekitError(f"{done_path}: damaged feature-cache file ({why}); {fix}") from None
+        if done.dtype != np.bool_ or done.shape != (len(self.image_ids),):
+            raise VsekitError(
+                f"{done_path}: damaged feature-cache file ({done.dtype} {done.shape}, expected bool "
+                f"({len(self.image_ids)},) as meta.json says); {fix}"
+            )
+        if done.any() and not self._raw_fits():
+            raw_path = self.path / "raw.f16"
+            size = raw_path.stat().st_size if raw_path.is_file() else "no"
+            raise VsekitError(
+                f"{raw_path}: damaged feature-cache file ({size} bytes, expected "
+                f"{len(self.image_ids) * self.dim * 2} for {len(self.image_ids)} x {self.dim} float16); {fix}"
+            )
+
+    def _raw_fits(self) -> bool:
+        raw_path = self.path / "raw.f16"
+        return raw_path.is_file() and raw_path.stat().st_size == len(self.image_ids) * self.dim * 2
 
     def done_mask(self) -> np.ndarray:
         done_path = self.path / "done.npy"
@@ -481,7 +518,7 @@ def _prepare_store(
     if old is not None:
         if old.dim != dim:
             raise ConfigMismatchError(f"{path}: cached features have dimension {old.dim}, expected {dim}")
-        if fits:
+        if fits and old._raw_fits():
             return old
     entries = {**kept, **requested}
     all_ids = sorted(entries)
@@ -500,8 +537,8 @@ def _prepare_store(
     }
     done = np.zeros(len(all_ids), dtype=bool)
     new_raw = np.memmap(path / "raw.f16.new", dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
-    if old is not None:  # carry over finished rows whose file is unchanged
-        old_done = old.done_mask()
+    old_done = old.done_mask() if old is not None else np.zeros(0, dtype=bool)
+    if old_done.any():  # carry over finished rows whose file is unchanged
         old_raw = old._raw()
         for new_row, image_id in enumerate(all_ids):
             old_row = old._row.get(image_id)
@@ -511,10 +548,14 @@ def _prepare_store(
         del old_raw
     new_raw.flush()
     del new_raw
+    # The three files cannot be swapped at once, so the order keeps every moment consistent: without
+    # done.npy nothing is finished (old meta.json + new raw.f16 is then harmless); meta.json before
+    # done.npy, so done flags never meet the old row order. A kill in between recomputes carried rows.
+    (path / "done.npy").unlink(missing_ok=True)
     (path / "raw.f16.new").replace(path / "raw.f16")
-    atomic_save_npy(path / "done.npy", done)
     store = FeatureStore(path, meta)
     store._write_meta()
+    atomic_save_npy(path / "done.npy", done)
     return store
 
 
