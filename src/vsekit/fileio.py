@@ -45,9 +45,20 @@ def _atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):  # on a read-only folder there is nothing to remove
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _write_error(path, exc) from exc
         raise
+
+
+def _write_error(path: Path, exc: OSError) -> Exception:
+    """A full disk or a read-only folder as one line naming the file that was not written."""
+    from vsekit.errors import VsekitError
+
+    kept = "the previous file is kept" if path.exists() else "nothing was written"
+    return VsekitError(f"{path}: cannot write ({exc.strerror or exc}); {kept}")
 
 
 #: Header field holding the sha256 of the rest of the header and of the tensor bytes (see
@@ -306,6 +317,9 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
         finally:
             os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _write_error(path, exc) from exc
         raise

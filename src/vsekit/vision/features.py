@@ -26,9 +26,11 @@ the CNN.
 
 Layout of a cache directory::
 
-    meta.json         configuration, image ids and file identities, dims, failed images
+    meta.json         configuration, image ids and file identities, dims, failed images, generation
     raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims)
     done.npy          bool [n_images]: rows that hold finished features
+                      (generation g > 0, after the image set changed: raw.g.f16 and done.g.npy; the new
+                      generation's files are written beside the old ones and meta.json swaps them in)
     fne.safetensors   fitted FullNetworkEmbedding statistics (full only, after ``fit_fne``)
     fne_codes.npy     int8 {-1,0,1} [n_images, dim] (full only): the FNE, one byte per value
 """
@@ -249,13 +251,26 @@ class FeatureStore:
     def failed(self) -> dict[str, str]:
         return dict(self.meta.get("failed", {}))
 
-    def _check_files(self) -> None:
-        """``done.npy`` and ``raw.f16`` fit ``meta.json``; a truncated or garbage file is a VsekitError.
+    @property
+    def generation(self) -> int:
+        """Which ``raw``/``done`` files ``meta.json`` names: a new generation each time the rows change."""
+        return int(self.meta.get("generation", 0))
 
-        Without ``done.npy`` nothing counts as finished and ``raw.f16`` is never read (the state a kill
-        leaves while :func:`_prepare_store` swaps in a reshaped matrix), so it is not checked then.
+    def _raw_path(self) -> Path:
+        g = self.generation
+        return self.path / ("raw.f16" if g == 0 else f"raw.{g}.f16")
+
+    def _done_path(self) -> Path:
+        g = self.generation
+        return self.path / ("done.npy" if g == 0 else f"done.{g}.npy")
+
+    def _check_files(self) -> None:
+        """The done mask and raw matrix fit ``meta.json``; a truncated or garbage file is a VsekitError.
+
+        Without a done mask nothing counts as finished and the raw matrix is never read, so it is not
+        checked then.
         """
-        done_path = self.path / "done.npy"
+        done_path = self._done_path()
         if not done_path.is_file():
             return
         fix = f"delete {self.path} and extract again"
@@ -270,7 +285,7 @@ class FeatureStore:
                 f"({len(self.image_ids)},) as meta.json says); {fix}"
             )
         if done.any() and not self._raw_fits():
-            raw_path = self.path / "raw.f16"
+            raw_path = self._raw_path()
             size = raw_path.stat().st_size if raw_path.is_file() else "no"
             raise VsekitError(
                 f"{raw_path}: damaged feature-cache file ({size} bytes, expected "
@@ -278,18 +293,18 @@ class FeatureStore:
             )
 
     def _raw_fits(self) -> bool:
-        raw_path = self.path / "raw.f16"
+        raw_path = self._raw_path()
         return raw_path.is_file() and raw_path.stat().st_size == len(self.image_ids) * self.dim * 2
 
     def done_mask(self) -> np.ndarray:
-        done_path = self.path / "done.npy"
+        done_path = self._done_path()
         if not done_path.is_file():
             return np.zeros(len(self.image_ids), dtype=bool)
         return np.load(done_path)
 
     def _raw(self, mode: str = "r") -> np.memmap:
         return np.memmap(
-            self.path / "raw.f16", dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim)
+            self._raw_path(), dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim)
         )
 
     def rows(self, image_ids: Sequence[str]) -> np.ndarray:
@@ -534,9 +549,12 @@ def _prepare_store(
         "tap_names": dims.get("tap_names"),
         "tap_dims": dims.get("tap_dims"),
         "failed": {},
+        "generation": old.generation + 1 if old is not None else 0,
     }
+    store = FeatureStore(path, meta)
     done = np.zeros(len(all_ids), dtype=bool)
-    new_raw = np.memmap(path / "raw.f16.new", dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
+    tmp_raw = store._raw_path().with_name(store._raw_path().name + ".new")
+    new_raw = np.memmap(tmp_raw, dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
     old_done = old.done_mask() if old is not None else np.zeros(0, dtype=bool)
     if old_done.any():  # carry over finished rows whose file is unchanged
         old_raw = old._raw()
@@ -548,15 +566,20 @@ def _prepare_store(
         del old_raw
     new_raw.flush()
     del new_raw
-    # The three files cannot be swapped at once, so the order keeps every moment consistent: without
-    # done.npy nothing is finished (old meta.json + new raw.f16 is then harmless); meta.json before
-    # done.npy, so done flags never meet the old row order. A kill in between recomputes carried rows.
-    (path / "done.npy").unlink(missing_ok=True)
-    (path / "raw.f16.new").replace(path / "raw.f16")
-    store = FeatureStore(path, meta)
+    # The new generation's files go beside the old ones; meta.json, written last and atomically, is the
+    # commit. A kill or a full disk before it leaves the old cache whole; after it, the old files are
+    # only removed.
+    tmp_raw.replace(store._raw_path())
+    atomic_save_npy(store._done_path(), done)
     store._write_meta()
-    atomic_save_npy(path / "done.npy", done)
+    _remove_other_generations(path, keep={store._raw_path().name, store._done_path().name})
     return store
+
+
+def _remove_other_generations(path: Path, keep: set[str]) -> None:
+    for stale in [*path.glob("raw*.f16"), *path.glob("done*.npy"), *path.glob("raw*.f16.new")]:
+        if stale.name not in keep:
+            stale.unlink(missing_ok=True)
 
 
 def _cached_store(
@@ -625,7 +648,7 @@ def _fill_store(
 
     def commit() -> None:
         raw.flush()
-        atomic_save_npy(store.path / "done.npy", done)
+        atomic_save_npy(store._done_path(), done)
         store._write_meta()
 
     bar = tqdm(
