@@ -303,9 +303,7 @@ class FeatureStore:
         return np.load(done_path)
 
     def _raw(self, mode: str = "r") -> np.memmap:
-        return np.memmap(
-            self._raw_path(), dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim)
-        )
+        return np.memmap(self._raw_path(), dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim))
 
     def rows(self, image_ids: Sequence[str]) -> np.ndarray:
         missing = [i for i in image_ids if i not in self._row]
