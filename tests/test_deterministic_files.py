@@ -106,3 +106,41 @@ def same(a, b) -> bool:
     if isinstance(a, list | tuple):
         return isinstance(b, list | tuple) and len(a) == len(b) and all(map(same, a, b))
     return type(a) is type(b) and a == b
+
+
+class _Clock:
+    """A stand-in for the ``time`` module whose clock runs ``step`` seconds per reading."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def perf_counter(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def __getattr__(self, name):
+        import time
+
+        return getattr(time, name)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_two_captioner_trainings_at_different_speeds_write_the_same_file(tmp_path, monkeypatch):
+    """Regression: the captioner file held the dev decoding time (decode_s), so the same training on a
+    slower machine gave another file."""
+    import vsekit.captioning.trainer as caption_trainer
+    from kill_helpers import overlap_score
+
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus", 12, 4, 4))
+    config = caption_trainer.CaptionTrainConfig(
+        word_dim=8, hidden_dim=12, batch_size=16, epochs=2, min_word_count=1, lr=0.01
+    )
+    for step, out in ((0.01, "fast"), (0.37, "slow")):
+        monkeypatch.setattr(caption_trainer, "time", _Clock(step))
+        caption_trainer.train_captioner(
+            corpus, config, tmp_path / out, progress=False, device="cpu",
+            feature_fn=fake_image_features, score_fn=overlap_score, log=lambda s: None,
+        )  # fmt: skip
+    assert file_sha256(tmp_path / "fast" / "captioner.safetensors") == file_sha256(
+        tmp_path / "slow" / "captioner.safetensors"
+    )

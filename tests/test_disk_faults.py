@@ -228,3 +228,27 @@ def test_a_failed_index_write_keeps_the_previous_index(tmp_path, monkeypatch, na
     assert len(again) == 3 and again.search(text="a dog", k=3) == before
     again.update(progress=False)
     assert len(Index.open(out, model=model)) == 4
+
+
+# -- the SC-NLM's caption-embedding cache ----------------------------------------------------------------
+
+
+def test_a_truncated_scnlm_embedding_cache_is_recomputed(tmp_path):
+    """Regression (found by the kill test): the cache was written with a plain ``np.save``, so a kill
+    mid-write left half a file that the resumed run then failed to load (or loaded)."""
+    from vsekit.captioning.scnlm import _embed_cached
+
+    class Joint:
+        embed_dim = 3
+        image_proj = torch.nn.Linear(2, 3)
+
+        def embed_texts(self, texts):
+            return torch.tensor([[len(t), 1.0, 0.5] for t in texts])
+
+    joint, texts = Joint(), ["a dog", "two cats run"]
+    first = _embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
+    (cached,) = tmp_path.glob("train-captions-*.npy")
+    cached.write_bytes(cached.read_bytes()[:100])  # what a kill during the write used to leave
+    again = _embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
+    assert np.array_equal(again, first) and np.array_equal(np.load(cached), first)
+    assert no_temp_files(tmp_path) == []

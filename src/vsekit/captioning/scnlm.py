@@ -63,7 +63,7 @@ from torch import nn
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.data.vocab import Vocabulary
 from vsekit.errors import CorpusError, VsekitError
-from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
+from vsekit.fileio import atomic_save_npy, atomic_save_safetensors, read_vsekit_safetensors
 
 __all__ = [
     "SCNLM",
@@ -292,13 +292,18 @@ def _embed_cached(
     key = hashlib.sha256(("\n".join(texts) + joint_fingerprint(joint_model)).encode()).hexdigest()[:12]
     path = cache_dir / f"{name}-{key}.npy" if cache_dir is not None else None
     if path is not None and path.is_file():
-        return np.load(path)
+        try:
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape == (len(texts), joint_model.embed_dim) and cached.dtype == np.float32:
+                return cached
+        except Exception as exc:  # a damaged cache file (numpy's header parser raises many kinds)
+            logger.warning("%s: unreadable embedding cache, recomputing (%s)", path, exc)
     t0 = time.perf_counter()
     emb = joint_model.embed_texts(texts).numpy().astype(np.float32)
     _log(progress, f"embedded {len(texts)} {name} in {time.perf_counter() - t0:.0f} s")
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, emb)
+        atomic_save_npy(path, emb)  # a kill mid-write must not leave half a file to load next time
     return emb
 
 

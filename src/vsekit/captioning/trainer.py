@@ -366,7 +366,8 @@ def train_captioner(
         meta = {
             "recipe": config.to_dict(),
             "epoch": epoch,
-            "dev_greedy": dev_scores,
+            # scores only: a timing (decode_s) would make the same model a different file (issue 15)
+            "dev_greedy": {k: v for k, v in dev_scores.items() if not k.endswith("_s")},
             "vsekit": __version__,
         }
         captioner = MRNNCaptioner(
@@ -439,12 +440,8 @@ def tune_captioner_rerank(
     best = next(g for g in grid if g["weight"] == weight and g["length_penalty"] == penalty)
     plain = next(g for g in grid if g["weight"] == 0 and g["length_penalty"] == 0.0)
     captioner.meta["rerank"] = settings.to_dict()
-    captioner.meta["dev_rerank"] = {
-        "best": best,
-        "beam_only": plain,
-        "grid": grid,
-        "seconds": round(seconds, 1),
-    }
+    # no timing in the file: the same tuning must give the same file (issue 15); it is returned instead
+    captioner.meta["dev_rerank"] = {"best": best, "beam_only": plain, "grid": grid}
     save_captioner(captioner, captioner_path)
     say(
         f"rerank on dev ({len(ids)} images, beam {beam_size}): weight {weight:g}, "
@@ -452,4 +449,4 @@ def tune_captioner_rerank(
         f"CIDEr {best['cider']:.1f} B-4 {best['bleu4']:.1f} (beam alone: CIDEr {plain['cider']:.1f} "
         f"B-4 {plain['bleu4']:.1f})"
     )
-    return captioner.meta["dev_rerank"] | {"settings": settings.to_dict()}
+    return captioner.meta["dev_rerank"] | {"seconds": round(seconds, 1), "settings": settings.to_dict()}

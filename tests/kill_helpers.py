@@ -1,0 +1,107 @@
+"""Kill a job at a seeded random moment (SIGKILL or SIGINT) in a fresh Python; shared by tests/test_kill.py
+and the longer campaign in bench/kill_campaign.py.
+
+A job script prints ``ready`` once it has imported and loaded what it needs, then does the work; the
+moment is measured from that line, as a fraction of how long the same work took uninterrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def job_env() -> dict[str, str]:
+    """The child's environment: this checkout's ``src`` and ``tests`` first, one thread per library."""
+    path = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")])
+    return {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def run_and_signal(
+    script: str,
+    args: list[str],
+    after: float | Callable[[], bool],
+    sig: int = signal.SIGKILL,
+    log: Path | None = None,
+) -> tuple[bool, int, str]:
+    """Run ``script`` with ``args``; send ``sig`` ``after`` seconds after it prints ``ready`` (or, when
+    ``after`` is a function, as soon as it returns True).
+
+    Returns ``(was still running when signalled, exit status, stderr)``.
+    """
+    err = open(log, "w+") if log is not None else subprocess.PIPE  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args], stdout=subprocess.PIPE, stderr=err, text=True, env=job_env()
+    )
+    try:
+        line = proc.stdout.readline().strip()
+        if line != "ready":
+            proc.kill()
+            _, stderr = proc.communicate(timeout=60)
+            raise RuntimeError(f"job did not start: {line!r} {stderr or ''}")
+        if callable(after):
+            while proc.poll() is None and not after():
+                time.sleep(0.02)
+        else:
+            time.sleep(after)
+        alive = proc.poll() is None
+        if alive:
+            proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if log is not None:
+        err.seek(0)
+        stderr = err.read()
+        err.close()
+    return alive, proc.returncode, stderr or ""
+
+
+def tmp_files(folder: Path) -> list[Path]:
+    """Temp files a killed atomic write left behind (harmless: never read, replaced by the next write)."""
+    return [p for p in folder.rglob(".*.tmp")]
+
+
+def overlap_score(predictions: dict, references: dict) -> dict[str, float]:
+    """A stand-in caption metric (no Java): mean fraction of predicted words found in the references."""
+    values = []
+    for image_id, text in sorted(predictions.items()):
+        ref_words = {w for r in references[image_id] for w in r.lower().split()}
+        words = text.split()
+        values.append(sum(w in ref_words for w in words) / max(len(words), 1))
+    return {"bleu4": 0.0, "cider": 100 * sum(values) / max(len(values), 1)}
+
+
+def scnlm_run(out: Path) -> dict:
+    """test_scnlm's tiny SC-NLM run (resuming whatever ``out`` holds), with a fake joint model that is a
+    pure function of its input: test_scnlm's draws word vectors in order of first use, so a run that
+    finds the caption embeddings cached (as a resumed run does) would see other word vectors."""
+    import hashlib
+
+    import torch
+
+    import test_scnlm
+    from vsekit.captioning.scnlm_trainer import train_scnlm_run
+
+    class PureJoint(test_scnlm.FakeJoint):
+        def _word(self, w: str) -> torch.Tensor:
+            if w not in self._words:
+                seed = int(hashlib.sha256(w.encode()).hexdigest()[:8], 16)
+                self._words[w] = torch.randn(self.embed_dim, generator=torch.Generator().manual_seed(seed))
+            return self._words[w]
+
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        joint = PureJoint()
+    return train_scnlm_run(
+        test_scnlm._scnlm_corpus(), test_scnlm.RUN_CONFIG, out, resume=True, progress=False, device="cpu",
+        joint_model=joint, log=lambda s: None, tagger=test_scnlm.fake_tagger,
+    )  # fmt: skip
