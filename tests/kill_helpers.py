@@ -105,3 +105,51 @@ def scnlm_run(out: Path) -> dict:
         test_scnlm._scnlm_corpus(), test_scnlm.RUN_CONFIG, out, resume=True, progress=False, device="cpu",
         joint_model=joint, log=lambda s: None, tagger=test_scnlm.fake_tagger,
     )  # fmt: skip
+
+
+def differing_keys(a, b, path: str = "") -> list[str]:
+    """Where two checkpoint-like values differ (key paths; tensors compared exactly)."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        ok = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+        return [] if ok and a.shape == b.shape and torch.equal(a, b) else [path]
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{path} (keys)"]
+        return [p for k in a for p in differing_keys(a[k], b[k], f"{path}/{k}")]
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        if len(a) != len(b):
+            return [f"{path} (length)"]
+        return [
+            p for i, (x, y) in enumerate(zip(a, b, strict=True)) for p in differing_keys(x, y, f"{path}[{i}]")
+        ]
+    return [] if type(a) is type(b) and a == b else [path]
+
+
+def seconds_after_ready(script: str, args: list[str]) -> float:
+    """How long ``script`` runs from its ``ready`` line to its exit, uninterrupted, in a fresh Python
+    (where a killed run's moments are drawn: a fresh process is slower than a warm one)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=job_env(),
+    )  # fmt: skip
+    line = proc.stdout.readline().strip()
+    t0 = time.perf_counter()
+    proc.communicate(timeout=600)
+    if line != "ready" or proc.returncode != 0:
+        raise RuntimeError(f"job failed uninterrupted: {line!r}, status {proc.returncode}")
+    return time.perf_counter() - t0
+
+
+def once_exists(path: Path, then_s: float) -> Callable[[], bool]:
+    """A moment for :func:`run_and_signal`: ``then_s`` seconds after ``path`` first exists (a job's first
+    commit), so the kill lands in the middle of the work rather than in its set-up."""
+    seen: list[float] = []
+
+    def due() -> bool:
+        if not seen and path.exists():
+            seen.append(time.perf_counter())
+        return bool(seen) and time.perf_counter() - seen[0] >= then_s
+
+    return due

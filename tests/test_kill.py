@@ -23,7 +23,14 @@ import pytest
 import torch
 
 from corpus_helpers import fake_image_features, write_tiny_corpus
-from kill_helpers import overlap_score, run_and_signal, scnlm_run, tmp_files
+from kill_helpers import (
+    differing_keys,
+    once_exists,
+    overlap_score,
+    run_and_signal,
+    scnlm_run,
+    tmp_files,
+)
 from vsekit.data import load_corpus
 from vsekit.fileio import file_sha256
 from vsekit.training.checkpoint import read_checkpoint
@@ -33,9 +40,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SEED = 15  # the issue's number: the kill moments are drawn from random.Random(SEED + job)
 
 
-def kill_moment(job: int, uninterrupted_s: float) -> float:
-    """Seconds after ``ready``: somewhere in the first 80% of the work (so the job is still running)."""
-    return random.Random(SEED + job).uniform(0.1, 0.8) * uninterrupted_s
+def kill_moment(job: int, uninterrupted_s: float, first_commit: Path):
+    """After the job's first commit (``first_commit`` exists), a seeded fraction of the uninterrupted
+    run's time more: mid-work, with something on disk to resume from."""
+    return once_exists(first_commit, random.Random(SEED + job).uniform(0.0, 0.4) * uninterrupted_s)
 
 
 def same(a, b) -> bool:
@@ -49,23 +57,27 @@ def same(a, b) -> bool:
 
 
 def assert_same_run(full: Path, resumed: Path, model: str, kind: str) -> None:
-    assert file_sha256(full / model) == file_sha256(resumed / model)
-    assert same(
-        read_checkpoint(full / "checkpoint.pt", kind), read_checkpoint(resumed / "checkpoint.pt", kind)
-    )
-    assert untimed_log(full) == untimed_log(resumed)
-    assert tmp_files(resumed) == []
+    assert file_sha256(full / model) == file_sha256(resumed / model), f"{model} differs"
+    # timings (``time_s``, ``decode_s``...) are measurements, not state: left out of the comparison
+    a = untimed(read_checkpoint(full / "checkpoint.pt", kind))
+    b = untimed(read_checkpoint(resumed / "checkpoint.pt", kind))
+    assert same(a, b), f"checkpoint.pt differs at {differing_keys(a, b)[:5]}"
+    assert untimed_log(full) == untimed_log(resumed), "log.jsonl differs"
+    assert tmp_files(resumed) == [], f"temp files left: {tmp_files(resumed)}"
+
+
+def untimed(value):
+    """``value`` without the timings its dicts hold (keys ``time_s``, ``train_s``, ``decode_s``...)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if not str(k).endswith("_s")}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
 
 
 def untimed_log(run: Path) -> list:
-    """The run's log without its timings (``time_s``, ``train_s``, ``decode_s``...)."""
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if not k.endswith("_s")}
-        return value
-
-    return [strip(json.loads(line)) for line in (run / "log.jsonl").read_text().splitlines()]
+    """The run's log without its timings."""
+    return [untimed(json.loads(line)) for line in (run / "log.jsonl").read_text().splitlines()]
 
 
 def assert_readable_after_kill(out: Path, kind: str) -> None:
@@ -124,7 +136,9 @@ def test_train_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_
     t0 = time.perf_counter()
     run(tmp_path / "full")
     args = [str(data), str(tmp_path / "killed"), json.dumps(dataclasses.asdict(config))]
-    alive, _, _ = run_and_signal(TRAIN, args, kill_moment(1, time.perf_counter() - t0))
+    alive, _, _ = run_and_signal(
+        TRAIN, args, kill_moment(1, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt")
+    )
     assert alive, "the job finished before the kill"
     assert_readable_after_kill(tmp_path / "killed", "joint-embedding")
     run(tmp_path / "killed")
@@ -166,7 +180,9 @@ def test_captioner_training_killed_at_a_random_moment_resumes_to_the_uninterrupt
     t0 = time.perf_counter()
     run(tmp_path / "full")
     args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
-    alive, _, _ = run_and_signal(CAPTIONER, args, kill_moment(2, time.perf_counter() - t0))
+    alive, _, _ = run_and_signal(
+        CAPTIONER, args, kill_moment(2, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt")
+    )
     assert alive, "the job finished before the kill"
     assert_readable_after_kill(tmp_path / "killed", "captioner")
     run(tmp_path / "killed")
@@ -187,7 +203,11 @@ scnlm_run(sys.argv[1])
 def test_scnlm_training_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_path):
     t0 = time.perf_counter()
     scnlm_run(tmp_path / "full")
-    alive, _, _ = run_and_signal(SCNLM, [str(tmp_path / "killed")], kill_moment(3, time.perf_counter() - t0))
+    alive, _, _ = run_and_signal(
+        SCNLM,
+        [str(tmp_path / "killed")],
+        kill_moment(3, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt"),
+    )
     assert alive, "the job finished before the kill"
     assert_readable_after_kill(tmp_path / "killed", "scnlm")
     scnlm_run(tmp_path / "killed")
@@ -238,7 +258,11 @@ def test_extract_fne_killed_at_a_random_moment_resumes_to_the_uninterrupted_cach
     t0 = time.perf_counter()
     full = extract_fne(corpus, cache_dir=tmp_path / "full", batch_size=2, progress=False, device="cpu")
     elapsed = time.perf_counter() - t0
-    alive, _, _ = run_and_signal(EXTRACT, [str(data), str(tmp_path / "killed")], kill_moment(4, elapsed))
+    alive, _, _ = run_and_signal(
+        EXTRACT,
+        [str(data), str(tmp_path / "killed")],
+        kill_moment(4, elapsed, tmp_path / "killed" / "done.npy"),
+    )
     assert alive, "the job finished before the kill"
     if (tmp_path / "killed" / "meta.json").exists():  # what the kill left opens or is refused by name
         FeatureStore.open(tmp_path / "killed")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import random
 import tempfile
 import time
 from collections import Counter
@@ -339,6 +340,8 @@ def train_scnlm_run(
     if tagger is None:
         from vsekit.captioning.pos import pos_tag as tagger
     torch.manual_seed(config.seed)
+    np.random.seed(config.seed % 2**32)  # every RNG a checkpoint saves starts from the seed
+    random.seed(config.seed)
     data = _load_data(corpus, config, joint, tagger, out / "cache", progress)
     if ckpt is not None and ckpt["data"] != data.identity:
         raise ConfigMismatchError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -354,6 +355,8 @@ def train_captioner(
     feature_fn = feature_fn or image_features
     score_fn = score_fn or default_score_fn
     torch.manual_seed(config.seed)
+    np.random.seed(config.seed % 2**32)  # every RNG a checkpoint saves starts from the seed
+    random.seed(config.seed)
     data = _load_caption_data(corpus, config, feature_fn)
     state = _build_state(config, data, dev)
     if ckpt is not None:
