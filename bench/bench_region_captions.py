@@ -25,6 +25,7 @@ from datetime import date
 from pathlib import Path
 
 import torch
+from PIL import Image
 
 from vsekit.alignment import Aligner
 from vsekit.alignment.describe import (
@@ -113,7 +114,9 @@ def pictures(args: argparse.Namespace, aligner: Aligner, corpus) -> dict:
     docs = REPO / "docs"
     reader = RegionCaptioner.load(Path(args.run) / "captioner.safetensors")
     ids = [i for i, caps in corpus.split("dev").captions_by_image().items() if caps]
-    photo = corpus.images[args.photo or ids[0]]
+    name = args.photo or ids[0]
+    small = Image.open(corpus.images[name]).convert("RGB")  # the shared photos are 224 x 224: show at 2x
+    photo = small.resize((small.width * 2, small.height * 2), Image.Resampling.BICUBIC)
     result = describe_regions(aligner, reader, photo, top=4)
     draw_regions(photo, result, docs / "regions-example.png")
     regions = aligner.regions(corpus, image_ids=ids, progress=False)
@@ -145,8 +148,16 @@ def main() -> None:
     torch.set_num_threads(1)
     corpus = load_corpus(SHARED)
     aligner = Aligner.load(args.aligner, device="cpu")
+    run: dict = {"run": str(args.run)}
+    if not args.skip_train:
+        run["training"] = train(args, aligner, corpus)
+    if not args.skip_eval:
+        run["dev_proxy"] = evaluate(args, aligner, corpus)
+        print(json.dumps({k: run["dev_proxy"][k] for k in ("region_captioner", "crop_baseline")}, indent=1))
+    pics = pictures(args, aligner, corpus) if args.pictures else None
+    # merge: only this key, and in it only this recipe's run (two runs may finish at about the same time)
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    entry = results.get("region_captions", {})
+    entry = results.setdefault("region_captions", {})
     entry.update(
         date=str(date.today()),
         machine=f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, torch threads 1",
@@ -155,15 +166,9 @@ def main() -> None:
         aligner_recipe=aligner.extra.get("recipe"),
         regions=aligner.model.region_spec.layers,
     )
-    if not args.skip_train:
-        entry["training"] = train(args, aligner, corpus)
-    if not args.skip_eval:
-        entry["dev_proxy"] = evaluate(args, aligner, corpus)
-        print(json.dumps({k: entry["dev_proxy"][k] for k in ("region_captioner", "crop_baseline")}, indent=1))
-    if args.pictures:
-        entry["pictures"] = pictures(args, aligner, corpus)
-    results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}  # re-read: merge, never clobber
-    results["region_captions"] = entry
+    entry.setdefault("runs", {}).setdefault(args.recipe, {}).update(run)
+    if pics is not None:
+        entry["pictures"] = pics
     RESULTS.write_text(json.dumps(results, indent=1) + "\n")
 
 

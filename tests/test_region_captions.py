@@ -1,5 +1,6 @@
 """Region snippets (MRF segments of captions), the region captioner, `vsekit regions`, snippet queries."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -16,6 +17,7 @@ from vsekit.alignment.region_captions import (
     RegionCaptioner,
     load_region_caption_recipe,
     region_caption_data,
+    train_region_captioner,
 )
 from vsekit.alignment.snippets import Snippet, collect_snippets, read_snippets, snippets_from_scores
 from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
@@ -238,3 +240,25 @@ def test_regions_cli_falls_back_without_proposals_and_names_a_bad_file(tmp_path)
     for bad in ("missing.jpg", "broken.jpg"):
         result = runner.invoke(app, [*args, "--image", str(tmp_path / bad)])
         assert result.exit_code == 2 and bad in result.output and "Traceback" not in result.output
+
+
+def test_train_region_captioner_writes_snippets_and_a_loadable_captioner_and_resumes(tmp_path):
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "c", n_train=6, n_dev=3, n_test=1))
+    spec = RegionSpec(grid=(2,))
+    aligner = tiny_aligner(corpus, spec)
+
+    def region_fn(corpus, ids):
+        rng = np.random.default_rng(len(ids))
+        return Regions(rng.standard_normal((len(ids), 5, 8)).astype(np.float32), np.zeros((len(ids), 5, 4)))
+
+    config = RegionCaptionConfig(word_dim=8, hidden_dim=16, min_word_count=1, epochs=1, batch_size=16)
+    options = dict(progress=False, device="cpu", region_fn=region_fn, log=lambda _: None, score_fn=exact)
+    summary = train_region_captioner(aligner, corpus, config, tmp_path / "run", **options)
+    assert (tmp_path / "run" / "snippets-train.jsonl").is_file() and summary["n_train_snippets"] > 0
+    assert all(s.end - s.start >= 2 for s in read_snippets(tmp_path / "run" / "snippets-train.jsonl"))
+    reader = RegionCaptioner.load(summary["model_path"])
+    assert reader.spec == spec and len(reader.describe(np.zeros((5, 8), np.float32), [1, 2])) == 2
+    again = train_region_captioner(
+        aligner, corpus, dataclasses.replace(config, epochs=2), tmp_path / "run", resume=True, **options
+    )
+    assert again["epochs_completed"] == 2 and len(again["history"]) == 2

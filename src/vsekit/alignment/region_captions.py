@@ -27,7 +27,7 @@ import torch
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.snippets import DEFAULT_SNIPPET_BETA, Snippet, collect_snippets
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner
-from vsekit.captioning.trainer import CaptionData, CaptionTrainConfig, check_run, fit_captioner
+from vsekit.captioning.trainer import CaptionData, CaptionTrainConfig, ScoreFn, check_run, fit_captioner
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.errors import CorpusError, VsekitError
@@ -155,11 +155,13 @@ def train_region_captioner(
     device: str | torch.device = "auto",
     region_fn: RegionFn | None = None,
     log: Callable[[str], None] | None = None,
+    score_fn: ScoreFn | None = None,
     **region_kwargs: Any,
 ) -> dict[str, Any]:
     """Snippets of the train and dev captions (cached in ``out_dir/snippets-<split>.jsonl``, resumable),
     then the m-RNN on them; ``out_dir/captioner.safetensors`` is the best epoch by dev CIDEr-D.
-    ``region_fn(corpus, ids) -> Regions`` replaces the aligner's cached region extraction (tests)."""
+    ``region_fn(corpus, ids) -> Regions`` replaces the aligner's cached region extraction and ``score_fn``
+    the dev metrics (tests)."""
     config.validate()
     say = log if log is not None else logger.info
     check_run(config, out_dir, resume)
@@ -181,7 +183,7 @@ def train_region_captioner(
         found[split] = (snippets, (regions, ids))
     (train, train_regions), (dev, dev_regions) = found[config.train_split], found[config.dev_split]
     data = region_caption_data(train, dev, train_regions, dev_regions, config, spec)
-    summary = fit_captioner(data, config, out_dir, resume, progress, device, None, say)
+    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say)
     return {**summary, "n_train_snippets": len(train), "n_dev_snippets": len(dev), "n_pairs": len(data.pairs)}
 
 
