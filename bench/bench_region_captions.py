@@ -118,7 +118,7 @@ def pictures(args: argparse.Namespace, aligner: Aligner, corpus) -> dict:
     small = Image.open(corpus.images[name]).convert("RGB")  # the shared photos are 224 x 224: show at 2x
     photo = small.resize((small.width * 2, small.height * 2), Image.Resampling.BICUBIC)
     result = describe_regions(aligner, reader, photo, top=4)
-    draw_regions(photo, result, docs / "regions-example.png")
+    draw_regions(photo, result, docs / "regions-example.jpg")
     regions = aligner.regions(corpus, image_ids=ids, progress=False)
     galleries = {}
     for k, query in enumerate(QUERIES):
@@ -127,7 +127,7 @@ def pictures(args: argparse.Namespace, aligner: Aligner, corpus) -> dict:
         draw_snippet_gallery(query, hits, corpus.images, out)
         galleries[query] = {"file": str(out.relative_to(REPO)), "hits": hits}
     return {
-        "regions_example": {"photo": Path(photo).name, **result, "image": None},
+        "regions_example": {**result, "image": name, "shown_at": "2x"},
         "snippet_queries": galleries,
     }
 

@@ -26,7 +26,7 @@ from vsekit.captioning.trainer import fit_captioner
 from vsekit.cli import app
 from vsekit.data import load_corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary, tokenize
-from vsekit.errors import ConfigMismatchError
+from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.resources import sample_data_path
 from vsekit.vision.regions import Regions, RegionSpec
 
@@ -262,3 +262,12 @@ def test_train_region_captioner_writes_snippets_and_a_loadable_captioner_and_res
         aligner, corpus, dataclasses.replace(config, epochs=2), tmp_path / "run", resume=True, **options
     )
     assert again["epochs_completed"] == 2 and len(again["history"]) == 2
+
+
+def test_the_shipped_region_captioner_loads_and_names_its_regions():
+    reader = RegionCaptioner.load("region-captioner")
+    assert reader.spec == RegionSpec(backbone="mobilenet_v2", mode="grid", grid=(2, 3)) and not reader.context
+    snippets = reader.describe(np.zeros((14, 1280), np.float32), [1, 5])
+    assert len(snippets) == 2 and all(1 <= len(s.split()) <= 12 for s in snippets)
+    with pytest.raises(VsekitError, match="not a region captioner"):
+        RegionCaptioner.load("captioner")

@@ -137,6 +137,9 @@ def draw_boxes(
         draw.rectangle([x0 + inset, y0 + inset, x1 - 1 - inset, y1 - 1 - inset], outline=colour, width=width)
         tx, ty = x0 + inset + width + 1, y0 + inset + width + 1
         bbox = draw.textbbox((tx, ty), label, font=font)
+        if bbox[2] + 2 > img.width:  # keep the label on the photo: slide it left
+            tx -= min(tx, bbox[2] + 2 - img.width)
+            bbox = draw.textbbox((tx, ty), label, font=font)
         draw.rectangle([bbox[0] - 2, bbox[1] - 1, bbox[2] + 2, bbox[3] + 1], fill=colour)
         draw.text((tx, ty), label, fill="white", font=font)
     out = Path(out)
