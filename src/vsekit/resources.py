@@ -18,6 +18,7 @@ __all__ = [
     "PACKAGE_DIR",
     "PRETRAINED",
     "RECIPES_DIR",
+    "REGION_CAPTION_RECIPES_DIR",
     "SCNLM_RECIPES_DIR",
     "pretrained_path",
     "resolve_model_path",
@@ -29,12 +30,14 @@ RECIPES_DIR = PACKAGE_DIR / "recipes"
 CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
 SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
 ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
+REGION_CAPTION_RECIPES_DIR = RECIPES_DIR / "region_captioning"
 
 #: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
     "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
     "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
     "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
+    "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
 }
 
 

@@ -52,7 +52,10 @@ __all__ = [
     "CAPTIONER_NAME",
     "CAPTION_RECIPES_DIR",
     "CHECKPOINT_NAME",
+    "CaptionData",
     "CaptionTrainConfig",
+    "check_run",
+    "fit_captioner",
     "list_caption_recipes",
     "load_caption_recipe",
     "train_captioner",
@@ -194,7 +197,7 @@ def default_score_fn(
 
 
 @dataclass
-class _CaptionData:
+class CaptionData:
     """Training pairs (image row, word ids), image features and the dev references."""
 
     vocab: Vocabulary
@@ -207,7 +210,7 @@ class _CaptionData:
     image: dict[str, Any]  # backbone, kind, image_dim: what the captioner file records
 
 
-def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn) -> _CaptionData:
+def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn) -> CaptionData:
     train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
     if not train_split.captions:
         raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
@@ -228,10 +231,10 @@ def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: F
     train_x = torch.as_tensor(np.asarray(train_feats))
     dev_x = torch.as_tensor(np.asarray(dev_feats))
     image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}
-    return _CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
+    return CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
 
 
-def _build_state(config: CaptionTrainConfig, data: _CaptionData, device: torch.device) -> TrainState:
+def _build_state(config: CaptionTrainConfig, data: CaptionData, device: torch.device) -> TrainState:
     """The m-RNN (output biases at the log word frequencies), its optimiser and schedule."""
     model = MultimodalRNN(
         MultimodalRNNConfig(
@@ -264,7 +267,7 @@ def _build_state(config: CaptionTrainConfig, data: _CaptionData, device: torch.d
 
 
 def _caption_epoch_trainer(
-    state: TrainState, config: CaptionTrainConfig, data: _CaptionData, device: torch.device, progress: bool
+    state: TrainState, config: CaptionTrainConfig, data: CaptionData, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of teacher-forced word prediction over length-bucketed batches."""
     model, optimizer = state.model, state.optimizer
@@ -298,7 +301,7 @@ def _caption_epoch_trainer(
 
 
 def _dev_evaluator(
-    state: TrainState, config: CaptionTrainConfig, data: _CaptionData, score_fn: ScoreFn
+    state: TrainState, config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
 ) -> Callable[[int], tuple[float, dict[str, Any]]]:
     """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
 
@@ -344,20 +347,54 @@ def train_captioner(
     """
     config.validate()
     say = log if log is not None else logger.info
-    out = Path(out_dir)
-    run = RunDir(out, KIND)
-    ckpt = run.open(resume)
-    if ckpt is not None:
-        config.check_resumable(ckpt["config"], run.checkpoint_path)
+    check_run(config, out_dir, resume)  # before any feature work
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
-    dev = resolve_device(device)
     feature_fn = feature_fn or image_features
     score_fn = score_fn or default_score_fn
     torch.manual_seed(config.seed)
     np.random.seed(config.seed % 2**32)  # every RNG a checkpoint saves starts from the seed
     random.seed(config.seed)
     data = _load_caption_data(corpus, config, feature_fn)
+    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say)
+    out = Path(out_dir)
+    rerank = None
+    if config.rerank_beam and summary["best_epoch"]:
+        rerank = tune_captioner_rerank(
+            out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
+        )
+    return {**summary, "rerank": rerank}
+
+
+def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resume: bool) -> dict | None:
+    """The checkpoint to resume from (None: a fresh run); a run that cannot be resumed with ``config``
+    (or an existing run without ``resume``) is an error, raised before any data is loaded."""
+    run = RunDir(Path(out_dir), KIND)
+    ckpt = run.open(resume)
+    if ckpt is not None:
+        config.check_resumable(ckpt["config"], run.checkpoint_path)
+    return ckpt
+
+
+def fit_captioner(
+    data: CaptionData,
+    config: CaptionTrainConfig,
+    out_dir: str | os.PathLike[str],
+    resume: bool = False,
+    progress: bool = True,
+    device: str | torch.device = "auto",
+    score_fn: ScoreFn | None = None,
+    say: Callable[[str], None] = logger.info,
+) -> dict[str, Any]:
+    """The training loop of :func:`train_captioner` on prepared :class:`CaptionData` (any image-like
+    features with their captions: whole images, or regions and their snippets): the run directory,
+    checkpoint, exact resume and best-epoch selection by dev CIDEr-D of greedy captions."""
+    out = Path(out_dir)
+    run = RunDir(out, KIND)
+    ckpt = check_run(config, out, resume)
+    dev = resolve_device(device)
+    score_fn = score_fn or default_score_fn
+    torch.manual_seed(config.seed)
     state = _build_state(config, data, dev)
     if ckpt is not None:
         state.load_state_dict(ckpt)
@@ -384,15 +421,9 @@ def train_captioner(
     extra = {"config": config.to_dict()}
     fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
     sel = state.selection
-    rerank = None
-    if config.rerank_beam and sel.best_epoch:
-        rerank = tune_captioner_rerank(
-            out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
-        )
     return {
         "out_dir": str(out),
         "model_path": str(out / CAPTIONER_NAME),
-        "rerank": rerank,
         "best_epoch": sel.best_epoch,
         "best_dev": state.best_dev,
         "epochs_completed": state.epoch,

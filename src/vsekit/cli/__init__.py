@@ -52,6 +52,8 @@ app.command("search")(search.search)
 app.command("serve")(serve.serve)
 app.command("train-aligner")(alignment.train_aligner)
 app.command("align")(alignment.align)
+app.command("train-region-captioner")(alignment.train_region_captioner)
+app.command("regions")(alignment.regions)
 
 
 def main() -> None:

@@ -1,4 +1,7 @@
-"""`vsekit train-aligner` and `vsekit align`: region-word alignment (Karpathy & Fei-Fei 2015, sec. 3.1)."""
+"""Region alignment commands (Karpathy & Fei-Fei 2015, sec. 3.1-3.2).
+
+`train-aligner`, `align`, `train-region-captioner` and `regions`.
+"""
 
 from __future__ import annotations
 
@@ -85,4 +88,76 @@ def align(
             f"region {seg['region']:>2} {result['boxes'][seg['region']]}: {seg['text']!r} "
             f"({seg['score']:.2f})"
         )
+    console.print(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else ""), soft_wrap=True)
+
+
+def train_region_captioner(
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    recipe: str = typer.Option(
+        "region-lstm", "--recipe", help="Recipe name (region-lstm, region-lstm-context) or a JSON file."
+    ),
+    out: Path = typer.Option(
+        ..., "--out", help="Run directory: snippets, captioner, checkpoint, log and config go here."
+    ),
+    aligner: str | None = typer.Option(None, "--aligner", help=ALIGNER_HELP),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue the run in --out from its last checkpoint."
+    ),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+) -> None:
+    """Align the training captions to regions (MRF snippets) and train the m-RNN on the pairs."""
+    from vsekit.alignment import Aligner
+    from vsekit.alignment.region_captions import load_region_caption_recipe
+    from vsekit.alignment.region_captions import train_region_captioner as run_training
+    from vsekit.data import load_corpus
+
+    with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+        config = with_overrides(
+            load_region_caption_recipe(recipe), recipe, epochs=epochs, num_threads=num_threads
+        )
+        corpus = load_corpus(data)
+        model = Aligner.load(aligner, device=device)
+        console.print(f"{corpus!r}\nrecipe {config.name}: aligner {model.path}, beta {config.beta}")
+        options = dict(resume=resume, progress=progress, device=device, cache_root=cache_root, log=say)
+        summary = run_training(model, corpus, config, out, **options)
+    console.print(
+        f"{summary['n_train_snippets']} training snippets; best dev epoch {summary['best_epoch']}: "
+        f"{summary['best_dev']}"
+    )
+    console.print(f"region captioner: {summary['model_path']}", soft_wrap=True)
+
+
+def regions(
+    image: Path = typer.Option(..., "--image", help="The image (JPEG, PNG, greyscale or RGBA)."),
+    out: Path = typer.Option(..., "--out", help="Picture to write (PNG or JPEG)."),
+    json_out: Path | None = typer.Option(
+        None, "--json", help="Also write the regions (boxes in pixels), snippets and scores as JSON."
+    ),
+    top: int = typer.Option(5, "--top", min=1, help="How many regions to show."),
+    aligner: str | None = typer.Option(None, "--aligner", help=ALIGNER_HELP),
+    captioner: str | None = typer.Option(
+        None,
+        "--captioner",
+        help="Region captioner: the shipped name region-captioner or a file (vsekit train-region-captioner).",
+    ),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+) -> None:
+    """Draw an image's top regions with the snippets the region captioner generates for them (Fig. 7)."""
+    from vsekit.alignment import Aligner
+    from vsekit.alignment.describe import describe_regions, draw_regions
+    from vsekit.alignment.region_captions import RegionCaptioner
+
+    with user_errors():
+        model = Aligner.load(aligner, device=device)
+        reader = RegionCaptioner.load(captioner, device=str(model.device))
+        result = describe_regions(model, reader, image, top=top)
+        draw_regions(image, result, out)
+        if json_out is not None:
+            write_json(json_out, result)
+    for r in result["regions"]:
+        console.print(f"region {r['region']:>2} {r['box']}: {r['snippet']!r} ({r['score']:.2f})")
     console.print(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else ""), soft_wrap=True)
