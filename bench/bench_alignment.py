@@ -83,7 +83,6 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     corpus = load_corpus(SHARED)
     dev_ids = corpus.split("dev").image_ids()
-    n_total = len(corpus.split("train").image_ids()) + len(dev_ids)
     path = RESULTS / "alignment.json"
     result = json.loads(path.read_text()) if path.is_file() else {}
     result.update(
@@ -92,6 +91,7 @@ def main() -> None:
         backbone="mobilenet_v2",
     )
     if not args.skip_regions:
+        n_total = len(corpus.split("train").image_ids()) + len(dev_ids)
         result["regions"] = time_regions([corpus.images[i] for i in dev_ids[: args.images]], n_total)
     if args.model:
         aligner = Aligner.load(args.model, device="cpu")
