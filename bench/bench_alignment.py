@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from vsekit.alignment import Aligner
-from vsekit.alignment.evaluate import evaluate_aligner, evaluate_scores
+from vsekit.alignment.evaluate import evaluate_scores
 from vsekit.alignment.fusion import FUSION_FILE, FusionSpec
 from vsekit.data import load_corpus
 from vsekit.fileio import file_sha256
@@ -95,22 +95,40 @@ def main() -> None:
         result["regions"] = time_regions([corpus.images[i] for i in dev_ids[: args.images]], n_total)
     if args.model:
         aligner = Aligner.load(args.model, device="cpu")
-        result["shipped" if args.model == "aligner" else "dev"] = _rank_dev(aligner, corpus, dev_ids, args)
+        dev = _dev_pairs(corpus)
+        key = "shipped" if args.model == "aligner" else "dev"
+        result[key], s_kl = _rank_dev(aligner, corpus, dev, args)
         if args.fuse:
-            result["fusion"] = fuse_with_joint_model(aligner, corpus, args.write_fusion)
+            result["fusion"] = fuse_with_joint_model(aligner, corpus, dev, s_kl, args.write_fusion)
         if args.words:
             result["word_magnitudes"] = word_magnitudes(aligner, corpus)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def _rank_dev(aligner: Aligner, corpus, dev_ids: list[str], args: argparse.Namespace) -> dict:
-    aligner.regions(corpus, image_ids=dev_ids, progress=False)  # cached before timing the ranking
+def _dev_pairs(corpus) -> tuple[list[str], list[str], list[str]]:
+    """Dev image ids (those with captions), the captions image by image, each caption's image id."""
+    by_image = corpus.split("dev").captions_by_image()
+    ids = [i for i, caps in by_image.items() if caps]
+    return ids, [c for i in ids for c in by_image[i]], [i for i in ids for _ in by_image[i]]
+
+
+def _rank_dev(aligner: Aligner, corpus, dev: tuple, args: argparse.Namespace) -> tuple[dict, np.ndarray]:
+    """Dev ranked by S_kl (the region features cached before the clock starts); S_kl for the fusion."""
+    ids, texts, cap_ids = dev
+    feats = torch.from_numpy(aligner.regions(corpus, image_ids=ids, progress=False).features)
     t0 = time.perf_counter()
-    metrics = evaluate_aligner(aligner, corpus, "dev")
-    metrics["seconds"] = round(time.perf_counter() - t0, 1)
+    s_kl = evaluate_scores(aligner.model, feats, texts)
+    metrics = ranking_metrics(s_kl, positives_from_ids(ids, cap_ids))
+    metrics.update(n_images=len(ids), n_captions=len(texts), seconds=round(time.perf_counter() - t0, 1))
     out = {"model": str(args.model), "file_bytes": aligner.path.stat().st_size}
     out.update(extra=aligner.extra.get("train"), best_epoch=aligner.extra.get("epoch"), **metrics)
+    if "packed_from" in aligner.extra:  # bench/ship_aligner.py: which runs and epochs
+        members = aligner.extra["packed_from"]
+        out["packed_from"] = [
+            {"recipe": m["recipe"], "epoch": m["epoch"], "dev_rsum": round(m["dev"]["rsum"], 2)}
+            for m in members
+        ]
     if args.run:
         log = [json.loads(line) for line in (Path(args.run) / "log.jsonl").read_text().splitlines()]
         out["training"] = {
@@ -124,7 +142,7 @@ def _rank_dev(aligner: Aligner, corpus, dev_ids: list[str], args: argparse.Names
         f"t2i {t2i['r1']:.1f}/{t2i['r5']:.1f}/{t2i['r10']:.1f} medr {t2i['medr']} "
         f"rsum {metrics['rsum']:.1f} ({metrics['seconds']} s)"
     )
-    return out
+    return out, s_kl
 
 
 def _halves(image_ids: list[str], cap_image_ids: list[str]) -> dict:
@@ -141,7 +159,7 @@ def _halves(image_ids: list[str], cap_image_ids: list[str]) -> dict:
     return halves
 
 
-def fuse_with_joint_model(aligner: Aligner, corpus, write: bool) -> dict:
+def fuse_with_joint_model(aligner: Aligner, corpus, dev: tuple, s_kl: np.ndarray, write: bool) -> dict:
     """Issue 10, item 8: does S_kl + w * cosine(shipped joint model) rank dev better than either alone?
 
     The statistics that put both scores on one scale (mean, sd) and the weight w come from the
@@ -150,14 +168,8 @@ def fuse_with_joint_model(aligner: Aligner, corpus, write: bool) -> dict:
     import vsekit
 
     joint = vsekit.load_model(device="cpu")
-    split = corpus.split("dev")
-    by_image = split.captions_by_image()
-    ids = [i for i, caps in by_image.items() if caps]
-    texts = [c for i in ids for c in by_image[i]]
-    cap_ids = [i for i in ids for _ in by_image[i]]
+    ids, texts, cap_ids = dev
     cosine = joint.embed_features(joint.corpus_features(corpus, ids)) @ joint.embed_texts(texts).T
-    regions = aligner.regions(corpus, image_ids=ids, progress=False)
-    s_kl = evaluate_scores(aligner.model, torch.from_numpy(regions.features), texts)
     halves = _halves(ids, cap_ids)
     tune = halves["tune"][0]
     stats = {
