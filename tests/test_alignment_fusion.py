@@ -61,23 +61,30 @@ def test_shipped_aligner_resolves_and_is_small():
 
 
 @pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One feature cache for the module: the sample's photos go through each CNN once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
 def small_fusion(tmp_path_factory):
-    """The shipped joint model + a small untrained BRNN aligner, in a fusion file beside them."""
+    """The shipped joint model + a small untrained BRNN aligner (the shipped one's regions), in a fusion
+    file beside them."""
     torch.manual_seed(0)
     folder = tmp_path_factory.mktemp("fusion")
     vocab = build_vocabulary(load_corpus(sample_data_path()), "dev", min_count=2)
-    model = RegionAligner(vocab, RegionSpec(grid=(2,)).to_config(), 1280, embed_dim=16, word_dim=8)
+    model = RegionAligner(vocab, RegionSpec(grid=(2, 3)).to_config(), 1280, embed_dim=16, word_dim=8)
     save_aligner(model, folder / "small-aligner.safetensors")
     spec = FusionSpec("vse", "small-aligner.safetensors", 0.7, **STATS)
     return spec.save(folder / "fusion.json")
 
 
-def test_fused_scores_equal_the_weighted_sum_of_both_models(small_fusion, tmp_path, one_torch_thread):
+def test_fused_scores_equal_the_weighted_sum_of_both_models(small_fusion, cache, one_torch_thread):
     corpus = load_corpus(sample_data_path())
     ids = corpus.split("dev").image_ids()[:3]
     texts = ["a dog runs on the grass", "two children play", "a man on a bike", "a red car"]
     fused = FusedModel.load(small_fusion, device="cpu")
-    got = fused.corpus_scores(corpus, ids, texts, cache_root=tmp_path, progress=False)
+    got = fused.corpus_scores(corpus, ids, texts, cache_root=cache, progress=False)
     joint = VSEModel.load("vse", device="cpu")
     cosine = joint.embed_images([corpus.images[i] for i in ids]) @ joint.embed_texts(texts).T
     aligner = Aligner.load(small_fusion.parent / "small-aligner.safetensors", device="cpu")
@@ -87,9 +94,9 @@ def test_fused_scores_equal_the_weighted_sum_of_both_models(small_fusion, tmp_pa
     assert np.allclose(fused.score_matrix([corpus.images[i] for i in ids], texts), expected, atol=1e-4)
 
 
-def test_eval_and_rank_take_a_fusion_file(small_fusion, tmp_path, one_torch_thread):
+def test_eval_and_rank_take_a_fusion_file(small_fusion, cache, tmp_path, one_torch_thread):
     args = ["eval", "--data", str(sample_data_path()), "--split", "dev", "--model", str(small_fusion)]
-    result = runner.invoke(app, [*args, "--cache-root", str(tmp_path), "--json", str(tmp_path / "m.json")])
+    result = runner.invoke(app, [*args, "--cache-root", str(cache), "--json", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "m.json").read_text())
     assert metrics["n_images"] == 100 and metrics["fusion_weight"] == 0.7
@@ -107,9 +114,9 @@ def test_eval_and_rank_take_a_fusion_file(small_fusion, tmp_path, one_torch_thre
     assert np.allclose([r["score"] for r in rows], scores[0], atol=1e-3)
 
 
-def test_eval_with_the_shipped_fusion_on_the_sample(tmp_path, one_torch_thread):
+def test_eval_with_the_shipped_fusion_on_the_sample(cache, tmp_path, one_torch_thread):
     args = ["eval", "--data", str(sample_data_path()), "--split", "dev", "--model", "vse+aligner"]
-    result = runner.invoke(app, [*args, "--cache-root", str(tmp_path), "--json", str(tmp_path / "m.json")])
+    result = runner.invoke(app, [*args, "--cache-root", str(cache), "--json", str(tmp_path / "m.json")])
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "m.json").read_text())
     assert metrics["model"]["name"] == "vse+aligner" and metrics["n_captions"] == 500
