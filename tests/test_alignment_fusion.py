@@ -114,6 +114,22 @@ def test_eval_and_rank_take_a_fusion_file(small_fusion, cache, tmp_path, one_tor
     assert np.allclose([r["score"] for r in rows], scores[0], atol=1e-3)
 
 
+def test_rank_by_an_aligner_alone(small_fusion, tmp_path, one_torch_thread):
+    corpus = load_corpus(sample_data_path())
+    photo = corpus.images[corpus.split("dev").image_ids()[1]]
+    lines = tmp_path / "caps.txt"
+    lines.write_text("a red car\na dog runs on the grass\ntwo children play\n")
+    model = small_fusion.parent / "small-aligner.safetensors"
+    args = ["rank", "--image", str(photo), "--captions", str(lines), "--model", str(model)]
+    result = runner.invoke(app, [*args, "--json", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((tmp_path / "r.json").read_text())["results"]
+    aligner = Aligner.load(model, device="cpu")
+    s_kl = aligner.score_matrix(aligner.regions([photo], cache=False).features, [r["caption"] for r in rows])
+    assert len(rows) == 3 and np.allclose([r["score"] for r in rows], s_kl[0], atol=1e-3)
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
+
+
 def test_eval_with_the_shipped_fusion_on_the_sample(cache, tmp_path, one_torch_thread):
     args = ["eval", "--data", str(sample_data_path()), "--split", "dev", "--model", "vse+aligner"]
     result = runner.invoke(app, [*args, "--cache-root", str(cache), "--json", str(tmp_path / "m.json")])

@@ -174,7 +174,8 @@ def rank(
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
-    """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
+    """Rank captions for an image (--image) or images for a sentence (--sentence): by the cosine in the joint
+    space, by S_kl (--model aligner) or by both (--model vse+aligner)."""
     from vsekit.alignment.evaluate import is_aligner_file
     from vsekit.alignment.fusion import is_fusion
     from vsekit.data import load_corpus
