@@ -1,11 +1,17 @@
-"""Benchmark: region extraction cost (grid vs proposals) and S_kl ranking of a trained aligner on dev.
+"""Benchmark: region extraction cost (grid vs proposals), S_kl ranking of an aligner on dev, fusion, words.
 
-    python bench/bench_alignment.py [--images 200] [--model runs/align/aligner.safetensors]
+    python bench/bench_alignment.py [--images 200] [--skip-regions]
+        [--model aligner --run RUN --fuse --write-fusion --words]
 
 Times both region modes, uncached, on the first ``--images`` dev photos of ../shared/data/flickr8k
 (MobileNetV2, torch threads 2) and extrapolates to the 7,000 train + dev photos; with ``--model``, ranks
-the dev split by S_kl (1,000 images x 5,000 captions) and times that. Prints a table and writes
-bench/results/alignment.json.
+the dev split by S_kl (1,000 images x 5,000 captions) and times that (``--run``: the training log's
+minutes). ``--fuse``: the weighted sum with the shipped joint model's cosine, weight chosen on the
+even-numbered dev images, reported on the odd-numbered ones and on all of dev; ``--write-fusion`` writes
+that weight and the score statistics to src/vsekit/pretrained/fusion-vse-aligner.json (the model
+``vse+aligner``). ``--words``: the paper's Table 4, average ||s_t|| per word over the dev captions, top and
+bottom 40 words seen at least 10 times. Prints a summary and updates bench/results/alignment.json (keys
+of earlier runs that this run does not measure are kept).
 """
 
 from __future__ import annotations
@@ -22,8 +28,12 @@ import numpy as np
 import torch
 
 from vsekit.alignment import Aligner
-from vsekit.alignment.evaluate import evaluate_aligner, evaluate_scores
+from vsekit.alignment.evaluate import evaluate_scores
+from vsekit.alignment.fusion import FUSION_FILE, FusionSpec
 from vsekit.data import load_corpus
+from vsekit.fileio import file_sha256
+from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
+from vsekit.resources import PACKAGE_DIR, pretrained_path
 from vsekit.vision.regions import RegionSpec, region_features
 
 REPO = Path(__file__).resolve().parents[1]
@@ -58,95 +68,190 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--images", type=int, default=200)
-    parser.add_argument("--model", default=None)
+    parser.add_argument("--model", default=None, help="an aligner: the shipped name (aligner) or a file")
     parser.add_argument("--run", default=None, help="the aligner's run directory (its log.jsonl: minutes)")
     parser.add_argument(
         "--fuse", action="store_true", help="also S_kl + w * the shipped joint model's cosine"
     )
+    parser.add_argument(
+        "--write-fusion", action="store_true", help="with --fuse: write the vse+aligner fusion file"
+    )
+    parser.add_argument("--words", action="store_true", help="the word-magnitude table (Table 4)")
     parser.add_argument("--skip-regions", action="store_true", help="do not time the region extraction")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     corpus = load_corpus(SHARED)
     dev_ids = corpus.split("dev").image_ids()
-    n_total = len(corpus.split("train").image_ids()) + len(dev_ids)
-    result = {
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, torch threads 2",
-        "backbone": "mobilenet_v2",
-    }
+    path = RESULTS / "alignment.json"
+    result = json.loads(path.read_text()) if path.is_file() else {}
+    result.update(
+        date=date.today().isoformat(),
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, torch threads {args.threads}",
+        backbone="mobilenet_v2",
+    )
     if not args.skip_regions:
+        n_total = len(corpus.split("train").image_ids()) + len(dev_ids)
         result["regions"] = time_regions([corpus.images[i] for i in dev_ids[: args.images]], n_total)
-    if args.run:
-        log = [json.loads(line) for line in (Path(args.run) / "log.jsonl").read_text().splitlines()]
-        result["training"] = {
-            "epochs": len(log),
-            "minutes": round(sum(e.get("time_s", e.get("train_s", 0.0)) for e in log) / 60, 1),
-            "dev_rsum_by_epoch": [e["dev"]["rsum"] for e in log if "dev" in e],
-        }
     if args.model:
         aligner = Aligner.load(args.model, device="cpu")
-        aligner.regions(corpus, image_ids=dev_ids, progress=False)  # cached before timing the ranking
-        t0 = time.perf_counter()
-        metrics = evaluate_aligner(aligner, corpus, "dev")
-        metrics["seconds"] = round(time.perf_counter() - t0, 1)
-        result["dev"] = {"model": str(args.model), "extra": aligner.extra.get("train"), **metrics}
-        i2t, t2i = metrics["i2t"], metrics["t2i"]
-        print(
-            f"dev i2t {i2t['r1']:.1f}/{i2t['r5']:.1f}/{i2t['r10']:.1f} medr {i2t['medr']}, "
-            f"t2i {t2i['r1']:.1f}/{t2i['r5']:.1f}/{t2i['r10']:.1f} medr {t2i['medr']} "
-            f"({metrics['seconds']} s)"
-        )
+        dev = _dev_pairs(corpus)
+        key = "shipped" if args.model == "aligner" else "dev"
+        result[key], s_kl = _rank_dev(aligner, corpus, dev, args)
         if args.fuse:
-            result["fusion"] = fuse_with_joint_model(aligner, corpus, dev_ids)
+            result["fusion"] = fuse_with_joint_model(aligner, corpus, dev, s_kl, args.write_fusion)
+        if args.words:
+            result["word_magnitudes"] = word_magnitudes(aligner, corpus)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "alignment.json").write_text(json.dumps(result, indent=1) + "\n")
+    path.write_text(json.dumps(result, indent=1) + "\n")
 
 
-def _zscore(scores: np.ndarray) -> np.ndarray:
-    return (scores - scores.mean()) / scores.std()
+def _dev_pairs(corpus) -> tuple[list[str], list[str], list[str]]:
+    """Dev image ids (those with captions), the captions image by image, each caption's image id."""
+    by_image = corpus.split("dev").captions_by_image()
+    ids = [i for i, caps in by_image.items() if caps]
+    return ids, [c for i in ids for c in by_image[i]], [i for i in ids for _ in by_image[i]]
 
 
-def fuse_with_joint_model(aligner: Aligner, corpus, dev_ids: list[str]) -> dict:
-    """Issue 10, item 8: does S_kl + w * cosine(shipped joint model) rank dev better than either alone?
+def _rank_dev(aligner: Aligner, corpus, dev: tuple, args: argparse.Namespace) -> tuple[dict, np.ndarray]:
+    """Dev ranked by S_kl (the region features cached before the clock starts); S_kl for the fusion."""
+    ids, texts, cap_ids = dev
+    feats = torch.from_numpy(aligner.regions(corpus, image_ids=ids, progress=False).features)
+    t0 = time.perf_counter()
+    s_kl = evaluate_scores(aligner.model, feats, texts)
+    metrics = ranking_metrics(s_kl, positives_from_ids(ids, cap_ids))
+    metrics.update(n_images=len(ids), n_captions=len(texts), seconds=round(time.perf_counter() - t0, 1))
+    out = {"model": str(args.model), "file_bytes": aligner.path.stat().st_size}
+    out.update(extra=aligner.extra.get("train"), best_epoch=aligner.extra.get("epoch"), **metrics)
+    if "packed_from" in aligner.extra:  # bench/ship_aligner.py: which runs and epochs
+        members = aligner.extra["packed_from"]
+        out["packed_from"] = [
+            {"recipe": m["recipe"], "epoch": m["epoch"], "dev_rsum": round(m["dev"]["rsum"], 2)}
+            for m in members
+        ]
+    if args.run:
+        log = [json.loads(line) for line in (Path(args.run) / "log.jsonl").read_text().splitlines()]
+        out["training"] = {
+            "epochs": len(log),
+            "minutes": round(sum(e.get("time_s", e.get("train_s", 0.0)) for e in log) / 60, 1),
+            "dev_rsum_by_epoch": [round(e["dev"]["rsum"], 2) for e in log if "dev" in e],
+        }
+    i2t, t2i = metrics["i2t"], metrics["t2i"]
+    print(
+        f"dev i2t {i2t['r1']:.1f}/{i2t['r5']:.1f}/{i2t['r10']:.1f} medr {i2t['medr']}, "
+        f"t2i {t2i['r1']:.1f}/{t2i['r5']:.1f}/{t2i['r10']:.1f} medr {t2i['medr']} "
+        f"rsum {metrics['rsum']:.1f} ({metrics['seconds']} s)"
+    )
+    return out, s_kl
 
-    Both score matrices are z-scored (S_kl sums over words, the cosine lies in [-1, 1]); w is chosen on
-    the even-numbered dev images (with their captions) and reported on the odd-numbered ones, so the
-    weight never sees the images it is judged on."""
-    import vsekit
-    from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
-    from vsekit.retrieval import embed_split
 
-    space = embed_split(vsekit.load_model(device="cpu"), corpus, "dev")
-    regions = aligner.regions(corpus, image_ids=space.image_ids, progress=False)
-    scores = evaluate_scores(aligner.model, torch.from_numpy(regions.features), space.captions)
-    s_kl = _zscore(np.asarray(scores, dtype=np.float64))
-    cosine = _zscore(space.scores().astype(np.float64))
+def _halves(image_ids: list[str], cap_image_ids: list[str]) -> dict:
+    """Even-numbered dev images (tune) and odd-numbered ones (held out), each with its captions."""
     halves = {}
     for name, start in (("tune", 0), ("held_out", 1)):
-        rows = list(range(start, len(space.image_ids), 2))
-        keep = {space.image_ids[r] for r in rows}
-        cols = [j for j, i in enumerate(space.caption_image_ids) if i in keep]
-        positives = positives_from_ids(
-            [space.image_ids[r] for r in rows], [space.caption_image_ids[j] for j in cols]
-        )
+        rows = list(range(start, len(image_ids), 2))
+        keep = {image_ids[r] for r in rows}
+        cols = [j for j, i in enumerate(cap_image_ids) if i in keep]
+        positives = positives_from_ids([image_ids[r] for r in rows], [cap_image_ids[j] for j in cols])
         halves[name] = (np.ix_(rows, cols), positives)
+    everything = np.ix_(range(len(image_ids)), range(len(cap_image_ids)))
+    halves["all"] = (everything, positives_from_ids(image_ids, cap_image_ids))
+    return halves
 
-    def rsum(weight: float, half: str) -> dict:
+
+def fuse_with_joint_model(aligner: Aligner, corpus, dev: tuple, s_kl: np.ndarray, write: bool) -> dict:
+    """Issue 10, item 8: does S_kl + w * cosine(shipped joint model) rank dev better than either alone?
+
+    The statistics that put both scores on one scale (mean, sd) and the weight w come from the
+    even-numbered dev images with their captions; the odd-numbered half is never seen by either, and is
+    where the fused model is judged (all of dev is reported too)."""
+    import vsekit
+
+    joint = vsekit.load_model(device="cpu")
+    ids, texts, cap_ids = dev
+    cosine = joint.embed_features(joint.corpus_features(corpus, ids)) @ joint.embed_texts(texts).T
+    halves = _halves(ids, cap_ids)
+    tune = halves["tune"][0]
+    stats = {
+        "cosine_mean": float(cosine[tune].mean()),
+        "cosine_std": float(cosine[tune].std()),
+        "skl_mean": float(s_kl[tune].mean()),
+        "skl_std": float(s_kl[tune].std()),
+    }
+
+    def metrics(weight: float, half: str, aligner_only: bool = False) -> dict:
+        spec = FusionSpec("vse", "aligner", weight, **stats)
         index, positives = halves[half]
-        return ranking_metrics((cosine + weight * s_kl)[index], positives)
+        fused = spec.fuse(0 * cosine, s_kl) if aligner_only else spec.fuse(cosine, s_kl)
+        return ranking_metrics(fused[index], positives)
 
-    grid = [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0]
-    tuned = {w: rsum(w, "tune")["rsum"] for w in grid}
+    grid = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0, 3.0]
+    tuned = {w: round(metrics(w, "tune")["rsum"], 2) for w in grid}
     best = max(tuned, key=tuned.get)
-    held = {"joint alone": rsum(0.0, "held_out"), f"fused w={best}": rsum(best, "held_out")}
-    index, positives = halves["held_out"]
-    held["aligner alone"] = ranking_metrics(s_kl[index], positives)
-    for name, m in held.items():
-        print(
-            f"held-out half, {name}: i2t R@1 {m['i2t']['r1']:.1f} "
-            f"t2i R@1 {m['t2i']['r1']:.1f} rsum {m['rsum']:.1f}"
-        )
-    return {"weight": best, "tune_rsum_by_weight": tuned, "held_out": held}
+    out = {"weight": best, "statistics": stats, "tune_rsum_by_weight": tuned}
+    for half in ("held_out", "all"):
+        out[half] = {
+            "joint alone": metrics(0.0, half),
+            "aligner alone": metrics(1.0, half, aligner_only=True),
+            f"fused w={best}": metrics(best, half),
+        }
+        for name, m in out[half].items():
+            print(
+                f"{half}, {name}: i2t {m['i2t']['r1']:.1f}/{m['i2t']['r5']:.1f}/{m['i2t']['r10']:.1f} "
+                f"t2i {m['t2i']['r1']:.1f}/{m['t2i']['r5']:.1f}/{m['t2i']['r10']:.1f} rsum {m['rsum']:.1f}"
+            )
+    if write:
+        _write_fusion(aligner, joint, best, stats, out)
+    return out
+
+
+def _write_fusion(aligner: Aligner, joint, weight: float, stats: dict, out: dict) -> None:
+    shipped = pretrained_path("aligner")
+    if aligner.path is None or file_sha256(aligner.path) != file_sha256(shipped):
+        raise SystemExit("--write-fusion needs --model aligner (the shipped aligner)")
+    held = out["held_out"]
+    spec = FusionSpec(
+        "vse",
+        "aligner",
+        weight,
+        **stats,
+        joint_sha256=file_sha256(joint.path),
+        aligner_sha256=file_sha256(shipped),
+        measured={
+            "by": "bench/bench_alignment.py --fuse --write-fusion",
+            "date": date.today().isoformat(),
+            "how": "weight and statistics from the even-numbered Flickr8K dev images with their captions",
+            "held_out_rsum": {k: round(v["rsum"], 2) for k, v in held.items()},
+        },
+    )
+    spec.save(PACKAGE_DIR / "pretrained" / FUSION_FILE)
+    print(f"wrote {PACKAGE_DIR / 'pretrained' / FUSION_FILE} (w = {weight})")
+
+
+def word_magnitudes(aligner: Aligner, corpus, top: int = 40, min_count: int = 10) -> dict:
+    """The paper's Table 4: the average ||s_t|| of each word over the dev captions (words seen at least
+    ``min_count`` times), the ``top`` largest and smallest."""
+    texts = [c.text for c in corpus.split("dev").captions]
+    packed = aligner.word_vectors(texts)
+    norms = packed.vectors.norm(dim=1).cpu().numpy()
+    words = [w for t in texts for w in aligner.model.words.display_words(t)]
+    if len(words) != len(norms):
+        raise SystemExit(f"{len(words)} words but {len(norms)} word vectors")
+    sums: dict[str, list[float]] = {}
+    for word, norm in zip(words, norms, strict=True):
+        sums.setdefault(word, []).append(float(norm))
+    mean = {w: float(np.mean(v)) for w, v in sums.items() if len(v) >= min_count}
+    order = sorted(mean, key=mean.get)
+    row = lambda w: [w, round(mean[w], 2), len(sums[w])]  # noqa: E731
+    print("largest:", ", ".join(f"{w} {mean[w]:.1f}" for w in order[::-1][:top]))
+    print("smallest:", ", ".join(f"{w} {mean[w]:.1f}" for w in order[:top]))
+    return {
+        "min_count": min_count,
+        "n_words": len(mean),
+        "columns": ["word", "mean ||s_t||", "count"],
+        "largest": [row(w) for w in order[::-1][:top]],
+        "smallest": [row(w) for w in order[:top]],
+    }
 
 
 if __name__ == "__main__":

@@ -108,3 +108,32 @@ def test_aligner_file_round_trip_gives_identical_scores(tmp_path, one_torch_thre
     assert words == ["a", "zebra", "next", "to", "a", "dog"] and dots.shape == (6, 3)
     with pytest.raises(VsekitError, match="no words to align"):
         Aligner(again).word_region_scores(feats[0], "!!")
+
+
+@needs_minilm
+def test_packed_aligners_sum_the_members_word_region_dots(tmp_path):
+    from vsekit.alignment.model import RegionAligner
+    from vsekit.alignment.pack import pack_aligners
+    from vsekit.alignment.score import word_region_dots
+    from vsekit.data.vocab import Vocabulary
+    from vsekit.vision.regions import RegionSpec
+
+    torch.manual_seed(0)
+    regions = RegionSpec(grid=(2,)).to_config()
+    members = [RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=h, words="minilm") for h in (4, 6)]
+    for m in members:  # a trained LayerNorm has a gain and a shift: the packing must fold them in
+        torch.nn.init.normal_(m.words.norm.weight, 1.0, 0.3)
+        torch.nn.init.normal_(m.words.norm.bias, 0.0, 0.3)
+    packed = pack_aligners(members)
+    feats, texts = torch.randn(3, 5, 12), ["a dog runs", "two men play chess on a bench"]
+    with torch.no_grad():
+        dots = [word_region_dots(m.embed_regions(feats), m.embed_words(texts).vectors) for m in members]
+        got = word_region_dots(packed.embed_regions(feats), packed.embed_words(texts).vectors)
+    assert packed.config["embed_dim"] == 10 and torch.allclose(got, dots[0] + dots[1], atol=1e-5)
+    path = save_aligner(packed, tmp_path / "packed.safetensors")
+    loaded, _ = load_aligner(path)
+    with torch.no_grad():
+        again = word_region_dots(loaded.embed_regions(feats), loaded.embed_words(texts).vectors)
+    assert torch.allclose(again, got, atol=1e-5)
+    with pytest.raises(VsekitError, match="MiniLM"):
+        pack_aligners([members[0], RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=4, word_dim=3)])

@@ -6,6 +6,8 @@
     hits = vsekit.rank_images(model, ["a dog in the snow"], ["a.jpg", "b.jpg"], top=1)
     captioner = vsekit.load_captioner()              # the shipped m-RNN captioner ("captioner")
     print(captioner.describe(["a.jpg"]))
+    fused = vsekit.load_fusion()                     # joint cosine + aligner S_kl ("vse+aligner")
+    scores = fused.score_matrix(["a.jpg"], ["a dog in the snow", "a man on a bike"])
     index = vsekit.Index.build("photos/", "photos.index")   # a folder of photos, no captions needed
     index.search("a dog in the snow", minus=["snow"], plus=["beach"], k=5)
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from vsekit.alignment.fusion import FusedModel
 from vsekit.captioning.generator import CaptionGenerator, DecodeSettings
 from vsekit.embedding.pipeline import ImageInput, VSEModel
 from vsekit.retrieval.index import BuildReport, Index, SearchHit
@@ -25,11 +28,13 @@ from vsekit.retrieval.ranking import Hit, rank
 __all__ = [
     "BuildReport",
     "CaptionGenerator",
+    "FusedModel",
     "Hit",
     "Index",
     "SearchHit",
     "VSEModel",
     "load_captioner",
+    "load_fusion",
     "load_model",
     "rank_captions",
     "rank_images",
@@ -43,6 +48,12 @@ def load_model(name_or_path: str | os.PathLike[str] | None = None, device: str =
     unit-norm float32 arrays, computing whatever image features it needs itself.
     """
     return VSEModel.load(name_or_path, device=device)
+
+
+def load_fusion(name_or_path: str | os.PathLike[str] = "vse+aligner", device: str = "auto") -> FusedModel:
+    """The joint model and the region-word aligner ranked together (``"vse+aligner"``, or a fusion JSON
+    file): ``score_matrix(images, sentences)`` is the weighted sum of both models' normalised scores."""
+    return FusedModel.load(name_or_path, device=device)
 
 
 def load_captioner(

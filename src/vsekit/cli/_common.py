@@ -28,6 +28,10 @@ SPLIT_HELP = (
 )
 SKIP_BAD_HELP = "Leave unreadable photos out (each reported) instead of stopping."
 MODEL_HELP = "Joint model: a shipped name (vse) or a model file (default: vse, shipped with vsekit)."
+RANK_MODEL_HELP = (
+    "Model: a shipped name (vse; aligner: S_kl; vse+aligner: the fusion of both), a joint-model or aligner "
+    "file, or a fusion JSON file (default: vse)."
+)
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001 - stdlib hook

@@ -12,7 +12,7 @@ from vsekit.cli._common import (
     CACHE_ROOT_HELP,
     DEVICE_HELP,
     JSON_HELP_SUFFIX,
-    MODEL_HELP,
+    RANK_MODEL_HELP,
     SKIP_BAD_HELP,
     SPLIT_HELP,
     console,
@@ -101,7 +101,7 @@ def _print_training_summary(summary: dict, out: Path) -> None:
 def evaluate(
     data: Path = typer.Option(..., "--data", help="Corpus directory or file."),
     split: str | None = typer.Option(None, "--split", help=SPLIT_HELP),
-    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    model: str | None = typer.Option(None, "--model", help=RANK_MODEL_HELP),
     protocol: str = typer.Option("flickr", "--protocol", help="flickr, coco1k or coco5k."),
     json_out: Path | None = typer.Option(
         None, "--json", help="Write the metrics to this JSON file" + JSON_HELP_SUFFIX + "."
@@ -112,6 +112,7 @@ def evaluate(
 ) -> None:
     """Recall@K, median and mean rank of a trained model on a corpus split, both directions."""
     from vsekit.alignment.evaluate import evaluate_aligner_file, is_aligner_file
+    from vsekit.alignment.fusion import FusedModel, evaluate_fused, is_fusion
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import evaluate_model
     from vsekit.embedding.pipeline import VSEModel
@@ -125,6 +126,10 @@ def evaluate(
                 model, corpus, split, protocol, device=device, cache_root=cache_root
             )
             path = resolve_model_path(model, "aligner")
+        elif is_fusion(model):  # cosine and S_kl, weighted (the fusion file says how)
+            fused = FusedModel.load(model, device=device)
+            result = evaluate_fused(fused, corpus, split, protocol, cache_root=cache_root)
+            path = fused.path
         else:
             vse = VSEModel.load(model, device=device)
             result = evaluate_model(
@@ -157,7 +162,7 @@ def evaluate(
 def rank(
     image: Path | None = typer.Option(None, "--image", help="Query image: rank captions for it."),
     sentence: str | None = typer.Option(None, "--sentence", help="Query sentence: rank the split's images."),
-    model: str | None = typer.Option(None, "--model", help=MODEL_HELP),
+    model: str | None = typer.Option(None, "--model", help=RANK_MODEL_HELP),
     captions: Path | None = typer.Option(None, "--captions", help="Candidate captions, one per line."),
     data: Path | None = typer.Option(None, "--data", help="Corpus whose split provides the candidates."),
     split: str | None = typer.Option(None, "--split", help=SPLIT_HELP),
@@ -169,11 +174,11 @@ def rank(
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
-    """Rank captions for an image (--image) or images for a sentence (--sentence) in the joint space."""
+    """Rank captions for an image (--image) or images for a sentence (--sentence): by the cosine in the joint
+    space, by S_kl (--model aligner) or by both (--model vse+aligner)."""
+    from vsekit.alignment.evaluate import is_aligner_file
+    from vsekit.alignment.fusion import is_fusion
     from vsekit.data import load_corpus
-    from vsekit.embedding.pipeline import VSEModel
-    from vsekit.embedding.text_cache import cached_text_embeddings
-    from vsekit.retrieval import rank as rank_in_space
 
     with user_errors():
         if (image is None) == (sentence is None):
@@ -184,40 +189,124 @@ def rank(
             raise VsekitError("--sentence needs images to search: --data DIR (with --split)")
         if sentence is not None and not sentence.strip():
             raise VsekitError("--sentence is empty: give the words to search for")
-        vse = VSEModel.load(model, device=device)
         corpus = load_corpus(data) if data is not None else None
         if corpus is not None:
             split = split or corpus.default_split()
-        if image is not None:
-            if captions is not None:
-                candidates = read_caption_lines(captions)
-            else:
-                candidates = [c.text for c in corpus.split(split).captions]
-            texts = cached_text_embeddings(vse, candidates, cache_root)
-            (hits,) = rank_in_space(vse.embed_images([image]), texts, candidates, top)
-            rows = [{"rank": k, "score": h.score, "caption": h.key} for k, h in enumerate(hits, 1)]
+        if is_fusion(model) or is_aligner_file(model):
+            rows = _rank_by_pairs(model, image, sentence, captions, corpus, split, top, device, cache_root)
         else:
-            part = corpus.split(split)
-            ids = part.image_ids()
-            if skip_bad_images:
-                ids, _ = vse.readable_ids(corpus, ids, cache_root=cache_root)
-            images = vse.embed_features(vse.corpus_features(corpus, ids, cache_root=cache_root))
-            (hits,) = rank_in_space(vse.embed_texts([sentence]), images, ids, top)
-            first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}
-            rows = [
-                {
-                    "rank": k,
-                    "score": h.score,
-                    "image": h.key,
-                    "path": str(corpus.images[h.key]),
-                    "caption": first[h.key],
-                }
-                for k, h in enumerate(hits, 1)
-            ]
+            rows = _rank_in_joint_space(
+                model, image, sentence, captions, corpus, split, top, device, cache_root, skip_bad_images
+            )
         if json_out is not None:
             query = str(image) if image is not None else sentence
             write_json(json_out, rounded({"query": query, "results": rows}, 4))
     console.print(_rank_table(image, sentence, rows))
+
+
+def _rank_in_joint_space(
+    model: str | None,
+    image: Path | None,
+    sentence: str | None,
+    captions: Path | None,
+    corpus,  # noqa: ANN001 - a Corpus or None
+    split: str | None,
+    top: int,
+    device: str,
+    cache_root: Path | None,
+    skip_bad_images: bool,
+) -> list[dict]:
+    """`rank` with a joint model: cosines in the joint space, best first."""
+    from vsekit.embedding.pipeline import VSEModel
+    from vsekit.embedding.text_cache import cached_text_embeddings
+    from vsekit.retrieval import rank as rank_in_space
+
+    vse = VSEModel.load(model, device=device)
+    if image is not None:
+        if captions is not None:
+            candidates = read_caption_lines(captions)
+        else:
+            candidates = [c.text for c in corpus.split(split).captions]
+        texts = cached_text_embeddings(vse, candidates, cache_root)
+        (hits,) = rank_in_space(vse.embed_images([image]), texts, candidates, top)
+        rows = [{"rank": k, "score": h.score, "caption": h.key} for k, h in enumerate(hits, 1)]
+    else:
+        part = corpus.split(split)
+        ids = part.image_ids()
+        if skip_bad_images:
+            ids, _ = vse.readable_ids(corpus, ids, cache_root=cache_root)
+        images = vse.embed_features(vse.corpus_features(corpus, ids, cache_root=cache_root))
+        (hits,) = rank_in_space(vse.embed_texts([sentence]), images, ids, top)
+        first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}
+        rows = [
+            {
+                "rank": k,
+                "score": h.score,
+                "image": h.key,
+                "path": str(corpus.images[h.key]),
+                "caption": first[h.key],
+            }
+            for k, h in enumerate(hits, 1)
+        ]
+    return rows
+
+
+def _rank_by_pairs(
+    model: str,
+    image: Path | None,
+    sentence: str | None,
+    captions: Path | None,
+    corpus,  # noqa: ANN001 - a Corpus or None
+    split: str | None,
+    top: int,
+    device: str,
+    cache_root: Path | None,
+) -> list[dict]:
+    """`rank` for models that score pairs (an aligner's S_kl, a fusion): one row of scores, best first."""
+    import numpy as np
+    import torch
+
+    from vsekit.alignment.fusion import FusedModel, is_fusion
+    from vsekit.alignment.model import Aligner
+    from vsekit.alignment.trainer import evaluate_scores
+
+    if is_fusion(model):
+        scorer = FusedModel.load(model, device=device)
+        aligner = None
+    else:
+        scorer, aligner = None, Aligner.load(model, device=device)
+    if image is not None:
+        if captions is not None:
+            candidates = read_caption_lines(captions)
+        else:
+            candidates = [c.text for c in corpus.split(split).captions]
+        if scorer is not None:
+            scores = scorer.score_matrix([image], candidates)[0]
+        else:
+            scores = aligner.score_matrix(aligner.regions([image], cache=False).features, candidates)[0]
+        order = np.argsort(-scores, kind="stable")[:top]
+        return [
+            {"rank": k, "score": float(scores[j]), "caption": candidates[j]} for k, j in enumerate(order, 1)
+        ]
+    part = corpus.split(split)
+    ids = part.image_ids()
+    if scorer is not None:
+        scores = scorer.corpus_scores(corpus, ids, [sentence], cache_root=cache_root)[:, 0]
+    else:
+        feats = aligner.regions(corpus, image_ids=ids, cache_root=cache_root).features
+        scores = evaluate_scores(aligner.model, torch.from_numpy(feats), [sentence])[:, 0]
+    first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}
+    order = np.argsort(-scores, kind="stable")[:top]
+    return [
+        {
+            "rank": k,
+            "score": float(scores[j]),
+            "image": ids[j],
+            "path": str(corpus.images[ids[j]]),
+            "caption": first[ids[j]],
+        }
+        for k, j in enumerate(order, 1)
+    ]
 
 
 def _rank_table(image: Path | None, sentence: str | None, rows: list[dict]) -> Table:

@@ -1,0 +1,72 @@
+"""Several trained MiniLM-token aligners packed into one wider aligner of the same file format.
+
+Member m has region vectors ``v^m_i = P_m x_i + p_m`` and word vectors ``s^m_t`` from its head
+``ReLU(W_d^m ReLU(W_e^m LN_m(x_t) + b_e^m) + b_d^m)``. Stacking the members' rows gives one aligner of
+width ``sum h_m`` whose word-region dot product is the sum of the members' ones,
+
+    v_i . s_t = sum_m v^m_i . s^m_t,
+
+so its S_kl (Eq. 8) is ``sum_t max_i sum_m v^m_i . s^m_t``: one max over the regions for the summed
+evidence (not the average of the members' S_kl). Each member's LayerNorm affine is folded into its
+``W_e`` (``W_e (g * xhat + b) + b_e = (W_e diag g) xhat + (W_e b + b_e)``), so the packed model keeps one
+LayerNorm with unit gain and zero bias; ``W_d`` becomes block diagonal. Only the MiniLM-token "mlp" head
+packs this way (a BRNN's recurrence does not split into blocks through one module).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from vsekit.alignment.model import RegionAligner
+from vsekit.errors import VsekitError
+from vsekit.text.encoders import no_pretrained_init
+
+__all__ = ["pack_aligners"]
+
+
+def _check(models: Sequence[RegionAligner]) -> None:
+    if len(models) < 2:
+        raise VsekitError("packing needs at least two aligners")
+    first = models[0].config
+    for k, model in enumerate(models):
+        words = model.config["words"]
+        if words.get("kind") != "minilm" or words.get("head") != "mlp":
+            raise VsekitError(f"aligner {k}: only MiniLM-token aligners with the mlp head can be packed")
+        for key in ("regions", "image_dim", "score"):
+            if model.config[key] != first[key]:
+                raise VsekitError(f"aligner {k}: field '{key}' differs from the first aligner's")
+
+
+@torch.no_grad()
+def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
+    """One aligner whose word-region dots are the sums of the members' (see the module docstring)."""
+    _check(models)
+    first = models[0]
+    width = sum(m.config["embed_dim"] for m in models)
+    with no_pretrained_init():
+        packed = RegionAligner(
+            first.vocab,
+            first.config["regions"],
+            first.config["image_dim"],
+            width,
+            score=first.config["score"],
+            words="minilm",
+            word_head="mlp",
+        )
+    packed.project.weight.copy_(torch.cat([m.project.weight for m in models]))
+    packed.project.bias.copy_(torch.cat([m.project.bias for m in models]))
+    words = packed.words
+    words.norm.weight.fill_(1.0)
+    words.norm.bias.zero_()
+    w_e, b_e = [], []
+    for m in models:
+        gain, shift = m.words.norm.weight, m.words.norm.bias
+        w_e.append(m.words.w_e.weight * gain[None, :])
+        b_e.append(m.words.w_e.weight @ shift + m.words.w_e.bias)
+    words.w_e.weight.copy_(torch.cat(w_e))
+    words.w_e.bias.copy_(torch.cat(b_e))
+    words.w_d.weight.copy_(torch.block_diag(*[m.words.w_d.weight for m in models]))
+    words.w_d.bias.copy_(torch.cat([m.words.w_d.bias for m in models]))
+    return packed.eval()
