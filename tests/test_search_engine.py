@@ -89,3 +89,20 @@ def test_resort_by_mean_by_hand():
     vectors = np.array([[0, 1], [1, 0], [0.9, 0.1], [0.95, 0.05]], dtype=np.float32)
     # mean of all four = (0.7125, 0.2875): distances: row0 1.01, row1 0.41, row2 0.27, row3 0.33
     assert resort_by_mean(vectors, np.array([0, 1, 2, 3])).tolist() == [2, 3, 1, 0]
+
+
+def test_exact_search_float16_storage_is_exact_on_near_ties():
+    # float16 storage is scored in float16 first: rows whose scores differ by less than float16's
+    # resolution (about 1e-3 near 1) must still come out in the order of their stored values' exact
+    # scores (float64 here; float32 sums in another order may swap rows 1e-7 apart, so scores are compared)
+    base = unit_vectors(1, 64, 5)[0]
+    rng = np.random.default_rng(6)
+    vectors = base + 1e-3 * rng.standard_normal((400, 64)).astype(np.float32)
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float16)
+    queries = np.vstack([base, unit_vectors(3, 64, 7)])
+    scores, rows = exact_search(vectors, queries, 10, chunk_rows=128)
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    ref_s = -np.sort(-exact, axis=1)[:, :10]
+    np.testing.assert_allclose(scores, ref_s, atol=1e-6)
+    np.testing.assert_allclose(np.take_along_axis(exact, rows, axis=1), ref_s, atol=1e-6)
+    assert (np.diff(exact[0][rows[0]]) < 1e-3).all() and np.ptp(ref_s[0]) < 1e-4  # near ties indeed

@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 from vsekit.embedding.pipeline import ImageInput, VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.fileio import atomic_npy_memmap, atomic_save_npy, atomic_write_bytes, atomic_write_json
+from vsekit.resources import is_shipped_joint_model
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
 from vsekit.retrieval.search import (
@@ -112,8 +113,9 @@ def _load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) ->
     if isinstance(model, VSEModel):
         return model, str(Path(model.path).resolve()) if model.path is not None else ""
     loaded = VSEModel.load(model, device=device)
-    shipped = model is None or str(model) == "vse"
-    return loaded, "vse" if shipped else str(Path(loaded.path).resolve())
+    if model is None or is_shipped_joint_model(model):
+        return loaded, "vse" if model is None else str(model)
+    return loaded, str(Path(loaded.path).resolve())
 
 
 # ----------------------------------------------------------------------------- the manifest
