@@ -106,3 +106,28 @@ def test_exact_search_float16_storage_is_exact_on_near_ties():
     np.testing.assert_allclose(scores, ref_s, atol=1e-6)
     np.testing.assert_allclose(np.take_along_axis(exact, rows, axis=1), ref_s, atol=1e-6)
     assert (np.diff(exact[0][rows[0]]) < 1e-3).all() and np.ptp(ref_s[0]) < 1e-4  # near ties indeed
+
+
+def test_calibration_takes_the_smallest_setting_meeting_the_sentence_target():
+    """Sentence-like queries (off the photos' distribution, as text is across the modality gap) get
+    recall@10 >= 0.99 at the chosen setting, and half of it falls short (the smallest doubling)."""
+    vectors = unit_vectors(3000, 32, 8)
+    shift = unit_vectors(1, 32, 9)
+    texts = vectors[:300] + 0.8 * shift + 0.6 * unit_vectors(300, 32, 10)
+    texts /= np.linalg.norm(texts, axis=1, keepdims=True)
+    _, truth = exact_search(vectors, texts, 10)
+
+    def recall(index):
+        _, rows = faiss_search(index, texts, 10)
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, truth, strict=True)])
+
+    for engine, name, smallest in (("hnsw", "efSearch", 16), ("ivf", "nprobe", 1)):
+        index = build_ann(vectors, engine)
+        photo_only = calibrate(index, vectors)[name]
+        chosen = calibrate(index, vectors, texts)[name]
+        assert chosen >= photo_only
+        set_search_params(index, {name: chosen})
+        assert recall(index) >= 0.99, (engine, chosen)
+        if chosen > smallest:
+            set_search_params(index, {name: chosen // 2})
+            assert recall(index) < 0.99 or calibrate(index, vectors)[name] == chosen, (engine, chosen)
