@@ -346,6 +346,46 @@ def _sweep_real(index, engine: str, qv: np.ndarray, caption_ids: list[str], exac
     return found
 
 
+def recall_study(index, qv: np.ndarray, caption_ids: list[str], exact: dict) -> dict:
+    """Per engine and setting: recall@10 against exact search of the 5,000 dev captions, of the bundled
+    sample's 500 captions (what the calibration uses) and of 200 photo-like queries (what it used
+    alone before), with the t2i R@K loss in points: does the calibration's query set predict real
+    queries?"""
+    from vsekit.metrics.ranking import summarize_ranks
+    from vsekit.retrieval import search as S
+    from vsekit.retrieval.index import calibration_sentences
+
+    vectors = np.asarray(index.vectors, dtype=np.float32)
+    sets = {
+        "dev_captions": qv,
+        "sample_captions": calibration_sentences(index.model),
+        "photo_like": S.photo_like_queries(vectors),
+    }
+    truths = {name: S.exact_search(vectors, q, K)[1] for name, q in sets.items()}
+    out = {}
+    for engine, name, values in (
+        ("hnsw", "efSearch", (16, 32, 64, 128)),
+        ("ivf", "nprobe", (8, 16, 32, 64, 128)),
+    ):
+        structure = S.build_ann(vectors, engine)
+        rows = []
+        for value in values:
+            S.set_search_params(structure, {name: value})
+            row = {name: value}
+            for label, q in sets.items():
+                row[f"recall@10_{label}"] = _recall(truths[label], S.faiss_search(structure, q, K)[1])
+            _, found = S.faiss_search(structure, qv, K)
+            hits = [[index.paths[r] for r in f] for f in found]
+            ranks = [
+                h.index(w) + 1 if w in h else len(index) + 1 for w, h in zip(caption_ids, hits, strict=True)
+            ]
+            m = summarize_ranks(ranks)
+            row["t2i_loss_points"] = {k: exact[k] - m[k] for k in ("r1", "r5", "r10")}
+            rows.append(row)
+        out[engine] = rows
+    return out
+
+
 def real(work: Path, fresh: bool = True) -> tuple[dict, object]:
     """``fresh=False`` reuses the dev index in ``work`` and keeps the saved indexing figures."""
     dev = _dev()
@@ -376,6 +416,7 @@ def real(work: Path, fresh: bool = True) -> tuple[dict, object]:
     exact = engines_out["exact"]
     for engine in ("hnsw", "ivf"):
         engines_out[engine]["within_0.5"] = _sweep_real(index, engine, qv, caption_ids, exact)
+    study = recall_study(index, qv, caption_ids, exact)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval.json"
@@ -395,6 +436,7 @@ def real(work: Path, fresh: bool = True) -> tuple[dict, object]:
         "max_abs_diff_points": diffs,
         "exact_matches_eval": diffs["exact"] < 1e-9,
         "ann_within_0.5": all(diffs[e] <= 0.5 for e in ("hnsw", "ivf")),
+        "calibration_queries_vs_real": study,
         "load": {"before": load_before, "after": _load()},
     }
     return row, index
