@@ -4,11 +4,12 @@ Sections (each merged into bench/results/search.json under its own key, so they 
 
 * ``engines``: synthetic unit vectors at the shipped model's dimension (2048), N = 10K and 100K by default.
   Build time and bytes per vector of each engine; single-query latency p50/p99 of vsekit's exact search
-  (chunked NumPy, :func:`vsekit.retrieval.search.exact_search`) against FAISS ``IndexFlatIP``, interleaved
+  (chunked torch, :func:`vsekit.retrieval.search.exact_search`) against FAISS ``IndexFlatIP``, interleaved
   query by query in one run (their ratio is the goal: exact within 1.2x of FAISS flat); recall@10 against
   exact search and p50/p99 latency for HNSW (efSearch sweep) and IVF (nprobe sweep), plus the value the
-  index's own calibration picks. Goal: recall@10 >= 0.95 at p50 <= 5 ms. N = 1M is possible with
-  ``--sizes 1000000`` but needs about 17 GB of RAM (the NumPy matrix and a FAISS copy, float32).
+  index's own calibration picks (on the bundled sample's captions and photo-like queries), and the
+  recall of those captions. Goal: recall@10 >= 0.95 at p50 <= 5 ms. N = 1M: ``bench_search_1m.py``
+  (float16, one structure at a time; here 1M would need about 17 GB: the matrix and a FAISS copy).
   *Vectors*: ``--distribution real-spectrum`` (default) draws Gaussian vectors with the mean and the
   principal axes / variances of the shipped model's embeddings of all Flickr8K photos (from the feature
   cache), then normalises them: anisotropic like real embeddings (uniform random unit vectors in 2048-d

@@ -31,6 +31,7 @@ import os
 import resource
 import sys
 import time
+from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -278,7 +279,10 @@ def main() -> None:
     faiss.omp_set_num_threads(args.threads)
     threadpool_limits(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
-    result: dict = {"n": args.n, "dim": 2048, "threads": args.threads, "load_before": B._load()}
+    # sections measured by an earlier run (same N) are kept unless measured again
+    saved = json.loads(B.RESULTS.read_text()).get("engines_1m", {}) if B.RESULTS.is_file() else {}
+    result: dict = saved if saved.get("n") == args.n else {}
+    result |= {"n": args.n, "dim": 2048, "threads": args.threads, "load_before": B._load()}
 
     spectrum = B._real_spectrum(2048)
     total = float((spectrum[2] ** 2).sum())
@@ -315,7 +319,7 @@ def main() -> None:
     print(json.dumps(result), flush=True)
 
     def save(key: str, value) -> None:
-        result[key] = value
+        result[key] = value | {"date": date.today().isoformat(), "load_at_end": B._load()}
         result["load_after"] = B._load()
         result["memory"] = _rss_gb()
         print(json.dumps({key: value}, default=float), flush=True)
