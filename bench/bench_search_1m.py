@@ -145,9 +145,16 @@ def train_quantizer(vectors, nlist: int, n_train: int, seed: int) -> tuple[np.nd
     return km.centroids, {"train_s": time.perf_counter() - start, "train_vectors": len(sample)}
 
 
+QUANTIZER = "hnsw"
+
+
 def _hnsw_quantizer(centroids: np.ndarray):
     import faiss
 
+    if QUANTIZER == "flat":  # exact assignment, batched through BLAS when adding
+        q = faiss.IndexFlatIP(centroids.shape[1])
+        q.add(centroids)
+        return q
     q = faiss.IndexHNSWFlat(centroids.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
     q.hnsw.efConstruction = 80
     q.add(centroids)
@@ -191,7 +198,8 @@ def ivf_sq(vectors, centroids, query_sets, truths) -> dict:
     grid = [{"nprobe": p} for p in (8, 16, 32, 64, 128, 256, 512) if p <= nlist]
     sweep = _sweep(index, lambda ix, p: setattr(ix, "nprobe", p["nprobe"]), grid, query_sets, truths)
     out = {
-        "engine": f"IVF{nlist}_HNSW32,SQfp16",
+        "engine": f"IVF{nlist}_{'HNSW32' if QUANTIZER == 'hnsw' else 'Flat'},SQfp16",
+        "nlist": nlist,
         "add_s": add_s,
         "bytes_per_vector": index.sa_code_size() + 8,
         "memory": mem,
@@ -263,11 +271,16 @@ def main() -> None:
     parser.add_argument("--pq-m", type=int, default=256)
     parser.add_argument("--flat-queries", type=int, default=40)
     parser.add_argument("--sweep-queries", type=int, default=500, help="queries of each set in the sweeps")
+    parser.add_argument(
+        "--quantizer", choices=["hnsw", "flat"], default="hnsw", help="IVF's coarse quantizer"
+    )
     parser.add_argument("--hnsw", action="store_true")
     parser.add_argument("--skip", nargs="*", default=["ivf_pq"], choices=["flat", "ivf_sq", "ivf_pq"])
     parser.add_argument("--work", type=Path, default=Path("/tmp/vsekit-bench-1m"))
     parser.add_argument("--no-save", action="store_true")
     args = parser.parse_args()
+    global QUANTIZER
+    QUANTIZER = args.quantizer
 
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     import faiss
