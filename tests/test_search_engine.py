@@ -131,3 +131,14 @@ def test_calibration_takes_the_smallest_setting_meeting_the_sentence_target():
         if chosen > smallest:
             set_search_params(index, {name: chosen // 2})
             assert recall(index) < 0.99 or calibrate(index, vectors)[name] == chosen, (engine, chosen)
+
+
+def test_exact_search_float16_many_queries_in_groups():
+    # more than 256 queries: the float32 rescoring goes in groups; each query's answer is unchanged
+    vectors = unit_vectors(500, 16, 11).astype(np.float16)
+    queries = unit_vectors(600, 16, 12)
+    scores, rows = exact_search(vectors, queries, 5, chunk_rows=128)
+    one_s, one_r = exact_search(vectors, queries[-3:], 5, chunk_rows=128)
+    np.testing.assert_array_equal(rows[-3:], one_r)
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :5], atol=1e-6)

@@ -131,8 +131,11 @@ def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndar
     tol = _F16_TOL * max(1.0, float(np.linalg.norm(queries, axis=1).max()))  # stored rows are unit-norm
     approx = (torch.from_numpy(queries.astype(np.float16)) @ b.T).numpy().astype(np.float32)
     rows = _candidates(torch.from_numpy(approx), k, tol)[1].numpy()
-    candidates = block[rows].astype(np.float32)  # [q, c, K]
-    return np.matmul(candidates, queries[:, :, None])[:, :, 0], rows
+    exact = np.empty(rows.shape, dtype=np.float32)
+    for q0 in range(0, len(queries), 256):  # candidate rows [256, c, K] in float32 at a time
+        candidates = block[rows[q0 : q0 + 256]].astype(np.float32)
+        exact[q0 : q0 + 256] = np.matmul(candidates, queries[q0 : q0 + 256, :, None])[:, :, 0]
+    return exact, rows
 
 
 def exact_search(
