@@ -4,11 +4,12 @@ Sections (each merged into bench/results/search.json under its own key, so they 
 
 * ``engines``: synthetic unit vectors at the shipped model's dimension (2048), N = 10K and 100K by default.
   Build time and bytes per vector of each engine; single-query latency p50/p99 of vsekit's exact search
-  (chunked NumPy, :func:`vsekit.retrieval.search.exact_search`) against FAISS ``IndexFlatIP``, interleaved
+  (chunked torch, :func:`vsekit.retrieval.search.exact_search`) against FAISS ``IndexFlatIP``, interleaved
   query by query in one run (their ratio is the goal: exact within 1.2x of FAISS flat); recall@10 against
   exact search and p50/p99 latency for HNSW (efSearch sweep) and IVF (nprobe sweep), plus the value the
-  index's own calibration picks. Goal: recall@10 >= 0.95 at p50 <= 5 ms. N = 1M is possible with
-  ``--sizes 1000000`` but needs about 17 GB of RAM (the NumPy matrix and a FAISS copy, float32).
+  index's own calibration picks (on the bundled sample's captions and photo-like queries), and the
+  recall of those captions. Goal: recall@10 >= 0.95 at p50 <= 5 ms. N = 1M: ``bench_search_1m.py``
+  (float16, one structure at a time; here 1M would need about 17 GB: the matrix and a FAISS copy).
   *Vectors*: ``--distribution real-spectrum`` (default) draws Gaussian vectors with the mean and the
   principal axes / variances of the shipped model's embeddings of all Flickr8K photos (from the feature
   cache), then normalises them: anisotropic like real embeddings (uniform random unit vectors in 2048-d
@@ -141,6 +142,14 @@ def _timed_queries(fn, queries: np.ndarray) -> tuple[list[float], np.ndarray]:
     return times, np.asarray(found)
 
 
+def _sample_captions() -> np.ndarray:
+    """The bundled sample's 500 captions embedded by the shipped model (what the index calibrates on)."""
+    import vsekit
+    from vsekit.retrieval.index import calibration_sentences
+
+    return calibration_sentences(vsekit.load_model())
+
+
 def engines(n: int, dim: int, distribution: str, spectrum, n_queries: int) -> dict:
     from vsekit.retrieval import search as S
 
@@ -149,6 +158,8 @@ def engines(n: int, dim: int, distribution: str, spectrum, n_queries: int) -> di
     vectors = synthetic(n, dim, distribution, spectrum)
     gen_s = time.perf_counter() - start
     queries = _queries_near(vectors, n_queries, QUERY_SEED)
+    captions = _sample_captions()
+    _, caption_truth = S.exact_search(vectors, captions, K)
     # the cosine of a query to the vector it came from, and to its 10th neighbour (how hard the task is)
     truth_s, truth = S.exact_search(vectors, queries, K)
 
@@ -194,7 +205,7 @@ def engines(n: int, dim: int, distribution: str, spectrum, n_queries: int) -> di
         index = S.build_ann(vectors, engine)
         build_s = time.perf_counter() - start
         start = time.perf_counter()
-        calibrated = S.calibrate(index, vectors)
+        calibrated = S.calibrate(index, vectors, captions)
         calibrate_s = time.perf_counter() - start
         size = len(S.serialize_ann(index))
         sweep = []
@@ -205,7 +216,15 @@ def engines(n: int, dim: int, distribution: str, spectrum, n_queries: int) -> di
             for q in queries[:5]:
                 S.faiss_search(index, q[None], K)
             times, found = _timed_queries(lambda q, index=index: S.faiss_search(index, q, K), queries)
-            sweep.append({name: value, "recall@10": _recall(truth, found), **_pct(times)})
+            _, on_captions = S.faiss_search(index, captions, K)
+            sweep.append(
+                {
+                    name: value,
+                    "recall@10": _recall(truth, found),
+                    "recall@10_captions": _recall(caption_truth, on_captions),
+                    **_pct(times),
+                }
+            )
         good = [s for s in sweep if s["recall@10"] >= 0.95]
         best = min(good, key=lambda s: s["p50_ms"]) if good else None
         row[engine] = {
@@ -328,10 +347,54 @@ def _sweep_real(index, engine: str, qv: np.ndarray, caption_ids: list[str], exac
     return found
 
 
-def real(work: Path) -> tuple[dict, object]:
+def recall_study(index, qv: np.ndarray, caption_ids: list[str], exact: dict) -> dict:
+    """Per engine and setting: recall@10 against exact search of the 5,000 dev captions, of the bundled
+    sample's 500 captions (what the calibration uses) and of 200 photo-like queries (what it used
+    alone before), with the t2i R@K loss in points: does the calibration's query set predict real
+    queries?"""
+    from vsekit.metrics.ranking import summarize_ranks
+    from vsekit.retrieval import search as S
+    from vsekit.retrieval.index import calibration_sentences
+
+    vectors = np.asarray(index.vectors, dtype=np.float32)
+    sets = {
+        "dev_captions": qv,
+        "sample_captions": calibration_sentences(index.model),
+        "photo_like": S.photo_like_queries(vectors),
+    }
+    truths = {name: S.exact_search(vectors, q, K)[1] for name, q in sets.items()}
+    out = {}
+    for engine, name, values in (
+        ("hnsw", "efSearch", (16, 32, 64, 128)),
+        ("ivf", "nprobe", (8, 16, 32, 64, 128)),
+    ):
+        structure = S.build_ann(vectors, engine)
+        rows = []
+        for value in values:
+            S.set_search_params(structure, {name: value})
+            row = {name: value}
+            for label, q in sets.items():
+                row[f"recall@10_{label}"] = _recall(truths[label], S.faiss_search(structure, q, K)[1])
+            _, found = S.faiss_search(structure, qv, K)
+            hits = [[index.paths[r] for r in f] for f in found]
+            ranks = [
+                h.index(w) + 1 if w in h else len(index) + 1 for w, h in zip(caption_ids, hits, strict=True)
+            ]
+            m = summarize_ranks(ranks)
+            row["t2i_loss_points"] = {k: exact[k] - m[k] for k in ("r1", "r5", "r10")}
+            rows.append(row)
+        out[engine] = rows
+    return out
+
+
+def real(work: Path, fresh: bool = True) -> tuple[dict, object]:
+    """``fresh=False`` reuses the dev index in ``work`` and keeps the saved indexing figures."""
     dev = _dev()
     load_before = _load()
-    index, indexing = build_dev_index(dev, work)
+    index, indexing = build_dev_index(dev, work, fresh=fresh)
+    if not fresh:
+        before = json.loads(RESULTS.read_text())
+        indexing = before["real"]["indexing"] | {"measured": before.get("real_date", "?")}
     texts, caption_ids = [c.text for c in dev.captions], dev.caption_image_ids()
 
     start = time.perf_counter()
@@ -354,6 +417,7 @@ def real(work: Path) -> tuple[dict, object]:
     exact = engines_out["exact"]
     for engine in ("hnsw", "ivf"):
         engines_out[engine]["within_0.5"] = _sweep_real(index, engine, qv, caption_ids, exact)
+    study = recall_study(index, qv, caption_ids, exact)
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "eval.json"
@@ -373,6 +437,7 @@ def real(work: Path) -> tuple[dict, object]:
         "max_abs_diff_points": diffs,
         "exact_matches_eval": diffs["exact"] < 1e-9,
         "ann_within_0.5": all(diffs[e] <= 0.5 for e in ("hnsw", "ivf")),
+        "calibration_queries_vs_real": study,
         "load": {"before": load_before, "after": _load()},
     }
     return row, index
@@ -655,6 +720,11 @@ def main() -> None:
         "--serve-threads", type=int, help="OMP threads of the server (default --threads; else saved apart)"
     )
     parser.add_argument("--work", type=Path, help="dev photos and indexes go here (default: a temp dir)")
+    parser.add_argument(
+        "--reuse-index",
+        action="store_true",
+        help="real: search the dev index already in --work (no re-timing)",
+    )
     parser.add_argument("--no-save", action="store_true", help="print only (for trying the script out)")
     parser.add_argument("--readme", action="store_true", help="print the README's table from search.json")
     args = parser.parse_args()
@@ -699,7 +769,7 @@ def main() -> None:
     work = args.work or Path(tmp.name)
     index = None
     if "real" in args.only:
-        row, index = real(work)
+        row, index = real(work, fresh=not args.reuse_index)
         print_real(row)
         save("real", row)
     if "serve" in args.only or "arithmetic" in args.only:

@@ -71,7 +71,10 @@ def test_demo_ranks_the_sample_with_the_shipped_model(tmp_path, monkeypatch):
     result = runner.invoke(app, ["demo", "--n-images", "2", "--top", "2"])
     assert result.exit_code == 0, result.output
     assert result.output.count("best captions among all 500") == 2
-    assert result.output.count("search:") == 3 and "correct" in result.output
+    assert result.output.count("search:") == 4 and "correct" in result.output
+    # ... the sample's folder is indexed like a user's photos and searched (3 sentence tables + this one)
+    assert "photo search: 'a dog runs through the snow'" in result.output
+    assert "indexed the 100 photos" in result.output
     # the shipped model must actually rank: on 100 unseen dev photos x 500 captions, chance R@1 is 1%
     i2t = next(line for line in result.output.splitlines() if "image annotation" in line)
     assert float(i2t.split("│")[2]) >= 30.0

@@ -166,3 +166,25 @@ def test_kill_9_at_random_moments_then_rerun_gives_the_uninterrupted_index(tmp_p
     assert committed, "the build finished before the first kill; the test killed nothing"
     assert run_build(photos, tmp_path / "index", None)
     assert index_files(tmp_path / "index") == index_files(tmp_path / "reference"), committed
+
+
+def test_the_shipped_bow_model_indexes_by_name_and_does_eq15_in_its_space(tmp_path, model):
+    """`--model bow`: the manifest names the shipped model (re-opened by name), the words of Eq. 15 come
+    from the same bag-of-words space as the photos, and a vse index refuses it."""
+    photos = make_photo_folder(tmp_path / "photos", n=6)
+    index = Index.build(photos, tmp_path / "bow", "bow", progress=False)
+    assert index.manifest["model"]["name"] == "bow" and index.vectors.shape[1] == 1024
+    reopened = Index.open(tmp_path / "bow")
+    assert reopened.model.embed_dim == 1024  # loaded by its shipped name
+    photo = photos / SAMPLE_IMAGES[0].name
+    bow = vsekit.load_model("bow")
+    q, words = bow.embed_images([photo])[0], bow.embed_texts(["dog", "beach"])
+    want = q - words[0] / np.linalg.norm(words[0]) + words[1] / np.linalg.norm(words[1])
+    want /= np.linalg.norm(want)
+    got = reopened.query_vector(image=photo, minus=["dog"], plus=["beach"])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    hits = reopened.search(image=photo, minus=["dog"], plus=["beach"], k=3)
+    np.testing.assert_allclose(hits[0].score, float(np.max(reopened.vectors @ want)), atol=1e-5)
+    Index.build(photos, tmp_path / "vse", model, progress=False)
+    with pytest.raises(ConfigMismatchError, match="refusing to mix"):
+        Index.build(photos, tmp_path / "vse", "bow", progress=False)

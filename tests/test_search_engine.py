@@ -89,3 +89,56 @@ def test_resort_by_mean_by_hand():
     vectors = np.array([[0, 1], [1, 0], [0.9, 0.1], [0.95, 0.05]], dtype=np.float32)
     # mean of all four = (0.7125, 0.2875): distances: row0 1.01, row1 0.41, row2 0.27, row3 0.33
     assert resort_by_mean(vectors, np.array([0, 1, 2, 3])).tolist() == [2, 3, 1, 0]
+
+
+def test_exact_search_float16_storage_is_exact_on_near_ties():
+    # float16 storage is scored in float16 first: rows whose scores differ by less than float16's
+    # resolution (about 1e-3 near 1) must still come out in the order of their stored values' exact
+    # scores (float64 here; float32 sums in another order may swap rows 1e-7 apart, so scores are compared)
+    base = unit_vectors(1, 64, 5)[0]
+    rng = np.random.default_rng(6)
+    vectors = base + 1e-3 * rng.standard_normal((400, 64)).astype(np.float32)
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float16)
+    queries = np.vstack([base, unit_vectors(3, 64, 7)])
+    scores, rows = exact_search(vectors, queries, 10, chunk_rows=128)
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    ref_s = -np.sort(-exact, axis=1)[:, :10]
+    np.testing.assert_allclose(scores, ref_s, atol=1e-6)
+    np.testing.assert_allclose(np.take_along_axis(exact, rows, axis=1), ref_s, atol=1e-6)
+    assert (np.diff(exact[0][rows[0]]) < 1e-3).all() and np.ptp(ref_s[0]) < 1e-4  # near ties indeed
+
+
+def test_calibration_takes_the_smallest_setting_meeting_the_sentence_target():
+    """Sentence-like queries (off the photos' distribution, as text is across the modality gap) get
+    recall@10 >= 0.99 at the chosen setting, and half of it falls short (the smallest doubling)."""
+    vectors = unit_vectors(3000, 32, 8)
+    shift = unit_vectors(1, 32, 9)
+    texts = vectors[:300] + 0.8 * shift + 0.6 * unit_vectors(300, 32, 10)
+    texts /= np.linalg.norm(texts, axis=1, keepdims=True)
+    _, truth = exact_search(vectors, texts, 10)
+
+    def recall(index):
+        _, rows = faiss_search(index, texts, 10)
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, truth, strict=True)])
+
+    for engine, name, smallest in (("hnsw", "efSearch", 16), ("ivf", "nprobe", 1)):
+        index = build_ann(vectors, engine)
+        photo_only = calibrate(index, vectors)[name]
+        chosen = calibrate(index, vectors, texts)[name]
+        assert chosen >= photo_only
+        set_search_params(index, {name: chosen})
+        assert recall(index) >= 0.99, (engine, chosen)
+        if chosen > smallest:
+            set_search_params(index, {name: chosen // 2})
+            assert recall(index) < 0.99 or calibrate(index, vectors)[name] == chosen, (engine, chosen)
+
+
+def test_exact_search_float16_many_queries_in_groups():
+    # more than 256 queries: the float32 rescoring goes in groups; each query's answer is unchanged
+    vectors = unit_vectors(500, 16, 11).astype(np.float16)
+    queries = unit_vectors(600, 16, 12)
+    scores, rows = exact_search(vectors, queries, 5, chunk_rows=128)
+    one_s, one_r = exact_search(vectors, queries[-3:], 5, chunk_rows=128)
+    np.testing.assert_array_equal(rows[-3:], one_r)
+    exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
+    np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :5], atol=1e-6)

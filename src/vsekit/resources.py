@@ -20,6 +20,7 @@ __all__ = [
     "RECIPES_DIR",
     "REGION_CAPTION_RECIPES_DIR",
     "SCNLM_RECIPES_DIR",
+    "is_shipped_joint_model",
     "pretrained_path",
     "resolve_model_path",
     "sample_data_path",
@@ -35,10 +36,18 @@ REGION_CAPTION_RECIPES_DIR = RECIPES_DIR / "region_captioning"
 #: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
     "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
+    # the linear bag-of-words encoder of Kiros et al. 2014 (sec. 3.2): the better space for Eq. 15
+    # arithmetic (`vsekit index build PHOTOS --model bow`); `vsekit train --recipe bow` re-makes it
+    "bow": ("bow.safetensors", "joint-embedding model", "vsekit train --recipe bow"),
     "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
     "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
     "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
 }
+
+
+def is_shipped_joint_model(name: str | os.PathLike[str] | None) -> bool:
+    """Whether ``name`` names a shipped joint-embedding model (``vse``, ``bow``), not a path."""
+    return name is not None and PRETRAINED.get(str(name), ("", ""))[1] == "joint-embedding model"
 
 
 def sample_data_path() -> Path:

@@ -69,7 +69,32 @@ def demo(
     console.print(f"the photos are in {folder}", soft_wrap=True, highlight=False)
     title = f"ranking the whole sample ({len(ids)} photos x {n_captions} captions)"
     console.print(metrics_table(title, space.evaluate("flickr")))
+    _show_photo_search(folder, vse, top)
     _show_generated(corpus, ids, by_image, vse, device, n_images * 2)
+
+
+def _show_photo_search(folder: Path, vse, top: int) -> None:  # noqa: ANN001
+    """Index the sample's photo folder (no captions used), as `vsekit index build` does, and search it."""
+    import tempfile
+    import time
+
+    from vsekit.retrieval.index import Index
+
+    sentence = DEMO_SENTENCES[0]
+    with tempfile.TemporaryDirectory() as tmp, user_errors():
+        start = time.perf_counter()
+        index = Index.build(folder, Path(tmp) / "sample.index", vse, progress=False)
+        seconds = time.perf_counter() - start
+        hits = index.search(sentence, k=top)
+    table = _table(f"photo search: {sentence!r}", ("photo", None))
+    for k, hit in enumerate(hits, start=1):
+        table.add_row(str(k), f"{hit.score:.2f}", hit.path)
+    table.caption = (
+        f"indexed the {len(index)} photos of the folder in {seconds:.1f} s; the same with your photos: "
+        f"vsekit index build PHOTOS --out PHOTOS.index; vsekit search PHOTOS.index {sentence!r}"
+    )
+    table.caption_justify = "left"
+    console.print(table)
 
 
 def _table(title: str, *columns: tuple[str, int | None]) -> Table:

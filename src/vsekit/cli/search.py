@@ -34,7 +34,11 @@ def _print_report(index: Index, report: BuildReport) -> None:
 def build(
     photos: Path = typer.Argument(..., help="Folder of photos (searched recursively)."),
     out: Path = typer.Option(..., "--out", help="Index directory (created; an existing one is updated)."),
-    model: str = typer.Option(None, "--model", help="Joint model: a shipped name (vse) or a model file."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Joint model: a shipped name (vse; bow for arithmetic-heavy use) or a model file.",
+    ),
     dtype: str = typer.Option(None, "--dtype", help="Stored vectors: float32 (default) or float16."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),

@@ -37,9 +37,11 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from vsekit.data import load_corpus
 from vsekit.embedding.pipeline import ImageInput, VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.fileio import atomic_npy_memmap, atomic_save_npy, atomic_write_bytes, atomic_write_json
+from vsekit.resources import is_shipped_joint_model, sample_data_path
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
 from vsekit.retrieval.search import (
@@ -112,8 +114,9 @@ def _load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) ->
     if isinstance(model, VSEModel):
         return model, str(Path(model.path).resolve()) if model.path is not None else ""
     loaded = VSEModel.load(model, device=device)
-    shipped = model is None or str(model) == "vse"
-    return loaded, "vse" if shipped else str(Path(loaded.path).resolve())
+    if model is None or is_shipped_joint_model(model):
+        return loaded, "vse" if model is None else str(model)
+    return loaded, str(Path(loaded.path).resolve())
 
 
 # ----------------------------------------------------------------------------- the manifest
@@ -319,7 +322,7 @@ class _Builder:
         else:
             index = build_ann(vectors, engine)
             atomic_write_bytes(self.out / name, serialize_ann(index))
-        return name, calibrate(index, vectors)
+        return name, calibrate(index, vectors, calibration_sentences(self.model))
 
     def _cleanup(self, manifest: dict[str, Any]) -> None:
         """Remove what the manifest does not name: older generations, finished chunks, temp files."""
@@ -481,17 +484,21 @@ class Index:
     def model(self) -> VSEModel:
         """The index's joint model (loaded once; a file that changed since the build is refused)."""
         with self._lock:
-            if self._model is None:
-                recorded = self.manifest["model"]
-                model, name = _load_model(recorded["name"], "auto")
-                found = _model_identity(model, name)["sha256"]
-                if found != recorded["sha256"]:
-                    raise ConfigMismatchError(
-                        f"{self.path}: built with model {recorded['name']} (sha256 "
-                        f"{recorded['sha256'][:12]}), but that file now has sha256 {found[:12]}; rebuild it"
-                    )
-                self._model = model
-            return self._model
+            return self._model_unlocked()
+
+    def _model_unlocked(self) -> VSEModel:
+        """:attr:`model`, for a caller that holds ``self._lock``."""
+        if self._model is None:
+            recorded = self.manifest["model"]
+            model, name = _load_model(recorded["name"], "auto")
+            found = _model_identity(model, name)["sha256"]
+            if found != recorded["sha256"]:
+                raise ConfigMismatchError(
+                    f"{self.path}: built with model {recorded['name']} (sha256 "
+                    f"{recorded['sha256'][:12]}), but that file now has sha256 {found[:12]}; rebuild it"
+                )
+            self._model = model
+        return self._model
 
     # -- queries ---------------------------------------------------------------------------------
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
@@ -601,9 +608,23 @@ class Index:
                 else:
                     logger.info("building a FAISS %s index in memory over %d vectors", engine, len(self))
                     index = build_ann(self.vectors, engine)
-                    set_search_params(index, calibrate(index, self.vectors) if engine in ANN_ENGINES else {})
+                    params = {}
+                    if engine in ANN_ENGINES:
+                        params = calibrate(index, self.vectors, calibration_sentences(self._model_unlocked()))
+                    set_search_params(index, params)
                     self._faiss[engine] = index
             return self._faiss[engine]
+
+
+def calibration_sentences(model: VSEModel) -> np.ndarray | None:
+    """The bundled sample's captions embedded by ``model``: the real sentences that calibrate the ANN
+    search settings (:func:`vsekit.retrieval.search.calibrate`); None when the sample is not installed."""
+    try:
+        texts = [c.text for c in load_corpus(sample_data_path()).captions]
+    except (OSError, VsekitError) as exc:
+        logger.warning("no bundled sample to calibrate with sentences (%s); photo-like queries only", exc)
+        return None
+    return model.embed_texts(texts)
 
 
 def _check_text(text: str) -> str:
