@@ -18,6 +18,7 @@ __all__ = [
     "PACKAGE_DIR",
     "PRETRAINED",
     "RECIPES_DIR",
+    "default_cache_root",
     "SCNLM_RECIPES_DIR",
     "pretrained_path",
     "resolve_model_path",
@@ -29,6 +30,16 @@ RECIPES_DIR = PACKAGE_DIR / "recipes"
 CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
 SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
 ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
+
+
+def default_cache_root() -> Path:
+    """Where computed things are cached (image features, parses, sentence vectors): ``$VSEKIT_CACHE`` if
+    set, else ``$XDG_CACHE_HOME/vsekit`` or ``~/.cache/vsekit``."""
+    if os.environ.get("VSEKIT_CACHE"):
+        return Path(os.environ["VSEKIT_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "vsekit"
+
 
 #: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
