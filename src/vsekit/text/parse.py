@@ -18,6 +18,7 @@ silently mixed with this one's.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -121,6 +122,38 @@ def _read_cache(path: Path, header: dict[str, Any], texts: Sequence[str]) -> lis
     return done
 
 
+def _parse_into(
+    path: Path,
+    header: dict[str, Any],
+    unique: list[str],
+    done: list[list[int]],
+    nlp: Any,
+    progress: bool,
+    on_chunk: Callable[[int], None] | None,
+    chunk_size: int,
+) -> None:
+    """Parse ``unique[len(done):]`` into ``done`` and the file, a flushed chunk at a time."""
+    if done:
+        logger.info("%s: resuming the parse at caption %d of %d", path, len(done), len(unique))
+    # rewrite the valid prefix (drops a torn line), then append chunk by chunk
+    body = "".join(json.dumps(h, separators=(",", ":")) + "\n" for h in done)
+    path.write_text(json.dumps(header) + "\n" + body, encoding="utf-8")
+    bar = tqdm(
+        total=len(unique), initial=len(done), desc="dependency parses", unit="caption", disable=not progress
+    )
+    with path.open("a", encoding="utf-8") as out:
+        for start in range(len(done), len(unique), chunk_size):
+            chunk = parse_texts(unique[start : start + chunk_size], nlp)
+            out.write("".join(json.dumps(h, separators=(",", ":")) + "\n" for h in chunk))
+            out.flush()
+            os.fsync(out.fileno())
+            done.extend(chunk)
+            bar.update(len(chunk))
+            if on_chunk is not None:
+                on_chunk(len(done))
+    bar.close()
+
+
 def cached_parses(
     texts: Sequence[str],
     cache_root: str | os.PathLike[str] | None = None,
@@ -139,30 +172,11 @@ def cached_parses(
     header = {"format": PARSE_FORMAT, **ident, "n": len(unique)}
     root = Path(cache_root) if cache_root is not None else default_cache_root()
     path = _cache_path(unique, ident, root)
-    done = _read_cache(path, header, unique) if path.is_file() else []
-    if len(done) < len(unique):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if done:
-            logger.info("%s: resuming the parse at caption %d of %d", path, len(done), len(unique))
-        # rewrite the valid prefix (drops a torn line), then append chunk by chunk
-        body = "".join(json.dumps(h, separators=(",", ":")) + "\n" for h in done)
-        path.write_text(json.dumps(header) + "\n" + body, encoding="utf-8")
-        bar = tqdm(
-            total=len(unique),
-            initial=len(done),
-            desc="dependency parses",
-            unit="caption",
-            disable=not progress,
-        )
-        with path.open("a", encoding="utf-8") as out:
-            for start in range(len(done), len(unique), chunk_size):
-                chunk = parse_texts(unique[start : start + chunk_size], nlp)
-                out.write("".join(json.dumps(h, separators=(",", ":")) + "\n" for h in chunk))
-                out.flush()
-                os.fsync(out.fileno())
-                done.extend(chunk)
-                bar.update(len(chunk))
-                if on_chunk is not None:
-                    on_chunk(len(done))
-        bar.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # one writer per cache file: a second process waits here, then finds the file complete
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = _read_cache(path, header, unique) if path.is_file() else []
+        if len(done) < len(unique):
+            _parse_into(path, header, unique, done, nlp, progress, on_chunk, chunk_size)
     return dict(zip(unique, done, strict=True))
