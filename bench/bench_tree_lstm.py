@@ -73,6 +73,17 @@ def _wall_s(run_dir: Path) -> float | None:
     return h * 3600 + mnt * 60 + s
 
 
+def _cpu_s(run_dir: Path) -> float | None:
+    """User + system CPU seconds from the same report: comparable between a loaded and a quiet machine."""
+    log = run_dir.with_suffix(".log")
+    if not log.is_file():
+        return None
+    text = log.read_text()
+    user = re.search(r"User time \(seconds\): ([\d.]+)", text)
+    system = re.search(r"System time \(seconds\): ([\d.]+)", text)
+    return float(user.group(1)) + float(system.group(1)) if user and system else None
+
+
 def collect(run_dir: Path) -> dict:
     from vsekit.data import load_corpus
     from vsekit.embedding.evaluate import model_features
@@ -116,6 +127,7 @@ def collect(run_dir: Path) -> dict:
         "dev_rsum_logged": best["dev"]["rsum"],
         "train_min": (wall if wall is not None else sum(e.get("time_s", 0.0) for e in log)) / 60,
         "train_min_is_wall": wall is not None,
+        "train_cpu_min": (_cpu_s(run_dir) or 0.0) / 60 or None,
         "threads": config.get("num_threads"),
         "model_mb": (run_dir / "model.safetensors").stat().st_size / 2**20,
         "params": sum(p.numel() for p in model.parameters()),
@@ -205,7 +217,7 @@ def speed(recipes: list[str], threads: int, repeats: int, n_batches: int, batch:
 def readme_table(data: dict) -> str:
     head = (
         "| model | head | loss | i2t R@1 | R@5 | R@10 | R@20 | R@50 | Med r "
-        "| t2i R@1 | R@5 | R@10 | R@20 | R@50 | Med r | rsum | train min | best epoch |\n"
+        "| t2i R@1 | R@5 | R@10 | R@20 | R@50 | Med r | rsum | train min (CPU min) | best epoch |\n"
         "| --- | --- | --- |" + " ---: |" * 15
     )
     lines = [head]
@@ -216,7 +228,8 @@ def readme_table(data: dict) -> str:
         lines.append(
             f"| {r['recipe']} | {r['head']} | {r['loss']} | "
             + " | ".join(cells)
-            + f" | {r['dev']['rsum']:.1f} | {r['train_min']:.1f} | {r['best_epoch']} of {r['epochs_run']} |"
+            + f" | {r['dev']['rsum']:.1f} | {r['train_min']:.1f} ({r.get('train_cpu_min') or 0:.1f})"
+            + f" | {r['best_epoch']} of {r['epochs_run']} |"
         )
     return "\n".join(lines)
 
