@@ -70,8 +70,11 @@ def test_empty_caption_reads_as_one_unknown_word(vocab):
 
 
 def test_config_rebuilds_the_same_architecture(vocab):
-    for name in ("gru", "lstm", "bow"):
-        kwargs = {"output_dim": 7} if name == "bow" else {"word_dim": 5, "hidden_dim": 7, "num_layers": 2}
+    for name in ("gru", "lstm", "bow", "tree-lstm"):
+        kwargs = {
+            "bow": {"output_dim": 7},
+            "tree-lstm": {"word_dim": 5, "hidden_dim": 7, "p": 3},
+        }.get(name, {"word_dim": 5, "hidden_dim": 7, "num_layers": 2})
         enc = build_text_encoder(name, vocab, **kwargs)
         assert enc.output_dim == 7
         again = build_text_encoder(**enc.config(), vocab=vocab)
@@ -80,7 +83,7 @@ def test_config_rebuilds_the_same_architecture(vocab):
             k: v.shape for k, v in enc.state_dict().items()
         }
         assert encoder_spec(enc)[0] == name
-    assert set(TEXT_ENCODERS) == {"gru", "lstm", "bow", "minilm"}
+    assert set(TEXT_ENCODERS) == {"gru", "lstm", "bow", "minilm", "tree-lstm"}
 
 
 def test_registry_errors_name_the_problem(vocab):

@@ -19,6 +19,7 @@ __all__ = [
     "PRETRAINED",
     "RECIPES_DIR",
     "REGION_CAPTION_RECIPES_DIR",
+    "default_cache_root",
     "SCNLM_RECIPES_DIR",
     "is_shipped_joint_model",
     "pretrained_path",
@@ -32,6 +33,16 @@ CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
 SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
 ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
 REGION_CAPTION_RECIPES_DIR = RECIPES_DIR / "region_captioning"
+
+
+def default_cache_root() -> Path:
+    """Where computed things are cached (image features, parses, sentence vectors): ``$VSEKIT_CACHE`` if
+    set, else ``$XDG_CACHE_HOME/vsekit`` or ``~/.cache/vsekit``."""
+    if os.environ.get("VSEKIT_CACHE"):
+        return Path(os.environ["VSEKIT_CACHE"])
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "vsekit"
+
 
 #: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
 PRETRAINED: dict[str, tuple[str, str, str]] = {

