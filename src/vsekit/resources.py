@@ -23,6 +23,7 @@ __all__ = [
     "SCNLM_RECIPES_DIR",
     "is_shipped_joint_model",
     "pretrained_path",
+    "recipe_names",
     "resolve_model_path",
     "sample_data_path",
 ]
@@ -50,6 +51,9 @@ PRETRAINED: dict[str, tuple[str, str, str]] = {
     # the linear bag-of-words encoder of Kiros et al. 2014 (sec. 3.2): the better space for Eq. 15
     # arithmetic (`vsekit index build PHOTOS --model bow`); `vsekit train --recipe bow` re-makes it
     "bow": ("bow.safetensors", "joint-embedding model", "vsekit train --recipe bow"),
+    # the dependency Tree-LSTM of the T-LSTM seed (appendix A, p = 1): below `vse` and `bow` on dev, shipped
+    # so it can be compared and used by name; `vsekit train --recipe tree-lstm-p1` re-makes it
+    "tree-lstm": ("tree-lstm.safetensors", "joint-embedding model", "vsekit train --recipe tree-lstm-p1"),
     "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
     "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
     "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
@@ -59,6 +63,11 @@ PRETRAINED: dict[str, tuple[str, str, str]] = {
 def is_shipped_joint_model(name: str | os.PathLike[str] | None) -> bool:
     """Whether ``name`` names a shipped joint-embedding model (``vse``, ``bow``), not a path."""
     return name is not None and PRETRAINED.get(str(name), ("", ""))[1] == "joint-embedding model"
+
+
+def recipe_names(directory: Path) -> list[str]:
+    """The names of the JSON recipes shipped in ``directory`` (for help texts and errors)."""
+    return sorted(p.stem for p in directory.glob("*.json"))
 
 
 def sample_data_path() -> Path:

@@ -22,12 +22,15 @@ from vsekit.cli._common import (
     write_jsonl,
 )
 from vsekit.errors import VsekitError
+from vsekit.resources import CAPTION_RECIPES_DIR, recipe_names
+
+_CAPTION_RECIPES = ", ".join(recipe_names(CAPTION_RECIPES_DIR))  # the shipped recipes, for --help
 
 
 def train_captioner(
     data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
     recipe: str = typer.Option(
-        ..., "--recipe", help="Captioning recipe (mrnn-lstm, mrnn-rnn, ...) or path of a recipe JSON file."
+        ..., "--recipe", help=f"Captioning recipe ({_CAPTION_RECIPES}) or path of a recipe JSON file."
     ),
     out: Path = typer.Option(..., "--out", help="Run directory: captioner, checkpoint, log and config."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),

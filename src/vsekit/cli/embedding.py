@@ -26,12 +26,15 @@ from vsekit.cli._common import (
 )
 from vsekit.errors import VsekitError
 from vsekit.fileio import file_sha256
+from vsekit.resources import RECIPES_DIR, recipe_names
+
+_RECIPES = ", ".join(recipe_names(RECIPES_DIR))  # the shipped recipes, for --help
 
 
 def train(
     data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
     recipe: str = typer.Option(
-        ..., "--recipe", help="Recipe name (kiros-gru, fne-gru, vse-best) or path of a recipe JSON file."
+        ..., "--recipe", help=f"Recipe name ({_RECIPES}) or path of a recipe JSON file."
     ),
     out: Path = typer.Option(..., "--out", help="Run directory: model, checkpoint, log and config go here."),
     resume: bool = typer.Option(
