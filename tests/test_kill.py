@@ -330,7 +330,8 @@ def test_ctrl_c_during_extract_prints_one_line_and_the_same_command_resumes(tmp_
     )
     from vsekit.vision.features import extract_features
 
-    data = photo_corpus(tmp_path / "corpus")
+    # the whole sample: a few seconds of CNN, so Ctrl-C lands mid-work on a fast, quiet machine too
+    data = photo_corpus(tmp_path / "corpus", n=100)
     corpus = load_corpus(data)
     full = extract_features(corpus, cache_dir=tmp_path / "full", batch_size=2, progress=False, device="cpu")
     args = ["extract", "--data", str(data), "--cache-dir", str(tmp_path / "run"), "--batch-size", "2"]
