@@ -19,9 +19,6 @@ import argparse
 import json
 import os
 import platform
-import resource
-import subprocess
-import sys
 import tempfile
 import time
 from datetime import date
@@ -129,28 +126,21 @@ def end_to_end(corpus, backbone: str, layers: str, batch: int) -> dict:
 
 
 def full_extraction(batch: int) -> dict:
-    """`vsekit extract` over all of ../shared/data/flickr8k in a fresh cache, timed as a user would see it."""
+    """`vsekit extract` over all of ../shared/data/flickr8k in a fresh cache, timed as a user would see it.
+
+    The peak RSS is read by a small launcher (see bench_extract_memory.py): this process's own
+    RUSAGE_CHILDREN would report this process's size, copied into the child by fork + exec.
+    """
+    from bench_extract_memory import extract_cmd, peak_rss
+
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [
-            str(Path(sys.executable).parent / "vsekit"),
-            "extract",
-            "--data",
-            str(SHARED),
-            "--cache-dir",
-            str(Path(tmp) / "c"),
-            "--batch-size",
-            str(batch),
-        ]
-        start = time.perf_counter()
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        elapsed = time.perf_counter() - start
+        run = peak_rss(extract_cmd(SHARED, Path(tmp) / "c", batch))
         meta = json.loads((Path(tmp) / "c" / "meta.json").read_text())
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     return {
         "images": len(meta["image_ids"]),
-        "wall_s": elapsed,
-        "peak_rss_mb": peak_kb / 1024,
-        "img_s": len(meta["image_ids"]) / elapsed,
+        "wall_s": run["wall_s"],
+        "peak_rss_mb": run["peak_rss_mb"],
+        "img_s": len(meta["image_ids"]) / run["wall_s"],
     }
 
 
