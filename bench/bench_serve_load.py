@@ -16,6 +16,7 @@ requests at that moment; memory flat: RSS when the 500th request was answered vs
 the slope of RSS over the second half of the run (bytes per request). Writes bench/results/serve_load.json.
 
     python bench/bench_serve_load.py [--requests 2000] [--concurrency 16] [--photos dev|sample] [--threads 1]
+        [--only search search_image caption caption_id] [--out FILE]
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _plan(n: int, queries: list[str], uploads: list[bytes], n_photos: int, seed: int) -> list[tuple]:
+def _plan(n: int, queries: list[str], uploads: list[bytes], n_photos: int, seed: int, mix: list[str]) -> list:
     rng = random.Random(seed)
-    kinds = [MIX[i % len(MIX)] for i in range(n)]
+    kinds = [mix[i % len(mix)] for i in range(n)]
     rng.shuffle(kinds)
     return [(kind, rng.choice(queries), rng.choice(uploads), rng.randrange(n_photos)) for kind in kinds]
 
@@ -140,12 +141,12 @@ async def _one(client, kind: str, query: str, upload: bytes, photo_id: int) -> N
 async def _load(port: int, plan: list[tuple], concurrency: int, answered: list[int], marks: dict) -> dict:
     import httpx
 
-    times: dict[str, list[float]] = {kind: [] for kind in dict.fromkeys(MIX)}
+    times: dict[str, list[float]] = {kind: [] for kind in dict.fromkeys(p[0] for p in plan)}
     errors: list[str] = []
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120.0, limits=limits) as client:
-        for kind in dict.fromkeys(MIX):  # warm-up: one of each (loads the captioner)
+        for kind in dict.fromkeys(p[0] for p in plan):  # warm-up: one of each kind (loads the captioner)
             await _one(client, kind, *next(p[1:] for p in plan if p[0] == kind))
         marks["warm"]()
 
@@ -185,7 +186,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     index = vsekit.Index.build(photos, work / "index", progress=False)
     build_s = time.perf_counter() - start
     uploads = [p.read_bytes() for p in sorted(photos.iterdir())[:50]]
-    plan = _plan(args.requests, queries, uploads, len(index), args.seed)
+    mix = [kind for kind in MIX if not args.only or kind in args.only]
+    plan = _plan(args.requests, queries, uploads, len(index), args.seed, mix)
     proc, port = _start_server(index.path, args.threads)
     answered, rss_at = [0], {}
     marks = {
@@ -216,8 +218,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "index_build_s": round(build_s, 1),
         "requests": args.requests,
         "concurrency": args.concurrency,
-        "mix": {kind: MIX.count(kind) / len(MIX) for kind in dict.fromkeys(MIX)},
+        "mix": {kind: mix.count(kind) / len(mix) for kind in dict.fromkeys(mix)},
         "server_omp_threads": args.threads,
+        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", "glibc default"),
         "errors": len(result["errors"]),
         "error_examples": result["errors"][:10],
         "wall_s": round(result["wall_s"], 1),
@@ -245,6 +248,7 @@ def main() -> None:
     parser.add_argument("--photos", choices=["auto", "dev", "sample"], default="auto")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads of the server (default 1)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="*", choices=sorted(set(MIX)), help="send only these kinds")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
