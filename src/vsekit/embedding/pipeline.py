@@ -142,7 +142,7 @@ class VSEModel:
     def forget_texts(self) -> None:
         """Drop the text encoders' per-sentence caches (MiniLM keeps the frozen transformer's output of
         every sentence it saw: a training aid, reused across epochs). A long-lived model would otherwise
-        grow with every distinct sentence (``vsekit serve``: about 16 KB per query, without bound); within
+        grow with every distinct sentence (``vsekit serve``: 1.5 KB per new query, without bound); within
         one call the cache still lets the members of an ensemble share one transformer pass."""
         for module in self.network.modules():
             clear = getattr(module, "clear_cache", None)
