@@ -15,7 +15,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -442,13 +442,15 @@ def tune_captioner_rerank(
     feature_fn: FeatureFn | None = None,
     say: Callable[[str], None] = print,
     joint_model_path: str | os.PathLike[str] | None = None,
+    search_grid: dict[str, Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """Tune the joint-embedding reranking of a captioner's beam on dev and store it in the file.
 
     Decodes every dev image with ``beam_size`` candidates, scores each candidate's cosine with its
     image under the joint model (default: the one shipped with vsekit), grid-searches the weights
     (:func:`vsekit.captioning.rerank.tune_rerank`) and rewrites the captioner with ``meta["rerank"]``
-    (the settings) and ``meta["dev_rerank"]`` (their dev scores).
+    (the settings) and ``meta["dev_rerank"]`` (their dev scores). ``search_grid`` (``weights``,
+    ``length_penalties``) replaces the default grid of :func:`~vsekit.captioning.rerank.tune_rerank`.
     """
     from vsekit.captioning.captioner import load_captioner
     from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, tune_rerank
@@ -469,7 +471,9 @@ def tune_captioner_rerank(
     joint_feats = model_features(joint, joint_fne, corpus, ids, feature_fn=feature_fn)
     cosines = embedding_cosines(joint, joint_feats, texts)
     seconds = time.perf_counter() - t0
-    weight, penalty, grid = tune_rerank(candidates, texts, cosines, ids, refs, score_fn)
+    weight, penalty, grid = tune_rerank(
+        candidates, texts, cosines, ids, refs, score_fn, **(search_grid or {})
+    )
     settings = RerankSettings(beam_size, weight, penalty, file_fingerprint(joint_path))
     best = next(g for g in grid if g["weight"] == weight and g["length_penalty"] == penalty)
     plain = next(g for g in grid if g["weight"] == 0 and g["length_penalty"] == 0.0)

@@ -1,0 +1,125 @@
+"""Make the shipped joint model (`vse`) and captioner (`captioner`) from finished training runs.
+
+    python bench/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
+    python bench/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
+
+``vse``: the run's (ensemble) model, rewritten in float16 with its header (recipe, dev numbers) kept, then
+ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace ``extra.dev``.
+
+``captioner``: the run's best epoch in float16; then for each beam size the reranking of that many beam
+candidates with the shipped joint model is tuned on dev (weight x length penalty grid of
+:func:`vsekit.captioning.rerank.tune_rerank`, on the float16 weights that ship), and the beam with the best
+dev CIDEr-D (ties: BLEU-4) is kept, with its weights and the joint model's sha256 pin. Ship `vse` first: the
+captioner is tuned against, and pinned to, whatever `vse` is in the package then. Every beam's grid goes to
+bench/results/captioner_rerank.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+from datetime import date
+from pathlib import Path
+
+import torch
+
+from vsekit.captioning.captioner import load_captioner, save_captioner
+from vsekit.captioning.trainer import default_score_fn, tune_captioner_rerank
+from vsekit.data import load_corpus
+from vsekit.embedding.evaluate import model_features
+from vsekit.embedding.model import load_model, save_model
+from vsekit.metrics.ranking import evaluate_protocol
+from vsekit.resources import pretrained_path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
+RERANK_RESULTS = REPO / "bench" / "results" / "captioner_rerank.json"
+# the library's default grid, widened: the previous captioner's best length penalty was its grid's largest
+GRID = {"weights": (0, 1, 2, 3, 5, 10, 20), "length_penalties": (0.0, 0.5, 1.0, 1.5, 2.0)}
+
+
+def dev_ranking(path: Path) -> dict:
+    """i2t / t2i / rsum of the model file on Flickr8K dev (flickr protocol)."""
+    model, fne, _ = load_model(path)
+    dev = load_corpus(SHARED).split("dev")
+    ids = dev.image_ids()
+    with torch.inference_mode():
+        feats = model_features(model, fne, dev, ids, progress=False)
+        img = model.embed_images(torch.as_tensor(feats, dtype=torch.float32)).numpy()
+        cap = model.embed_texts([c.text for c in dev.captions]).numpy()
+    metrics = evaluate_protocol(img, cap, ids, dev.caption_image_ids(), "flickr")
+    return {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+
+
+def ship_vse(run_model: Path, out: Path) -> None:
+    model, fne, meta = load_model(run_model)
+    extra = {k: v for k, v in meta.items() if k not in ("config", "dtype")}
+    extra["dev_float32"] = extra.get("dev")
+    save_model(model, out, fne, extra_meta=extra, half=True)
+    extra["dev"] = dev_ranking(out)  # what ships: the float16 weights
+    save_model(model, out, fne, extra_meta=extra, half=True)
+    d = extra["dev"]
+    print(
+        f"{out}: {out.stat().st_size / 2**20:.1f} MiB; dev i2t R@1 {d['i2t']['r1']:.1f} t2i R@1 "
+        f"{d['t2i']['r1']:.1f} rsum {d['rsum']:.1f} (float32 run: {extra['dev_float32']})"
+    )
+
+
+def ship_captioner(run_model: Path, out: Path, beams: list[int]) -> None:
+    corpus = load_corpus(SHARED)
+    joint = pretrained_path("vse")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        half = Path(tmp) / "half.safetensors"
+        save_captioner(load_captioner(run_model), half, half=True)
+        for beam in beams:
+            tuned = Path(tmp) / f"beam{beam}.safetensors"
+            shutil.copyfile(half, tuned)  # the float16 weights, re-read as float32 values
+            info = tune_captioner_rerank(
+                tuned,
+                corpus,
+                "dev",
+                beam,
+                default_score_fn,
+                say=print,
+                joint_model_path=joint,
+                search_grid=GRID,
+            )
+            results.append({"beam": beam, "path": tuned, **info})
+        best = max(results, key=lambda r: (round(r["best"]["cider"], 6), r["best"]["bleu4"]))
+        save_captioner(load_captioner(best["path"]), out, half=True)  # float16 values: lossless
+    print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB; kept beam {best['beam']}: {best['settings']}")
+    record = {
+        "benchmark": "captioner rerank tuning (Flickr8K dev, 1,000 images)",
+        "date": date.today().isoformat(),
+        "captioner": str(run_model),
+        "joint_model": "vse (shipped)",
+        "chosen_beam": best["beam"],
+        "beams": [{k: v for k, v in r.items() if k != "path"} for r in results],
+    }
+    RERANK_RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=("vse", "captioner"))
+    parser.add_argument("run_model", type=Path, help="the run's model file")
+    parser.add_argument("--out", type=Path, help="default: the shipped file of that name")
+    parser.add_argument("--beams", default="3,5,7", help="captioner: beam sizes to tune the rerank for")
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    out = args.out or pretrained_path(args.what)
+    if args.what == "vse":
+        ship_vse(args.run_model, out)
+    else:
+        ship_captioner(args.run_model, out, [int(b) for b in args.beams.split(",")])
+
+
+if __name__ == "__main__":
+    main()
