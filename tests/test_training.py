@@ -236,7 +236,12 @@ def test_recipes_load_by_name_and_path(tmp_path):
     assert best.loss == "max_violation" and best.max_violation_after_epoch == 2
     assert best.max_violation_at(2) is False and best.max_violation_at(3) is True
     assert best.text_encoder == "minilm" and best.image_features == "one-layer" and best.image_dropout == 0.4
-    assert best.ensemble_seeds == [1, 2]  # the shipped model is the ensemble of these two seeds
+    assert best.ensemble_seeds == [1, 2]  # the previously shipped model: the ensemble of these two seeds
+    # the shipped model: the same recipe on EfficientNet-Lite0, only the backbone differs
+    effnet = load_recipe("vse-best-effnet")
+    assert effnet.backbone == "efficientnet_lite0" and best.backbone == "mobilenet_v2"
+    differing = {k for k, v in effnet.to_dict().items() if v != best.to_dict()[k]}
+    assert differing == {"name", "description", "backbone"}
     # the FNE variant's projection must stay factored to fit the 15 MB package budget
     fne_minilm = load_recipe("fne-minilm")
     assert fne_minilm.image_features == "fne" and fne_minilm.image_rank == 256
