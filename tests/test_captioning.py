@@ -249,6 +249,10 @@ def test_length_bucketed_batches_cover_every_caption_once():
 def test_recipes_load_and_bad_recipe_fields_are_named(tmp_path):
     assert load_caption_recipe("mrnn-lstm").cell == "lstm"
     assert load_caption_recipe("mrnn-rnn").cell == "rnn"
+    # the shipped captioner's recipe is the previous one on the shipped joint model's backbone, nothing else
+    old, new = load_caption_recipe("mrnn-lstm").to_dict(), load_caption_recipe("mrnn-lstm-effnet").to_dict()
+    assert {k for k in new if new[k] != old[k]} == {"name", "description", "backbone"}
+    assert (old["backbone"], new["backbone"]) == ("mobilenet_v2", "efficientnet_lite0")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"cell": "gru"}))
     with pytest.raises(VsekitError, match="cell"):
