@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import vsekit
 from search_helpers import SAMPLE_IMAGES, make_photo_folder
@@ -95,10 +96,13 @@ def test_update_adds_changes_drops_and_keeps_the_rest(tmp_path, model):
 def test_an_index_refuses_another_model(tmp_path, model):
     photos = make_photo_folder(tmp_path / "photos", n=2)
     Index.build(photos, tmp_path / "index", model, progress=False)
+    from vsekit.embedding.model import load_model, save_model
+
     other = tmp_path / "other.safetensors"
-    data = bytearray(Path(model.path).read_bytes())
-    data[-1] ^= 1  # one weight bit differs: another model as far as the index is concerned
-    other.write_bytes(bytes(data))
+    network, fne, _ = load_model(model.path)
+    with torch.no_grad():  # one weight differs: another model as far as the index is concerned (a flipped
+        next(network.parameters()).view(-1)[0] += 1.0  # bit would now fail the file's own checksum)
+    save_model(network, other, fne, half=True)
     with pytest.raises(ConfigMismatchError, match="refusing to mix"):
         Index.build(photos, tmp_path / "index", str(other), progress=False)
     with pytest.raises(VsekitError, match="not a vsekit photo index"):
