@@ -336,3 +336,33 @@ def test_ensemble_seeds_are_validated(tmp_path, value, message):
     path.write_text(json.dumps({"ensemble_seeds": value}))
     with pytest.raises(VsekitError, match=f"ensemble_seeds.*{message}"):
         load_recipe(path)
+
+
+def test_seed_all_restarts_every_rng_a_checkpoint_saves():
+    import random
+
+    from vsekit.rng import seed_all
+
+    def draws() -> tuple[list[float], list[float], float]:
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
+
+    seed_all(3)
+    first = draws()
+    seed_all(3)
+    assert draws() == first
+    seed_all(4)
+    other = draws()
+    assert all(a != b for a, b in zip(other, first, strict=True))
+
+
+def test_run_dir_open_checks_the_recipe_before_anything_is_loaded(tmp_path):
+    from vsekit.training import RunDir, save_checkpoint
+
+    config = TrainConfig(epochs=1, embed_dim=8)
+    run = RunDir(tmp_path, "joint-embedding")
+    assert run.open(resume=True, config=config) is None  # nothing to resume: a fresh run
+    save_checkpoint({"config": config.to_dict(), "epoch": 1}, run.checkpoint_path, "joint-embedding")
+    assert run.open(resume=True, config=dataclasses.replace(config, epochs=5))["epoch"] == 1  # resumable
+    with pytest.raises(ConfigMismatchError, match="embed_dim=8.*embed_dim=16"):
+        run.open(resume=True, config=dataclasses.replace(config, embed_dim=16))
+    assert run.open(resume=True)["epoch"] == 1  # without a config: no recipe check (the trainer's own)

@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["rng_state", "set_rng_state"]
+__all__ = ["rng_state", "seed_all", "set_rng_state"]
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG that :func:`rng_state` saves (torch, NumPy, Python) from one ``seed``, so a run
+    starts from the same state each time."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
 
 
 def rng_state() -> dict[str, Any]:

@@ -16,6 +16,7 @@ from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.training.checkpoint import read_checkpoint, save_checkpoint
 from vsekit.training.distributed import is_main_process
+from vsekit.training.recipe import Recipe
 
 __all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
 
@@ -33,9 +34,10 @@ class RunDir:
         self.checkpoint_path = self.path / CHECKPOINT_NAME
         self.log_path = self.path / LOG_NAME
 
-    def open(self, resume: bool) -> dict[str, Any] | None:
+    def open(self, resume: bool, config: Recipe | None = None) -> dict[str, Any] | None:
         """The checkpoint to resume from (None: a fresh run). Without ``resume`` an existing checkpoint is
-        an error, so a run is never overwritten by accident."""
+        an error, so a run is never overwritten by accident. With ``config`` the checkpoint's recipe must
+        match it (:meth:`Recipe.check_resumable`), checked here, before any data is loaded."""
         if not self.checkpoint_path.exists():
             return None
         if not resume:
@@ -43,7 +45,10 @@ class RunDir:
                 f"{self.path} already holds a training run ({CHECKPOINT_NAME}); pass --resume to continue "
                 "it or choose another --out"
             )
-        return read_checkpoint(self.checkpoint_path, self.kind)
+        ckpt = read_checkpoint(self.checkpoint_path, self.kind)
+        if config is not None:
+            config.check_resumable(ckpt["config"], self.checkpoint_path)
+        return ckpt
 
     def start(self, config: dict[str, Any], epoch: int) -> list[dict[str, Any]]:
         """Write ``config.json`` and cut the log back to epochs 1..``epoch`` (what the checkpoint holds);
