@@ -18,8 +18,8 @@ __all__ = ["rng_state", "seed_all", "set_rng_state"]
 
 
 def seed_all(seed: int) -> None:
-    """Seed every RNG that :func:`rng_state` saves (torch, NumPy, Python) from one ``seed``, so a run
-    starts from the same state each time."""
+    """Seed every RNG a checkpoint saves (torch, NumPy, Python) from a run's ``seed``, so the states saved
+    with the first checkpoint, and so an interrupted run's resumed states, depend on the seed alone."""
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
     random.seed(seed)
