@@ -366,3 +366,16 @@ def test_run_dir_open_checks_the_recipe_before_anything_is_loaded(tmp_path):
     with pytest.raises(ConfigMismatchError, match="embed_dim=8.*embed_dim=16"):
         run.open(resume=True, config=dataclasses.replace(config, embed_dim=16))
     assert run.open(resume=True)["epoch"] == 1  # without a config: no recipe check (the trainer's own)
+
+
+def test_images_without_captions_are_left_out_of_an_evaluation_with_a_warning(tmp_path):
+    from vsekit.embedding.evaluate import captioned_images
+
+    images = {i: tmp_path / i for i in ("a.jpg", "b.jpg", "c.jpg")}
+    captions = [Caption("c.jpg", "a dog", "dev"), Caption("a.jpg", "a cat", "dev")]
+    corpus = Corpus(
+        root=tmp_path, name="t", format="test", images=images, captions=captions, splits={"dev": list(images)}
+    )
+    with pytest.warns(UserWarning, match=r"split 'dev': 1 image\(s\) without captions left out"):
+        part, ids = captioned_images(corpus, "dev")
+    assert ids == ["a.jpg", "c.jpg"] and len(part.captions) == 2
