@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from vsekit.data.vocab import Vocabulary
-from vsekit.text.encoders import TextEncoder, init_from_glove, pretrained_init_enabled
+from vsekit.text.encoders import TextEncoder, word_table
 from vsekit.text.lru import LRUCache
 
 __all__ = ["CACHE_SIZE", "TreeLSTMEncoder", "build_forest", "child_slots"]
@@ -183,13 +183,7 @@ class TreeLSTMEncoder(TextEncoder):
         self._parses: LRUCache[str, list[int]] = LRUCache(cache_size)
 
         table_dim = GLOVE_DIM if self.glove else self.word_dim
-        self.embed = nn.Embedding(len(vocab), table_dim, padding_idx=vocab.pad_id)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
-        with torch.no_grad():
-            self.embed.weight[vocab.pad_id].zero_()
-        if self.glove and pretrained_init_enabled():
-            self.glove_coverage = init_from_glove(self.embed, vocab)
-        self.embed.weight.requires_grad_(not self.freeze_words)
+        self.embed, self.glove_coverage = word_table(vocab, table_dim, self.glove, self.freeze_words)
         H = self.hidden_dim
         # W x + b for the gates i, o, u and the shared forget input W_f x + b_f, in that order: [N, 4H]
         self.W = nn.Linear(table_dim, 4 * H)
