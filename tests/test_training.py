@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 import vsekit.embedding.trainer as trainer_mod
 from corpus_helpers import write_tiny_corpus
+from train_helpers import tiny_train_config
 from vsekit.data import Caption, Corpus, load_corpus
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.model import EnsembleEmbedding, load_model
@@ -49,16 +50,7 @@ def tiny_corpus(root: Path, n_train: int = 24, n_dev: int = 8, n_test: int = 8) 
     return load_corpus(write_tiny_corpus(root, n_train, n_dev, n_test))
 
 
-TINY = TrainConfig(
-    name="tiny",
-    text_encoder_kwargs={"word_dim": 16},
-    embed_dim=24,
-    batch_size=16,
-    epochs=4,
-    lr=2e-3,
-    vocab_max_size=None,
-    patience=None,
-)
+TINY = tiny_train_config(text_encoder_kwargs={"word_dim": 16}, embed_dim=24, epochs=4)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -188,19 +180,25 @@ def test_checkpoint_that_is_not_ours_is_refused(corpus, tmp_path):
         _run(corpus, TINY, tmp_path / "run", resume=True)
 
 
-def test_tiny_model_overfits_a_handful_of_pairs(tmp_path):
+def handful_corpus(root: Path) -> Corpus:
+    """Six sample photos with two captions each, the same six as train and dev split: a model that can
+    overfit ranks every training pair first."""
     sample = load_corpus(sample_data_path())
     by_image = sample.captions_by_image()
     ids = list(by_image)[:6]
     captions = [Caption(i, text, "test") for i in ids for text in by_image[i][:2]]
-    corpus = Corpus(
-        root=tmp_path,
+    return Corpus(
+        root=root,
         name="handful",
         format="test",
-        images={i: tmp_path / i for i in ids},
+        images={i: root / i for i in ids},
         captions=captions,
         splits={"train": ids, "dev": ids},  # evaluate on the training pairs themselves
     )
+
+
+def test_tiny_model_overfits_a_handful_of_pairs(tmp_path):
+    corpus = handful_corpus(tmp_path)
     config = dataclasses.replace(TINY, epochs=40, batch_size=12, lr=1e-2, embed_dim=32, grad_clip=None)
     summary = _run(corpus, config, tmp_path / "run")
     assert summary["best_dev"]["i2t"]["r1"] == 100.0 and summary["best_dev"]["t2i"]["r1"] == 100.0
