@@ -353,17 +353,17 @@ def test_seed_all_restarts_every_rng_a_checkpoint_saves():
     assert all(a != b for a, b in zip(other, first, strict=True))
 
 
-def test_run_dir_open_checks_the_recipe_before_anything_is_loaded(tmp_path):
+def test_run_dir_open_checked_refuses_another_recipe_before_anything_is_loaded(tmp_path):
     from vsekit.training import RunDir, save_checkpoint
 
     config = TrainConfig(epochs=1, embed_dim=8)
     run = RunDir(tmp_path, "joint-embedding")
-    assert run.open(resume=True, config=config) is None  # nothing to resume: a fresh run
+    assert run.open_checked(resume=True, config=config) is None  # nothing to resume: a fresh run
     save_checkpoint({"config": config.to_dict(), "epoch": 1}, run.checkpoint_path, "joint-embedding")
-    assert run.open(resume=True, config=dataclasses.replace(config, epochs=5))["epoch"] == 1  # resumable
+    assert run.open_checked(resume=True, config=dataclasses.replace(config, epochs=5))["epoch"] == 1
     with pytest.raises(ConfigMismatchError, match="embed_dim=8.*embed_dim=16"):
-        run.open(resume=True, config=dataclasses.replace(config, embed_dim=16))
-    assert run.open(resume=True)["epoch"] == 1  # without a config: no recipe check (the trainer's own)
+        run.open_checked(resume=True, config=dataclasses.replace(config, embed_dim=16))
+    assert run.open(resume=True)["epoch"] == 1  # open alone leaves the recipe to the trainer
 
 
 def test_images_without_captions_are_left_out_of_an_evaluation_with_a_warning(tmp_path):

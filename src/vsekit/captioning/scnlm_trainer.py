@@ -330,7 +330,7 @@ def train_scnlm_run(
     say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)
-    ckpt = run.open(resume, config)  # a mismatched recipe fails here, before the captions are tagged
+    ckpt = run.open_checked(resume, config)  # a mismatched recipe fails here, before the captions are tagged
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     dev = resolve_device(device)

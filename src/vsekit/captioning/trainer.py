@@ -367,7 +367,8 @@ def train_captioner(
 def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resume: bool) -> dict | None:
     """The checkpoint to resume from (None: a fresh run); a run that cannot be resumed with ``config``
     (or an existing run without ``resume``) is an error, raised before any data is loaded."""
-    return RunDir(Path(out_dir), KIND).open(resume, config)
+    run = RunDir(Path(out_dir), KIND)
+    return run.open_checked(resume, config)
 
 
 def fit_captioner(

@@ -34,10 +34,9 @@ class RunDir:
         self.checkpoint_path = self.path / CHECKPOINT_NAME
         self.log_path = self.path / LOG_NAME
 
-    def open(self, resume: bool, config: Recipe | None = None) -> dict[str, Any] | None:
+    def open(self, resume: bool) -> dict[str, Any] | None:
         """The checkpoint to resume from (None: a fresh run). Without ``resume`` an existing checkpoint is
-        an error, so a run is never overwritten by accident. With ``config`` the checkpoint's recipe must
-        match it (:meth:`Recipe.check_resumable`), checked here, before any data is loaded."""
+        an error, so a run is never overwritten by accident."""
         if not self.checkpoint_path.exists():
             return None
         if not resume:
@@ -45,10 +44,7 @@ class RunDir:
                 f"{self.path} already holds a training run ({CHECKPOINT_NAME}); pass --resume to continue "
                 "it or choose another --out"
             )
-        ckpt = read_checkpoint(self.checkpoint_path, self.kind)
-        if config is not None:
-            config.check_resumable(ckpt["config"], self.checkpoint_path)
-        return ckpt
+        return read_checkpoint(self.checkpoint_path, self.kind)
 
     def start(self, config: dict[str, Any], epoch: int) -> list[dict[str, Any]]:
         """Write ``config.json`` and cut the log back to epochs 1..``epoch`` (what the checkpoint holds);
@@ -73,6 +69,14 @@ class RunDir:
         """Call ``save(*args)`` (which writes the best model) on the main process only."""
         if is_main_process():
             save(*args)
+
+    def open_checked(self, resume: bool, config: Recipe) -> dict[str, Any] | None:
+        """:meth:`open`, then the checkpoint's recipe checked against ``config`` (only its ``RESUMABLE``
+        fields may differ: :meth:`Recipe.check_resumable`), before any data is loaded."""
+        ckpt = self.open(resume)
+        if ckpt is not None:
+            config.check_resumable(ckpt["config"], self.checkpoint_path)
+        return ckpt
 
 
 def read_log(path: Path, upto: int) -> list[dict[str, Any]]:
