@@ -33,9 +33,9 @@ RANK_MODEL_HELP = (
     "file, or a fusion JSON file (default: vse)."
 )
 
-# Options the commands share (the training commands' run options, --device, --cache-root): one definition
-# each, so their names, checks and help read the same everywhere. A command gives the default in its
-# signature (``resume: ResumeOption = False``); a required one (--data) has none.
+# Options the commands share (a training run's options, --device, --cache-root): one definition each, so
+# their names, checks and help read the same everywhere. A command gives the default in its signature
+# (``resume: ResumeOption = False``); a required one (--data) has none.
 TrainDataOption = Annotated[Path, typer.Option("--data", help="Corpus with train and dev splits.")]
 ResumeOption = Annotated[
     bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")
@@ -43,7 +43,6 @@ ResumeOption = Annotated[
 EpochsOption = Annotated[
     int | None, typer.Option("--epochs", min=1, help="Override the recipe's epoch count.")
 ]
-SeedOption = Annotated[int | None, typer.Option("--seed", help="Override the recipe's seed.")]
 NumThreadsOption = Annotated[int | None, typer.Option("--num-threads", min=1, help="CPU threads for torch.")]
 DeviceOption = Annotated[str, typer.Option("--device", help=DEVICE_HELP)]
 CacheRootOption = Annotated[Path | None, typer.Option("--cache-root", help=CACHE_ROOT_HELP)]

@@ -7,17 +7,10 @@ from pathlib import Path
 import typer
 
 from vsekit.cli._common import (
+    CACHE_ROOT_HELP,
+    DEVICE_HELP,
     JSON_HELP_SUFFIX,
     SPLIT_HELP,
-    TRAIN_INTERRUPTED,
-    CacheRootOption,
-    DeviceOption,
-    EpochsOption,
-    NumThreadsOption,
-    ProgressOption,
-    ResumeOption,
-    SeedOption,
-    TrainDataOption,
     console,
     err_console,
     expand_image_paths,
@@ -35,17 +28,17 @@ _CAPTION_RECIPES = ", ".join(recipe_names(CAPTION_RECIPES_DIR))  # the shipped r
 
 
 def train_captioner(
-    data: TrainDataOption,
+    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
     recipe: str = typer.Option(
         ..., "--recipe", help=f"Captioning recipe ({_CAPTION_RECIPES}) or path of a recipe JSON file."
     ),
     out: Path = typer.Option(..., "--out", help="Run directory: captioner, checkpoint, log and config."),
-    resume: ResumeOption = False,
-    epochs: EpochsOption = None,
-    seed: SeedOption = None,
-    num_threads: NumThreadsOption = None,
-    device: DeviceOption = "auto",
-    progress: ProgressOption = True,
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train a caption generator; the best epoch by dev CIDEr-D goes to OUT/captioner.safetensors.
 
@@ -57,7 +50,7 @@ def train_captioner(
     from vsekit.captioning.trainer import train_captioner as run_training
     from vsekit.data import load_corpus
 
-    with user_errors(TRAIN_INTERRUPTED):
+    with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
         config = load_caption_recipe(recipe)
         config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)
@@ -123,8 +116,8 @@ def caption(
         None, "--json", help="With --data: write the scores to this JSON" + JSON_HELP_SUFFIX + "."
     ),
     out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
-    device: DeviceOption = "auto",
-    cache_root: CacheRootOption = None,
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(
         False,
         "--skip-bad-images",
@@ -220,12 +213,12 @@ def train_scnlm(
     joint_model: str | None = typer.Option(
         None, "--joint-model", help="Joint embedding that conditions the SC-NLM (name or file; default vse)."
     ),
-    resume: ResumeOption = False,
-    epochs: EpochsOption = None,
-    seed: SeedOption = None,
-    num_threads: NumThreadsOption = None,
-    device: DeviceOption = "auto",
-    progress: ProgressOption = True,
+    resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),
+    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
+    seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
+    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
+    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train the structure-content neural language model (Kiros et al. 2014, sec. 2.4) on a corpus.
 
@@ -238,7 +231,7 @@ def train_scnlm(
     from vsekit.data import load_corpus
     from vsekit.embedding.pipeline import VSEModel
 
-    with user_errors(TRAIN_INTERRUPTED):
+    with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
         config = load_scnlm_recipe(recipe)
         config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)
