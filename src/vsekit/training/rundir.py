@@ -10,19 +10,21 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.training.checkpoint import read_checkpoint, save_checkpoint
 from vsekit.training.distributed import is_main_process
-from vsekit.training.recipe import Recipe
 
 __all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOG_NAME = "log.jsonl"
 CONFIG_NAME = "config.json"
+
+if TYPE_CHECKING:
+    from vsekit.training.recipe import Recipe
 
 
 class RunDir:
