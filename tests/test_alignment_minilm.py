@@ -70,19 +70,9 @@ def test_empty_sentence_is_a_clear_error(encoder):
 
 @needs_minilm
 def test_aligner_file_round_trip_gives_identical_scores(tmp_path, one_torch_thread):
-    import csv
+    from test_alignment_training import SCENES, _features, fake_regions, scenes_corpus
 
-    from test_alignment_training import SCENES, _features, fake_regions
-    from vsekit.data import load_corpus
-
-    (tmp_path / "Images").mkdir()
-    with open(tmp_path / "captions.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["image", "caption", "split"])
-        for image_id, (a, b, split) in SCENES.items():
-            (tmp_path / "Images" / image_id).touch()
-            w.writerow([image_id, f"a {a} next to a {b}", split])
-    corpus = load_corpus(tmp_path / "captions.csv")
+    corpus = scenes_corpus(tmp_path, both_captions=False)
     config = AlignerConfig(
         words="minilm", embed_dim=16, batch_size=4, epochs=2, lr=0.01, vocab_min_count=1, patience=None
     )

@@ -45,17 +45,24 @@ def fake_regions(corpus, image_ids, spec, **kwargs):
     return Regions(feats, np.broadcast_to(BOXES, (len(image_ids), 3, 4)).copy())
 
 
-@pytest.fixture
-def scenes(tmp_path):
-    (tmp_path / "Images").mkdir()
-    with open(tmp_path / "captions.csv", "w", newline="") as f:
+def scenes_corpus(root, both_captions: bool = True):
+    """The SCENES as a CSV corpus (empty image files; ``fake_regions`` gives their features): "a A next
+    to a B" for each, and "the B and the A" too with ``both_captions``."""
+    (root / "Images").mkdir()
+    with open(root / "captions.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["image", "caption", "split"])
         for image_id, (a, b, split) in SCENES.items():
-            (tmp_path / "Images" / image_id).touch()
+            (root / "Images" / image_id).touch()
             w.writerow([image_id, f"a {a} next to a {b}", split])
-            w.writerow([image_id, f"the {b} and the {a}", split])
-    return load_corpus(tmp_path / "captions.csv")
+            if both_captions:
+                w.writerow([image_id, f"the {b} and the {a}", split])
+    return load_corpus(root / "captions.csv")
+
+
+@pytest.fixture
+def scenes(tmp_path):
+    return scenes_corpus(tmp_path)
 
 
 def _config(**kw):

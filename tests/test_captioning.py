@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from corpus_helpers import write_tiny_corpus  # noqa: E402 - tests/ is on sys.path under pytest
+from train_helpers import tiny_caption_config
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner, save_captioner
 from vsekit.captioning.decode import beam_search, greedy, sample
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig, caption_batch
@@ -284,9 +285,7 @@ def word_overlap_score(predictions, references):
 
 def test_trainer_writes_a_loadable_captioner_and_resumes(tmp_path):
     corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus"))
-    config = CaptionTrainConfig(
-        word_dim=16, hidden_dim=24, batch_size=16, epochs=2, min_word_count=1, lr=0.01, patience=10
-    )
+    config = tiny_caption_config(patience=10)
     kwargs = {
         "progress": False,
         "feature_fn": fake_features,

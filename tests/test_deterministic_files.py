@@ -17,8 +17,9 @@ import torch
 
 import vsekit.embedding.trainer as trainer_mod
 from corpus_helpers import fake_image_features, write_tiny_corpus
+from train_helpers import same, tiny_caption_config, tiny_train_config
 from vsekit.data import load_corpus
-from vsekit.embedding.trainer import TrainConfig, train
+from vsekit.embedding.trainer import train
 from vsekit.fileio import file_sha256
 from vsekit.training.checkpoint import read_checkpoint
 
@@ -53,16 +54,7 @@ def test_saving_twice_in_one_process_gives_the_same_bytes(tmp_path):
     assert one == two.read_bytes()
 
 
-TINY = TrainConfig(
-    name="tiny",
-    text_encoder_kwargs={"word_dim": 8},
-    embed_dim=12,
-    batch_size=16,
-    epochs=3,
-    lr=2e-3,
-    vocab_max_size=None,
-    patience=None,
-)
+TINY = tiny_train_config()
 
 
 @pytest.mark.usefixtures("one_torch_thread")
@@ -98,16 +90,6 @@ def test_an_interrupted_and_resumed_training_writes_the_uninterrupted_file(tmp_p
     )
 
 
-def same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(same, a, b))
-    return type(a) is type(b) and a == b
-
-
 class _Clock:
     """A stand-in for the ``time`` module whose clock runs ``step`` seconds per reading."""
 
@@ -132,9 +114,7 @@ def test_two_captioner_trainings_at_different_speeds_write_the_same_file(tmp_pat
     from kill_helpers import overlap_score
 
     corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus", 12, 4, 4))
-    config = caption_trainer.CaptionTrainConfig(
-        word_dim=8, hidden_dim=12, batch_size=16, epochs=2, min_word_count=1, lr=0.01
-    )
+    config = tiny_caption_config(word_dim=8, hidden_dim=12)
     for step, out in ((0.01, "fast"), (0.37, "slow")):
         monkeypatch.setattr(caption_trainer, "time", _Clock(step))
         caption_trainer.train_captioner(

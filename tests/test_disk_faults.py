@@ -19,9 +19,10 @@ import torch
 
 import vsekit.fileio as fileio
 from corpus_helpers import fake_image_features, write_tiny_corpus
+from train_helpers import tiny_train_config
 from vsekit.data import load_corpus
 from vsekit.embedding.model import load_model
-from vsekit.embedding.trainer import TrainConfig, train
+from vsekit.embedding.trainer import train
 from vsekit.errors import VsekitError
 from vsekit.fileio import file_sha256
 from vsekit.training.checkpoint import read_checkpoint
@@ -94,16 +95,7 @@ def no_temp_files(folder: Path) -> list[str]:
 
 # -- training: checkpoint and best model --------------------------------------------------------
 
-TINY = TrainConfig(
-    name="tiny",
-    text_encoder_kwargs={"word_dim": 8},
-    embed_dim=12,
-    batch_size=16,
-    epochs=3,
-    lr=2e-3,
-    vocab_max_size=None,
-    patience=None,
-)
+TINY = tiny_train_config()
 
 
 @pytest.fixture(scope="module")

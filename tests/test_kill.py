@@ -20,20 +20,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from corpus_helpers import fake_image_features, write_tiny_corpus
 from kill_helpers import (
-    differing_keys,
     once_exists,
     overlap_score,
     run_and_signal,
     scnlm_run,
     tmp_files,
 )
+from train_helpers import assert_readable_after_kill, assert_same_run, tiny_train_config
 from vsekit.data import load_corpus
 from vsekit.fileio import file_sha256
-from vsekit.training.checkpoint import read_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -44,46 +42,6 @@ def kill_moment(job: int, uninterrupted_s: float, first_commit: Path):
     """After the job's first commit (``first_commit`` exists), a seeded fraction of the uninterrupted
     run's time more: mid-work, with something on disk to resume from."""
     return once_exists(first_commit, random.Random(SEED + job).uniform(0.0, 0.4) * uninterrupted_s)
-
-
-def same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, list | tuple):
-        return isinstance(b, list | tuple) and len(a) == len(b) and all(map(same, a, b))
-    return type(a) is type(b) and a == b
-
-
-def assert_same_run(full: Path, resumed: Path, model: str, kind: str) -> None:
-    assert file_sha256(full / model) == file_sha256(resumed / model), f"{model} differs"
-    # timings (``time_s``, ``decode_s``...) are measurements, not state: left out of the comparison
-    a = untimed(read_checkpoint(full / "checkpoint.pt", kind))
-    b = untimed(read_checkpoint(resumed / "checkpoint.pt", kind))
-    assert same(a, b), f"checkpoint.pt differs at {differing_keys(a, b)[:5]}"
-    assert untimed_log(full) == untimed_log(resumed), "log.jsonl differs"
-    assert tmp_files(resumed) == [], f"temp files left: {tmp_files(resumed)}"
-
-
-def untimed(value):
-    """``value`` without the timings its dicts hold (keys ``time_s``, ``train_s``, ``decode_s``...)."""
-    if isinstance(value, dict):
-        return {k: untimed(v) for k, v in value.items() if not str(k).endswith("_s")}
-    if isinstance(value, list):
-        return [untimed(v) for v in value]
-    return value
-
-
-def untimed_log(run: Path) -> list:
-    """The run's log without its timings."""
-    return [untimed(json.loads(line)) for line in (run / "log.jsonl").read_text().splitlines()]
-
-
-def assert_readable_after_kill(out: Path, kind: str) -> None:
-    """Whatever the kill left is whole: the checkpoint, if any, reads."""
-    if (out / "checkpoint.pt").exists():
-        read_checkpoint(out / "checkpoint.pt", kind)
 
 
 # -- train (joint embedding) ------------------------------------------------------------------------
@@ -110,17 +68,8 @@ def _skip_if_done_before_the_signal(status: int) -> None:
 
 
 def _train_config():
-    from vsekit.embedding.trainer import TrainConfig
-
-    return TrainConfig(
-        name="kill",
-        text_encoder_kwargs={"word_dim": 16},
-        embed_dim=24,
-        batch_size=8,
-        epochs=6,
-        lr=2e-3,
-        vocab_max_size=None,
-        patience=None,
+    return tiny_train_config(
+        name="kill", text_encoder_kwargs={"word_dim": 16}, embed_dim=24, batch_size=8, epochs=6
     )
 
 

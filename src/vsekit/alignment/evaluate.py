@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -10,6 +9,7 @@ import torch
 from vsekit.alignment.model import ALIGNER_FORMAT, Aligner
 from vsekit.alignment.trainer import evaluate_scores
 from vsekit.data.corpus import Corpus
+from vsekit.embedding.evaluate import captioned_images
 from vsekit.errors import VsekitError
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 
@@ -61,13 +61,7 @@ def evaluate_aligner(
     """
     if protocol not in ("flickr", "coco5k"):
         raise VsekitError(f"protocol {protocol!r} is not available for an aligner (use flickr or coco5k)")
-    part = corpus.split(split)
-    by_image = part.captions_by_image()
-    ids = [i for i, caps in by_image.items() if caps]
-    if len(ids) < len(by_image):
-        warnings.warn(
-            f"split '{split}': {len(by_image) - len(ids)} image(s) without captions left out", stacklevel=2
-        )
+    part, ids = captioned_images(corpus, split)
     if not ids:
         raise VsekitError(f"{corpus.root}: split '{split}' has no captioned images to evaluate")
     kept = set(ids)

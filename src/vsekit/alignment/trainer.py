@@ -292,6 +292,7 @@ def _build(
         words=config.words,
         word_head=config.word_head,
     ).to(device)
+    model.words.precompute(data.train_texts + data.dev_texts)  # seen every epoch: the cache keeps them all
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "sgd":
         opt = torch.optim.SGD(params, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)

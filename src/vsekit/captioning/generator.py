@@ -303,10 +303,7 @@ class CaptionGenerator:
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = self.captioner.decode(features, **kwargs)
         texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
-        try:
-            cosines = embedding_cosines(self.joint.network, joint_features, texts)
-        finally:
-            self.joint.forget_texts()  # each image's candidates are new sentences: keep none
+        cosines = embedding_cosines(self.joint.network, joint_features, texts)
         return [
             [group[j] for j in rerank_order(caps, cos, settings.weight, settings.length_penalty)[:n]]
             for caps, group, cos in zip(candidates, texts, cosines, strict=True)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import random
 import tempfile
 import time
 from collections import Counter
@@ -48,6 +47,7 @@ from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, CorpusError
 from vsekit.resources import SCNLM_RECIPES_DIR, resolve_model_path
+from vsekit.rng import seed_all
 from vsekit.training import (
     Recipe,
     RunDir,
@@ -330,18 +330,14 @@ def train_scnlm_run(
     say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)
-    ckpt = run.open(resume)
-    if ckpt is not None:
-        config.check_resumable(ckpt["config"], run.checkpoint_path)
+    ckpt = run.open_checked(resume, config)  # a mismatched recipe fails here, before the captions are tagged
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     dev = resolve_device(device)
     joint = joint_model if joint_model is not None else _shipped_joint_model()
     if tagger is None:
         from vsekit.captioning.pos import pos_tag as tagger
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed % 2**32)  # every RNG a checkpoint saves starts from the seed
-    random.seed(config.seed)
+    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
     data = _load_data(corpus, config, joint, tagger, out / "cache", progress)
     if ckpt is not None and ckpt["data"] != data.identity:
         raise ConfigMismatchError(

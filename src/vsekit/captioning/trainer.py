@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.errors import CorpusError
 from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
+from vsekit.rng import seed_all
 from vsekit.training import (
     CHECKPOINT_NAME,
     Recipe,
@@ -352,9 +352,7 @@ def train_captioner(
         torch.set_num_threads(config.num_threads)
     feature_fn = feature_fn or image_features
     score_fn = score_fn or default_score_fn
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed % 2**32)  # every RNG a checkpoint saves starts from the seed
-    random.seed(config.seed)
+    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
     data = _load_caption_data(corpus, config, feature_fn)
     summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say)
     out = Path(out_dir)
@@ -370,10 +368,7 @@ def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resum
     """The checkpoint to resume from (None: a fresh run); a run that cannot be resumed with ``config``
     (or an existing run without ``resume``) is an error, raised before any data is loaded."""
     run = RunDir(Path(out_dir), KIND)
-    ckpt = run.open(resume)
-    if ckpt is not None:
-        config.check_resumable(ckpt["config"], run.checkpoint_path)
-    return ckpt
+    return run.open_checked(resume, config)
 
 
 def fit_captioner(

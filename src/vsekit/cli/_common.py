@@ -9,7 +9,7 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -32,6 +32,22 @@ RANK_MODEL_HELP = (
     "Model: a shipped name (vse; aligner: S_kl; vse+aligner: the fusion of both), a joint-model or aligner "
     "file, or a fusion JSON file (default: vse)."
 )
+
+# Options the commands share (a training run's options, --device, --cache-root): one definition each, so
+# their names, checks and help read the same everywhere. A command gives the default in its signature
+# (``resume: ResumeOption = False``); a required one (--data) has none.
+TrainDataOption = Annotated[Path, typer.Option("--data", help="Corpus with train and dev splits.")]
+ResumeOption = Annotated[
+    bool, typer.Option("--resume", help="Continue the run in --out from its last checkpoint.")
+]
+EpochsOption = Annotated[
+    int | None, typer.Option("--epochs", min=1, help="Override the recipe's epoch count.")
+]
+NumThreadsOption = Annotated[int | None, typer.Option("--num-threads", min=1, help="CPU threads for torch.")]
+DeviceOption = Annotated[str, typer.Option("--device", help=DEVICE_HELP)]
+CacheRootOption = Annotated[Path | None, typer.Option("--cache-root", help=CACHE_ROOT_HELP)]
+ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
+TRAIN_INTERRUPTED = "finished epochs are saved in the checkpoint; run the same command with --resume"
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ANN001 - stdlib hook

@@ -10,8 +10,14 @@ from pathlib import Path
 import typer
 
 from vsekit.cli._common import (
-    CACHE_ROOT_HELP,
-    DEVICE_HELP,
+    TRAIN_INTERRUPTED,
+    CacheRootOption,
+    DeviceOption,
+    EpochsOption,
+    NumThreadsOption,
+    ProgressOption,
+    ResumeOption,
+    TrainDataOption,
     console,
     metrics_table,
     say,
@@ -29,26 +35,24 @@ _REGION_RECIPES = ", ".join(recipe_names(REGION_CAPTION_RECIPES_DIR))  # the shi
 
 
 def train_aligner(
-    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    data: TrainDataOption,
     recipe: str = typer.Option(..., "--recipe", help=f"Recipe name ({_ALIGNER_RECIPES}) or a JSON file."),
     out: Path = typer.Option(
         ..., "--out", help="Run directory: aligner, checkpoint, log and config go here."
     ),
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue the run in --out from its last checkpoint."
-    ),
-    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
-    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
-    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    resume: ResumeOption = False,
+    epochs: EpochsOption = None,
+    num_threads: NumThreadsOption = None,
+    device: DeviceOption = "auto",
+    cache_root: CacheRootOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Train a region-word aligner; the best epoch by dev rsum goes to OUT/aligner.safetensors."""
     from vsekit.alignment.trainer import load_aligner_recipe
     from vsekit.alignment.trainer import train_aligner as run_training
     from vsekit.data import load_corpus
 
-    with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+    with user_errors(TRAIN_INTERRUPTED):
         config = with_overrides(load_aligner_recipe(recipe), recipe, epochs=epochs, num_threads=num_threads)
         corpus = load_corpus(data)
         console.print(
@@ -74,7 +78,7 @@ def align(
     beta: float = typer.Option(
         1.0, "--beta", help="MRF bonus for neighbouring words on one region (Eq. 12)."
     ),
-    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    device: DeviceOption = "auto",
 ) -> None:
     """Align the words of a sentence to regions of an image: per-word best region and MRF segments."""
     from vsekit.alignment import Aligner
@@ -95,7 +99,7 @@ def align(
 
 
 def train_region_captioner(
-    data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
+    data: TrainDataOption,
     recipe: str = typer.Option(
         "region-lstm", "--recipe", help=f"Recipe name ({_REGION_RECIPES}) or a JSON file."
     ),
@@ -103,14 +107,12 @@ def train_region_captioner(
         ..., "--out", help="Run directory: snippets, captioner, checkpoint, log and config go here."
     ),
     aligner: str | None = typer.Option(None, "--aligner", help=ALIGNER_HELP),
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue the run in --out from its last checkpoint."
-    ),
-    epochs: int | None = typer.Option(None, "--epochs", min=1, help="Override the recipe's epoch count."),
-    num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
-    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
-    cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    resume: ResumeOption = False,
+    epochs: EpochsOption = None,
+    num_threads: NumThreadsOption = None,
+    device: DeviceOption = "auto",
+    cache_root: CacheRootOption = None,
+    progress: ProgressOption = True,
 ) -> None:
     """Align the training captions to regions (MRF snippets) and train the m-RNN on the pairs."""
     from vsekit.alignment import Aligner
@@ -118,7 +120,7 @@ def train_region_captioner(
     from vsekit.alignment.region_captions import train_region_captioner as run_training
     from vsekit.data import load_corpus
 
-    with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+    with user_errors(TRAIN_INTERRUPTED):
         config = with_overrides(
             load_region_caption_recipe(recipe), recipe, epochs=epochs, num_threads=num_threads
         )
@@ -147,7 +149,7 @@ def regions(
         "--captioner",
         help="Region captioner: the shipped name region-captioner or a file (vsekit train-region-captioner).",
     ),
-    device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    device: DeviceOption = "auto",
 ) -> None:
     """Draw an image's top regions with the snippets the region captioner generates for them (Fig. 7)."""
     from vsekit.alignment import Aligner

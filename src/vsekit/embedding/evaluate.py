@@ -23,6 +23,7 @@ from vsekit.vision.fne import FullNetworkEmbedding
 from vsekit.vision.spec import FeatureSpec
 
 __all__ = [
+    "captioned_images",
     "evaluate_model",
     "model_features",
 ]
@@ -30,6 +31,19 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _RESULT_KEYS = ("i2t", "t2i", "rsum", "protocol", "n_images", "n_captions")
+
+
+def captioned_images(corpus: Corpus, split: str) -> tuple[Corpus, list[str]]:
+    """``split`` of ``corpus`` and the ids of its images that have captions, in order; the others (their
+    image-to-text rank is undefined) are left out with a warning naming how many."""
+    part = corpus.split(split)
+    by_image = part.captions_by_image()
+    ids = [i for i, caps in by_image.items() if caps]
+    if len(ids) < len(by_image):
+        warnings.warn(
+            f"split '{split}': {len(by_image) - len(ids)} image(s) without captions left out", stacklevel=3
+        )
+    return part, ids
 
 
 def model_features(
@@ -75,13 +89,7 @@ def evaluate_model(
     """
     if protocol not in PROTOCOLS:
         raise VsekitError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    part = corpus.split(split)
-    by_image = part.captions_by_image()
-    ids = [i for i, caps in by_image.items() if caps]
-    if len(ids) < len(by_image):
-        warnings.warn(
-            f"split '{split}': {len(by_image) - len(ids)} image(s) without captions left out", stacklevel=2
-        )
+    part, ids = captioned_images(corpus, split)
     if skip_bad_images and ids:
         ids = _readable(model, corpus, ids, feature_kwargs)
     if not ids:

@@ -134,17 +134,6 @@ class VSEModel:
         """Unit-norm float32 embeddings ``[n, K]`` of sentences (batched, no gradient)."""
         if isinstance(texts, str):
             raise TypeError("embed_texts takes a list of sentences, not one string")
-        try:
-            return self.network.embed_texts(list(texts), batch_size=batch_size, progress=progress).numpy()
-        finally:
-            self.forget_texts()
-
-    def forget_texts(self) -> None:
-        """Drop the text encoders' per-sentence caches (MiniLM keeps the frozen transformer's output of
-        every sentence it saw: a training aid, reused across epochs). A long-lived model would otherwise
-        grow with every distinct sentence (``vsekit serve``: 1.5 KB per new query, without bound); within
-        one call the cache still lets the members of an ensemble share one transformer pass."""
-        for module in self.network.modules():
-            clear = getattr(module, "clear_cache", None)
-            if callable(clear):
-                clear()
+        # a long-lived model (``vsekit serve``) stays bounded: each text encoder's per-sentence cache is a
+        # bounded LRU of its own (see vsekit.text.lru)
+        return self.network.embed_texts(list(texts), batch_size=batch_size, progress=progress).numpy()

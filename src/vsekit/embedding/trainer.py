@@ -28,7 +28,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.metrics.ranking import evaluate_protocol
 from vsekit.resources import RECIPES_DIR
+from vsekit.rng import seed_all
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
 from vsekit.training import (
     CHECKPOINT_NAME,
@@ -489,9 +489,7 @@ def _build_model(
     config: TrainConfig, data: _Data, device: torch.device, share_text_from: TextEncoder | None
 ) -> JointEmbedding:
     """The seeded initial model: the same seed builds the same weights."""
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed % 2**32)
-    random.seed(config.seed)
+    seed_all(config.seed)
     enc_kwargs = {EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim, **config.text_encoder_kwargs}
     encoder = build_text_encoder(config.text_encoder, data.vocab, **enc_kwargs)
     if share_text_from is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "init_from_glove",
     "no_pretrained_init",
     "pretrained_init_enabled",
+    "word_table",
 ]
 
 _PRETRAINED_INIT: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -83,6 +84,19 @@ def init_from_glove(embed: nn.Embedding, vocab: Vocabulary) -> float:
     n_special = 4  # <pad>, <unk>, <start>, <end> never count towards coverage
     n_regular = len(vocab) - n_special
     return float(found[n_special:].sum()) / n_regular if n_regular else 0.0
+
+
+def word_table(vocab: Vocabulary, dim: int, glove: bool, freeze: bool) -> tuple[nn.Embedding, float | None]:
+    """An encoder's word vectors ``[V, dim]``: uniform in +-0.1 with a zero <pad> row, then (``glove``, and
+    pretrained initialisation on) GloVe's vector for every word it knows, frozen with ``freeze``. Returns
+    the table and the GloVe coverage (None without GloVe)."""
+    embed = nn.Embedding(len(vocab), dim, padding_idx=vocab.pad_id)
+    nn.init.uniform_(embed.weight, -0.1, 0.1)
+    with torch.no_grad():
+        embed.weight[vocab.pad_id].zero_()
+    coverage = init_from_glove(embed, vocab) if glove and pretrained_init_enabled() else None
+    embed.weight.requires_grad_(not freeze)
+    return embed, coverage
 
 
 class TextEncoder(nn.Module):
@@ -167,21 +181,12 @@ class RNNEncoder(TextEncoder):
         self.glove_coverage: float | None = None
 
         table_dim = GLOVE_DIM if self.glove else self.word_dim
-        self.embed = nn.Embedding(len(vocab), table_dim, padding_idx=vocab.pad_id)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
-        with torch.no_grad():
-            self.embed.weight[vocab.pad_id].zero_()
-        if self.glove and pretrained_init_enabled():
-            self._init_from_glove()
-        self.embed.weight.requires_grad_(not self.freeze_words)
+        self.embed, self.glove_coverage = word_table(vocab, table_dim, self.glove, self.freeze_words)
         self.word_proj = (
             nn.Linear(table_dim, self.word_dim, bias=False) if table_dim != self.word_dim else nn.Identity()
         )
         rnn = nn.GRU if cell == "gru" else nn.LSTM
         self.rnn = rnn(self.word_dim, self.hidden_dim, num_layers=self.num_layers, batch_first=True)
-
-    def _init_from_glove(self) -> None:
-        self.glove_coverage = init_from_glove(self.embed, self.vocab)
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``tokens`` ``[B, T]`` padded with <pad> and ``lengths`` ``[B]`` (CPU int64)."""

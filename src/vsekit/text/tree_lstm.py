@@ -37,9 +37,10 @@ import torch
 from torch import nn
 
 from vsekit.data.vocab import Vocabulary
-from vsekit.text.encoders import TextEncoder, init_from_glove, pretrained_init_enabled
+from vsekit.text.encoders import TextEncoder, word_table
+from vsekit.text.lru import LRUCache
 
-__all__ = ["TreeLSTMEncoder", "build_forest", "child_slots"]
+__all__ = ["CACHE_SIZE", "TreeLSTMEncoder", "build_forest", "child_slots"]
 
 _GATES = 3  # i, o, u; the 2p forget gates follow them in the U/V product
 
@@ -128,6 +129,17 @@ def build_forest(
     }
 
 
+#: Sentences whose parses a TreeLSTMEncoder keeps by default (a few hundred bytes each: some 2 MB).
+CACHE_SIZE = 4096
+
+
+def _parse_in_memory(texts: list[str]) -> dict[str, list[int]]:
+    """``{text: heads}`` parsed now, without the disk cache."""
+    from vsekit.text.parse import parse_texts
+
+    return dict(zip(texts, parse_texts(texts), strict=True))
+
+
 class TreeLSTMEncoder(TextEncoder):
     """Dependency Tree-LSTM (T-LSTM appendix A): the root output ``h`` is the ``hidden_dim`` sentence vector.
 
@@ -140,6 +152,9 @@ class TreeLSTMEncoder(TextEncoder):
             installs offline here). ``W`` maps the word vectors to the gates directly.
         freeze_words: keep the word table fixed.
         parse_cache: read/write the per-corpus parse cache in :meth:`precompute` (off: parse in memory).
+        cache_size: how many sentences' parses to keep in memory (a bounded LRU, least recently used
+            dropped first); :meth:`precompute` makes room for a whole training corpus, so a long-lived
+            model parses each new query once and keeps no more than this.
     """
 
     name = "tree-lstm"
@@ -153,6 +168,7 @@ class TreeLSTMEncoder(TextEncoder):
         glove: bool = False,
         freeze_words: bool = False,
         parse_cache: bool = True,
+        cache_size: int = CACHE_SIZE,
     ) -> None:
         super().__init__()
         if hidden_dim < 1 or p < 1 or word_dim < 1:
@@ -164,16 +180,10 @@ class TreeLSTMEncoder(TextEncoder):
         self.glove, self.freeze_words, self.parse_cache = bool(glove), bool(freeze_words), bool(parse_cache)
         self.output_dim = self.hidden_dim
         self.glove_coverage: float | None = None
-        self._parses: dict[str, list[int]] = {}
+        self._parses: LRUCache[str, list[int]] = LRUCache(cache_size)
 
         table_dim = GLOVE_DIM if self.glove else self.word_dim
-        self.embed = nn.Embedding(len(vocab), table_dim, padding_idx=vocab.pad_id)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
-        with torch.no_grad():
-            self.embed.weight[vocab.pad_id].zero_()
-        if self.glove and pretrained_init_enabled():
-            self.glove_coverage = init_from_glove(self.embed, vocab)
-        self.embed.weight.requires_grad_(not self.freeze_words)
+        self.embed, self.glove_coverage = word_table(vocab, table_dim, self.glove, self.freeze_words)
         H = self.hidden_dim
         # W x + b for the gates i, o, u and the shared forget input W_f x + b_f, in that order: [N, 4H]
         self.W = nn.Linear(table_dim, 4 * H)
@@ -215,35 +225,34 @@ class TreeLSTMEncoder(TextEncoder):
     def precompute(
         self, texts: Sequence[str], cache_root: str | os.PathLike[str] | None = None, progress: bool = False
     ) -> None:
-        """Parse ``texts`` once (through the on-disk cache when ``parse_cache``) and keep the trees."""
-        from vsekit.text.parse import cached_parses, parse_texts
+        """Parse ``texts`` once (through the on-disk cache when ``parse_cache``) and keep all their trees."""
+        from vsekit.text.parse import cached_parses
 
-        todo = [t for t in dict.fromkeys(texts) if t not in self._parses]
-        if not todo:
-            return
-        if self.parse_cache:
-            self._parses.update(cached_parses(todo, cache_root=cache_root, progress=progress))
-        else:
-            self._parses.update(zip(todo, parse_texts(todo), strict=True))
+        def parse(todo: list[str]) -> dict[str, list[int]]:
+            if self.parse_cache:
+                return cached_parses(todo, cache_root=cache_root, progress=progress)
+            return _parse_in_memory(todo)
+
+        self._parses.reserve(len(dict.fromkeys(texts)))
+        self._parses.lookup(texts, parse)
 
     def share_frozen(self, other: TextEncoder) -> None:
         """Share the parsed trees with ``other`` (members of an ensemble parse each caption once)."""
         if isinstance(other, TreeLSTMEncoder) and other is not self:
-            other._parses.update(self._parses)
+            other._parses.reserve(self._parses.maxsize)
+            other._parses.update(self._parses.as_dict())
             self._parses = other._parses
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """The level schedule of the texts' trees (:func:`build_forest`); unseen texts are parsed now."""
-        from vsekit.text.parse import parse_texts, tree_tokens
+        from vsekit.text.parse import tree_tokens
 
         if isinstance(texts, str):
             raise TypeError("prepare() takes a sequence of texts, not a single string")
         texts = list(texts)
-        todo = [t for t in dict.fromkeys(texts) if t not in self._parses]
-        if todo:
-            self._parses.update(zip(todo, parse_texts(todo), strict=True))
+        heads = self._parses.lookup(texts, _parse_in_memory)
         words = [[self.vocab.index(w) for w in tree_tokens(t)] for t in texts]
-        return build_forest(words, [self._parses[t] for t in texts], self.p)
+        return build_forest(words, heads, self.p)
 
     def forward(
         self,

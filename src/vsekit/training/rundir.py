@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
@@ -22,6 +22,9 @@ __all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
 CHECKPOINT_NAME = "checkpoint.pt"
 LOG_NAME = "log.jsonl"
 CONFIG_NAME = "config.json"
+
+if TYPE_CHECKING:
+    from vsekit.training.recipe import Recipe
 
 
 class RunDir:
@@ -68,6 +71,14 @@ class RunDir:
         """Call ``save(*args)`` (which writes the best model) on the main process only."""
         if is_main_process():
             save(*args)
+
+    def open_checked(self, resume: bool, config: Recipe) -> dict[str, Any] | None:
+        """:meth:`open`, then the checkpoint's recipe checked against ``config`` (only its ``RESUMABLE``
+        fields may differ: :meth:`Recipe.check_resumable`), before any data is loaded."""
+        ckpt = self.open(resume)
+        if ckpt is not None:
+            config.check_resumable(ckpt["config"], self.checkpoint_path)
+        return ckpt
 
 
 def read_log(path: Path, upto: int) -> list[dict[str, Any]]:
