@@ -150,9 +150,7 @@ def gather_for_loss(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     counts = [int(s) for s in sizes]
     packed = torch.zeros((max(counts), sum(widths)), dtype=torch.uint8, device=device)
     if rows:
-        packed[:rows] = torch.cat(
-            [t.detach().contiguous().reshape(rows, -1).view(torch.uint8) for t in tensors], 1
-        )
+        packed[:rows] = torch.cat([_as_bytes(t, rows) for t in tensors], 1)
     parts = [torch.empty_like(packed) for _ in range(n)]
     torch.distributed.all_gather(parts, packed)
     # rank r's j-th row is row j * n + r of the global batch (shard takes every n-th from r)
@@ -175,9 +173,17 @@ def _row_bytes(t: torch.Tensor) -> int:
     return per_row * t.element_size()
 
 
+def _as_bytes(t: torch.Tensor, rows: int) -> torch.Tensor:
+    """``t``'s rows as raw bytes, ``[rows, row bytes]`` (a fresh copy: any strides in, stride 1 out)."""
+    flat = torch.empty(t.numel(), dtype=t.dtype, device=t.device)
+    flat.copy_(t.detach().reshape(-1))
+    return flat.view(torch.uint8).reshape(rows, -1)
+
+
 def _unpack(raw: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """Rows of raw bytes back into ``like``'s dtype and row shape."""
-    return raw.contiguous().view(like.dtype).reshape(raw.shape[0], *like.shape[1:])
+    fresh = torch.empty(raw.shape, dtype=torch.uint8, device=raw.device).copy_(raw)  # aligned, stride 1
+    return fresh.view(like.dtype).reshape(raw.shape[0], *like.shape[1:])
 
 
 def sync_gradients(params: Iterable[torch.Tensor]) -> None:
