@@ -54,6 +54,7 @@ from vsekit.training import (
     RunDir,
     Selection,
     TrainState,
+    broadcast_from_main,
     epoch_bar,
     field_error,
     fit,
@@ -470,17 +471,21 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
             raise VsekitError(f"{out / f'seed-{seed}'}: the run has no dev-selected model to pack")
         members.append({"seed": seed, **summary})
 
-    models = [load_model(m["model_path"], device=member.device)[0] for m in members]
-    for model in models:
-        model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
-    packed = EnsembleEmbedding(models)
-    data = member.data
-    metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
-    metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
     member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
-    meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
-    if is_main_process():
+
+    def pack() -> dict[str, Any]:  # on rank 0 only: the member files are on its machine
+        models = [load_model(m["model_path"], device=member.device)[0] for m in members]
+        for model in models:
+            model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
+        packed = EnsembleEmbedding(models)
+        data = member.data
+        metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
+        metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+        meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
         save_model(packed, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
+        return metrics
+
+    metrics = broadcast_from_main(pack)
     for m in member_meta:
         say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
     say(

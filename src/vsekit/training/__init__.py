@@ -17,7 +17,6 @@ It sits below the model packages: it imports no embedding, captioning, text or v
 
 from vsekit.training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, read_checkpoint, save_checkpoint
 from vsekit.training.distributed import (
-    all_sum,
     barrier,
     broadcast_from_main,
     gather_for_loss,
@@ -45,7 +44,6 @@ __all__ = [
     "RunDir",
     "Selection",
     "TrainState",
-    "all_sum",
     "barrier",
     "broadcast_from_main",
     "epoch_bar",

@@ -38,7 +38,6 @@ import torch
 from vsekit.errors import VsekitError
 
 __all__ = [
-    "all_sum",
     "barrier",
     "broadcast_from_main",
     "fork_rng",
@@ -206,17 +205,6 @@ def sync_gradients(params: Iterable[torch.Tensor]) -> None:
     for p, anywhere in zip(params, flat[offset:].tolist(), strict=True):
         if anywhere == 0:
             p.grad = None
-
-
-def all_sum(value: float) -> float:
-    """``value`` summed over the ranks (``value`` itself at world size 1)."""
-    if world_size() == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64)
-    if torch.distributed.get_backend() == "nccl":
-        t = t.cuda()
-    torch.distributed.all_reduce(t)
-    return float(t.item())
 
 
 def broadcast_from_main(fn: Callable[..., R], *args: Any) -> R:
