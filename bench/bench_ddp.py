@@ -2,8 +2,9 @@
 
 Runs ``torchrun --nproc-per-node N -m vsekit train`` for each N on the same recipe (one member: ``--seed``
 makes an ensemble recipe train one model), ``--num-threads 1`` per process, and reads the per-epoch
-``time_s`` of rank 0's ``log.jsonl`` (training + dev evaluation on rank 0) and the command's wall time
-(process start, feature and text-cache loading included). Writes bench/results/ddp.json.
+``time_s`` of rank 0's ``log.jsonl`` (training + dev evaluation on rank 0), the command's wall time and
+the CPU time of all its processes (process start and feature loading included; on a loaded machine the
+CPU time is the steadier figure). Writes bench/results/ddp.json.
 
     python bench/bench_ddp.py --data ../shared/data/flickr8k --recipe vse-best --epochs 2 --procs 1 2
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -29,6 +31,24 @@ import torch
 RESULTS = Path(__file__).resolve().parent / "results" / "ddp.json"
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def recipe_file(recipe: str, backbone: str | None, work: Path) -> str:
+    """``recipe`` as is, or a copy of it on another backbone (one whose features are cached already)."""
+    if backbone is None:
+        return recipe
+    from vsekit.embedding.trainer import load_recipe
+
+    config = load_recipe(recipe)
+    data = {**config.to_dict(), "name": f"{config.name}-{backbone}", "backbone": backbone}
+    path = work / f"{data['name']}.json"
+    path.write_text(json.dumps(data, indent=2))
+    return str(path)
+
+
 def run_once(data: str, recipe: str, epochs: int, seed: int, procs: int, work: Path) -> dict:
     out = work / f"run-{procs}"
     shutil.rmtree(out, ignore_errors=True)
@@ -37,13 +57,14 @@ def run_once(data: str, recipe: str, epochs: int, seed: int, procs: int, work: P
     cmd += ["--data", data, "--recipe", recipe, "--out", str(out), "--epochs", str(epochs)]
     cmd += ["--seed", str(seed), "--num-threads", "1", "--no-progress"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, _children_cpu() - cpu0
     log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     return {
         "procs": procs,
         "wall_s": round(wall, 1),
+        "cpu_s": round(cpu, 1),  # user + system of every process of the run (load-independent work)
         "epoch_s": [round(e["time_s"], 1) for e in log],
         "loss": [e["loss"] for e in log],
         "dev_rsum": [e["dev"]["rsum"] for e in log if e.get("dev")],
@@ -56,13 +77,15 @@ def main() -> None:
     ap.add_argument("--recipe", default="vse-best")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--backbone", default=None, help="run the recipe on another backbone's cached features")
     ap.add_argument("--procs", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--note", default="", help="load on the machine while it ran, and the like")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-ddp-"))
+    recipe = recipe_file(args.recipe, args.backbone, work)
     runs = []
     for procs in args.procs:
-        runs.append(run_once(args.data, args.recipe, args.epochs, args.seed, procs, work))
+        runs.append(run_once(args.data, recipe, args.epochs, args.seed, procs, work))
         print(json.dumps(runs[-1]), flush=True)
     base = runs[0]["epoch_s"][-1]
     for r in runs:
@@ -71,6 +94,7 @@ def main() -> None:
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo",
         "recipe": args.recipe,
+        "backbone": args.backbone or "the recipe's",
         "seed": args.seed,
         "epochs": args.epochs,
         "threads_per_process": 1,
