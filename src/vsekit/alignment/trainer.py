@@ -43,6 +43,7 @@ from vsekit.training import (
     fit,
     list_recipe_names,
     load_recipe_file,
+    refuse_data_parallel,
     resume_message,
     step_lr,
 )
@@ -326,6 +327,9 @@ def train_aligner(
     extraction (tests). Returns a summary (``model_path``, ``best_epoch``, ``best_dev``, ``history``, ...).
     """
     config.validate()
+    refuse_data_parallel(
+        "the region aligner", "its S_kl scores need every region and word of a batch on one process"
+    )
     say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)

@@ -58,6 +58,7 @@ from vsekit.training import (
     fit,
     list_recipe_names,
     load_recipe_file,
+    refuse_data_parallel,
     resume_message,
     shard,
 )
@@ -327,6 +328,7 @@ def train_scnlm_run(
     ``best_epoch``, ``best_dev_ppl``, ``epochs_completed``, ``stopped_early`` and ``history``.
     """
     config.validate()
+    refuse_data_parallel("the SC-NLM", "its trainer does not shard batches or sum gradients across ranks")
     say = log if log is not None else logger.info
     out = Path(out_dir)
     run = RunDir(out, KIND)

@@ -41,6 +41,7 @@ from vsekit.training import (
     fit,
     list_recipe_names,
     load_recipe_file,
+    refuse_data_parallel,
     resume_message,
     shard,
     step_lr,
@@ -367,6 +368,10 @@ def train_captioner(
 def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resume: bool) -> dict | None:
     """The checkpoint to resume from (None: a fresh run); a run that cannot be resumed with ``config``
     (or an existing run without ``resume``) is an error, raised before any data is loaded."""
+    refuse_data_parallel(
+        "the m-RNN captioner",
+        "its per-word mean loss is not weighted across ranks yet, and its rerank tuning writes files",
+    )
     run = RunDir(Path(out_dir), KIND)
     return run.open_checked(resume, config)
 

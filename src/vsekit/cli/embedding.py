@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import typer
@@ -54,11 +55,15 @@ def train(
     """Train a joint image-sentence embedding; the best model by dev rsum goes to OUT/model.safetensors.
 
     Interrupt it at any time: `--resume` with the same arguments continues from the last finished epoch
-    and gives exactly the weights an uninterrupted run would have.
+    and gives exactly the weights an uninterrupted run would have. Data-parallel:
+    `torchrun --nproc-per-node N -m vsekit train ...` (see the README).
     """
     from vsekit.data import load_corpus
     from vsekit.embedding.trainer import load_recipe
     from vsekit.embedding.trainer import train as run_training
+
+    if os.environ.get("RANK", "0") != "0":  # under torchrun: rank 0 reports; errors still go to stderr
+        console.quiet = True
 
     with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
         config = with_overrides(

@@ -54,17 +54,22 @@ from vsekit.training import (
     RunDir,
     Selection,
     TrainState,
+    broadcast_from_main,
     epoch_bar,
     field_error,
     fit,
     gather_for_loss,
+    init_from_env,
     is_main_process,
     list_recipe_names,
     load_recipe_file,
+    main_first,
     read_checkpoint,
     resume_message,
     shard,
+    shut_down,
     step_lr,
+    sync_gradients,
 )
 from vsekit.vision.features import FEATURE_KINDS, image_features
 from vsekit.vision.fne import FullNetworkEmbedding
@@ -418,15 +423,26 @@ def train(
     each) and ``out_dir/model.safetensors`` is their packed ensemble; the summary then has ``members``
     (the member summaries, each with its ``seed``), ``best_dev`` / ``best_rsum`` of the ensemble on dev,
     and ``epochs_completed`` / ``best_epoch`` as lists over the members.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) this joins the process group and trains data-parallel:
+    ``config.batch_size`` stays the global batch (each rank embeds its share, the loss sees the whole
+    batch), so the run follows the single-process one up to float summation order; only rank 0 writes
+    files and reports (see :mod:`vsekit.training.distributed`).
     """
     config.validate()
     say = log if log is not None else logger.info
+    joined = init_from_env(resolve_device(device))  # under torchrun (WORLD_SIZE > 1) only
+    if not is_main_process():
+        say, progress = (lambda line: None), False  # rank 0 tells the story
     run = dict(
         resume=resume, progress=progress, device=device, cache_root=cache_root, feature_fn=feature_fn, say=say
     )
-    if config.ensemble_seeds:
-        return _train_ensemble(corpus, config, Path(out_dir), **run)
-    return _train_one(corpus, config, Path(out_dir), **run)[0]
+    try:
+        if config.ensemble_seeds:
+            return _train_ensemble(corpus, config, Path(out_dir), **run)
+        return _train_one(corpus, config, Path(out_dir), **run)[0]
+    finally:
+        shut_down(joined)
 
 
 def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) -> dict[str, Any]:
@@ -455,17 +471,21 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
             raise VsekitError(f"{out / f'seed-{seed}'}: the run has no dev-selected model to pack")
         members.append({"seed": seed, **summary})
 
-    models = [load_model(m["model_path"], device=member.device)[0] for m in members]
-    for model in models:
-        model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
-    packed = EnsembleEmbedding(models)
-    data = member.data
-    metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
-    metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
     member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
-    meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
-    if is_main_process():
+
+    def pack() -> dict[str, Any]:  # on rank 0 only: the member files are on its machine
+        models = [load_model(m["model_path"], device=member.device)[0] for m in members]
+        for model in models:
+            model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
+        packed = EnsembleEmbedding(models)
+        data = member.data
+        metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
+        metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+        meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
         save_model(packed, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
+        return metrics
+
+    metrics = broadcast_from_main(pack)
     for m in member_meta:
         say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
     say(
@@ -521,26 +541,34 @@ def _epoch_trainer(
     cap_rows = torch.tensor(data.train_rows, dtype=torch.int64)
     n_pairs = len(data.train_texts)
 
+    def embed(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(idx) == 0:  # this rank's share of a short last batch (data-parallel only)
+            empty = torch.zeros(0, config.embed_dim, device=device)
+            return empty, empty
+        prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
+        return model(
+            data.train_feats[cap_rows[idx]].to(device), **{k: v.to(device) for k, v in prepared.items()}
+        )
+
     def train_epoch(epoch: int) -> dict[str, Any]:
         model.train()
         max_violation = config.max_violation_at(epoch)
         criterion = ContrastiveLoss(config.margin, max_violation)
-        perm = shard(torch.randperm(n_pairs, generator=state.generator))
+        perm = torch.randperm(n_pairs, generator=state.generator)
         total = 0.0
-        bar = epoch_bar(range(0, len(perm), config.batch_size), epoch, config.epochs, progress)
+        bar = epoch_bar(range(0, n_pairs, config.batch_size), epoch, config.epochs, progress)
         for start in bar:
-            idx = perm[start : start + config.batch_size]
-            rows = cap_rows[idx]
-            prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
-            img_emb, cap_emb = model(
-                data.train_feats[rows].to(device), **{k: v.to(device) for k, v in prepared.items()}
-            )
-            # the cross-rank hook (identity on one process); rows are image ids: two captions of one image in
-            # a batch are never each other's negative
-            ids = gather_for_loss(rows.to(device))
-            loss = criterion(gather_for_loss(img_emb), gather_for_loss(cap_emb), ids)
+            # batch_size is the global batch; with several ranks each embeds every world_size-th pair of it
+            idx = shard(perm[start : start + config.batch_size])
+            img_emb, cap_emb = embed(idx)
+            # the global batch on every rank (identity on one process): negatives and the hardest negative
+            # come from all ranks; rows are image ids, so two captions of one image are never negatives
+            img_all, cap_all, ids = gather_for_loss(img_emb, cap_emb, cap_rows[idx].to(device))
+            loss = criterion(img_all, cap_all, ids)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:  # not on a rank whose share of the batch is empty
+                loss.backward()
+            sync_gradients(params)  # sum of the ranks' partial gradients = the global loss's gradient
             if config.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
             optimizer.step()
@@ -584,13 +612,17 @@ def _train_one(
         torch.set_num_threads(config.num_threads)
     dev = resolve_device(device)
     feature_kwargs = {"cache_root": cache_root, "device": str(dev), "progress": progress}
-    data = _load_data(corpus, config, feature_fn or image_features, feature_kwargs)
+    with main_first():  # rank 0 fills the feature cache, the other ranks read it
+        data = _load_data(corpus, config, feature_fn or image_features, feature_kwargs)
     if ckpt is not None:
         _check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
 
     model = _build_model(config, data, dev, share_text_from)
     # what the text encoder computes once per corpus (the Tree-LSTM's dependency parses), cached on disk
-    model.text_encoder.precompute(data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress)
+    with main_first():
+        model.text_encoder.precompute(
+            data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress
+        )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = TrainState(

@@ -9,14 +9,27 @@ must be the same for all of them lives here:
 - :mod:`~vsekit.training.checkpoint`: the checkpoint format (atomic write, weights-only read, upgrades);
 - :mod:`~vsekit.training.rundir`: the run's files, every write gated on the main process;
 - :mod:`~vsekit.training.loop`: :func:`fit`, the resumable state, best-epoch selection and early stopping;
-- :mod:`~vsekit.training.distributed`: rank, epoch sharding and the cross-rank gather (identity at one
-  process).
+- :mod:`~vsekit.training.distributed`: torchrun process groups, batch sharding, the cross-rank gather and
+  gradient sum (identity at one process).
 
 It sits below the model packages: it imports no embedding, captioning, text or vision code.
 """
 
 from vsekit.training.checkpoint import CHECKPOINT_FORMAT, CHECKPOINT_VERSION, read_checkpoint, save_checkpoint
-from vsekit.training.distributed import gather_for_loss, is_main_process, rank, shard, world_size
+from vsekit.training.distributed import (
+    barrier,
+    broadcast_from_main,
+    gather_for_loss,
+    init_from_env,
+    is_main_process,
+    main_first,
+    rank,
+    refuse_data_parallel,
+    shard,
+    shut_down,
+    sync_gradients,
+    world_size,
+)
 from vsekit.training.loop import Selection, TrainState, epoch_bar, fit, resume_message, step_lr
 from vsekit.training.recipe import Recipe, field_error, list_recipe_names, load_recipe_file
 from vsekit.training.rundir import CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, RunDir, read_log
@@ -31,19 +44,26 @@ __all__ = [
     "RunDir",
     "Selection",
     "TrainState",
+    "barrier",
+    "broadcast_from_main",
     "epoch_bar",
     "field_error",
     "fit",
     "gather_for_loss",
+    "init_from_env",
     "is_main_process",
     "list_recipe_names",
     "load_recipe_file",
+    "main_first",
     "rank",
     "read_checkpoint",
     "read_log",
+    "refuse_data_parallel",
     "resume_message",
     "save_checkpoint",
     "shard",
+    "shut_down",
     "step_lr",
+    "sync_gradients",
     "world_size",
 ]

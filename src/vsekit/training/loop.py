@@ -18,6 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vsekit.rng import rng_state, set_rng_state
+from vsekit.training.distributed import barrier, broadcast_from_main, fork_rng
 from vsekit.training.rundir import RunDir
 
 __all__ = ["Selection", "TrainState", "epoch_bar", "fit", "resume_message", "step_lr"]
@@ -142,14 +143,19 @@ def fit(
     (``(score, dev metrics)`` or None to skip this epoch), ``save_best`` on a better score, one log line,
     then the checkpoint (with ``checkpoint_extra``: config, vocabulary, ...). A crash inside an epoch
     leaves the previous epoch's checkpoint, and the log line of the lost epoch is dropped on resume.
+
+    With several ranks ``evaluate`` runs on rank 0 and its result is broadcast, so every rank makes the
+    same best-epoch and early-stopping decisions; ranks > 0 draw dropout from their own stream
+    (:func:`~vsekit.training.distributed.fork_rng`); all ranks leave together, after rank 0 wrote.
     """
     while state.epoch < epochs and not state.selection.stopped_early:
         epoch = state.epoch + 1
         t0 = time.perf_counter()
+        fork_rng(state.generator.initial_seed(), epoch)
         entry: dict[str, Any] = {"epoch": epoch, **train_epoch(epoch)}
         if state.scheduler is not None:
             state.scheduler.step()
-        result = evaluate(epoch)
+        result = broadcast_from_main(evaluate, epoch)
         if result is not None:
             score, entry["dev"] = result
             if state.selection.observe(epoch, score):
@@ -163,4 +169,5 @@ def fit(
         say(describe(entry))
         if state.selection.stopped_early:
             say(f"early stopping: no better dev score in {state.selection.patience} evaluations")
+    barrier()
     return history

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.training.checkpoint import read_checkpoint, save_checkpoint
-from vsekit.training.distributed import is_main_process
+from vsekit.training.distributed import broadcast_from_main, is_main_process
 
 __all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
 
@@ -38,7 +38,11 @@ class RunDir:
 
     def open(self, resume: bool) -> dict[str, Any] | None:
         """The checkpoint to resume from (None: a fresh run). Without ``resume`` an existing checkpoint is
-        an error, so a run is never overwritten by accident."""
+        an error, so a run is never overwritten by accident. With several ranks rank 0 reads it and every
+        rank gets its copy (the run directory need not be on a filesystem the other machines share)."""
+        return broadcast_from_main(self._open, resume)
+
+    def _open(self, resume: bool) -> dict[str, Any] | None:
         if not self.checkpoint_path.exists():
             return None
         if not resume:
