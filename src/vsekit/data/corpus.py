@@ -772,15 +772,18 @@ def load_coco_dir(root: str | os.PathLike[str]) -> Corpus:
 def _load_json_file(path: Path) -> Corpus:
     """A .json file: Karpathy ('images' and no 'annotations') or COCO ('images' and 'annotations'),
     streamed when it is well-formed (the kinds of its top-level values are read first)."""
+    if not jsonstream.available():
+        return _load_json_whole(path)
     try:
-        kinds = jsonstream.top_level_kinds(path, [], stop_early=False) if jsonstream.available() else {}
+        images = jsonstream.top_level_kinds(path, ["images"]).get("images")
+        annotations = images == "array" and jsonstream.has_key(path, "annotations")
     except (*jsonstream.STREAM_ERRORS, OSError):
-        kinds = {}
-    if kinds.get("images") == "array" and "annotations" not in kinds:
+        return _load_json_whole(path)
+    if images == "array" and not annotations:
         return _read_streamed(
             lambda: _karpathy_streamed(path, _default_images_dir(path)), lambda: _load_json_whole(path)
         )
-    if kinds.get("images") == "array" and kinds.get("annotations") == "array":
+    if images == "array":
         root = path.parent.parent if path.parent.name == "annotations" else path.parent
         split, _ = _coco_split_name(path)
         return _read_streamed(
