@@ -228,7 +228,7 @@ def query_stage(args, store: Path, mixture: Mixture) -> None:
     }
     sweep = []
     for nprobe in (16, 64, 256):
-        for candidates in (100, 400, 1600):
+        for candidates in (100, 800):
             p = {"nprobe": nprobe, "candidates": candidates}
             index.nprobe = nprobe
             timing, found = _timed(lambda x, p=p: ann_search(index, vectors, x, K, p), queries)
