@@ -231,6 +231,22 @@ def test_sharded_index_directories_search_as_one(tmp_path):
     assert len(sharded) == 900
 
 
+def test_sharded_resort_and_min_score_as_one_index(tmp_path):
+    """Kiros's re-sort of the top N and the score floor act on the merged list as on one index."""
+    vectors = clustered(300, 16, 18)
+    whole = Index.open(write_index(tmp_path / "whole", vectors))
+    sharded = ShardedIndex.open(
+        [write_index(tmp_path / "a", vectors[:120]), write_index(tmp_path / "b", vectors[120:])]
+    )
+    queries = clustered(3, 16, 19)
+    for kwargs in ({"resort": 5}, {"min_score": 0.5}, {"resort": 8, "min_score": 0.3}):
+        one = whole.search_vectors(queries, k=6, **kwargs)
+        many = sharded.search_vectors(queries, k=6, **kwargs)
+        assert [[h.id for h in row] for row in many] == [[h.id for h in row] for row in one], kwargs
+        for a, b in zip(many, one, strict=True):
+            np.testing.assert_allclose([h.score for h in a], [h.score for h in b], atol=1e-6)
+
+
 def test_shards_of_different_models_are_refused(tmp_path):
     a = write_index(tmp_path / "a", clustered(10, 8, 14))
     b = write_index(tmp_path / "b", clustered(10, 8, 15), sha="b" * 64)
