@@ -84,19 +84,19 @@ def curves() -> dict:
     if extract:
         full = extract["full_flickr8k"]
         out["extraction_img_s"] = [[full["images"], full["img_s"]]]
-        out["extraction_peak_rss_mb"] = [
-            [r["images"], r["peak_rss_mb"]] for r in extract["memory"]["rows"] if r.get("images")
+        out["extraction_peak_rss_mb_batch32"] = [  # the default runs only (other rows vary the batch)
+            [r["images"], r["peak_rss_mb"]]
+            for r in extract["memory"]["rows"]
+            if r["suspect"].startswith("default")
         ]
     out["training_epoch_s_vse"] = [[TRAIN_CAPTIONS, EPOCH_S]]
     return out
 
 
 def _calibrated_row(tenm: dict) -> dict | None:
-    chosen = (tenm.get("calibration") or {}).get("params")
-    for row in tenm.get("sweep", []):
-        if chosen and row["nprobe"] == chosen["nprobe"] and row["candidates"] == chosen["candidates"]:
-            return row
-    return None
+    """The fastest swept setting of the 10M run whose recall@10 on new queries reaches 0.95."""
+    ok = [r for r in tenm.get("sweep_new", []) if r["new"]["recall@10"] >= 0.95]
+    return min(ok, key=lambda r: r["new"]["p50_ms"]) if ok else None
 
 
 def projections(c: dict) -> dict:
@@ -143,7 +143,9 @@ def projections(c: dict) -> dict:
 def main() -> None:
     c = curves()
     fits = {
-        name: fit(points) for name, points in c.items() if len(points) >= 3 and all(t > 0 for _, t in points)
+        name: fit(points)
+        for name, points in c.items()
+        if len(points) >= 3 and "recall" not in name and all(t > 0 for _, t in points)
     }
     result = {
         "benchmark": "scaling",
