@@ -131,3 +131,26 @@ def test_search_equals_eval_on_the_sample(tmp_path, monkeypatch):
     t2i = json.loads((tmp_path / "m.json").read_text())["t2i"]
     for k in (1, 5, 10):
         assert 100.0 * np.mean(ranks <= k) == pytest.approx(t2i[f"r{k}"], abs=1e-9), k
+
+
+def test_search_several_indexes_as_one_with_shard(built, tmp_path):
+    photos, index = built
+    other = tmp_path / "more"
+    other.mkdir()
+    for src in SAMPLE_IMAGES[20:23]:
+        shutil.copyfile(src, other / src.name)
+    result = runner.invoke(app, ["index", "build", str(other), "--out", str(tmp_path / "more.index")])
+    assert result.exit_code == 0, result.output
+    out, alone = tmp_path / "merged.jsonl", tmp_path / "alone.jsonl"
+    query = ["a dog runs on the grass", "--top", "20", "--json"]
+    args = ["search", str(index), *query, str(out), "--shard", str(tmp_path / "more.index")]
+    assert runner.invoke(app, args).exit_code == 0
+    assert runner.invoke(app, ["search", str(index), *query, str(alone)]).exit_code == 0
+    merged = read_jsonl(out)[0]["results"]
+    scores = [r["score"] for r in merged]
+    assert len(merged) == 9 and scores == sorted(scores, reverse=True)  # 6 + 3 photos, best first
+    first = {str(photos / r["path"]): r["score"] for r in read_jsonl(alone)[0]["results"]}
+    assert {r["path"]: r["score"] for r in merged if r["path"] in first} == first
+    assert {r["path"] for r in merged} - set(first) == {str(other / p.name) for p in SAMPLE_IMAGES[20:23]}
+    result = runner.invoke(app, ["search", str(index), "a dog", "--shard", str(tmp_path / "nowhere")])
+    assert result.exit_code != 0 and "not a vsekit photo index" in result.output

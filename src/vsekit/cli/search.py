@@ -14,6 +14,7 @@ from vsekit.cli._common import DEVICE_HELP, console, err_console, user_errors, w
 from vsekit.errors import VsekitError
 from vsekit.retrieval.index import BuildReport, Index, SearchHit
 from vsekit.retrieval.search import ENGINES
+from vsekit.retrieval.shards import ShardedIndex
 
 index_app = typer.Typer(no_args_is_help=True, help="Index a folder of photos (no captions needed).")
 
@@ -110,13 +111,16 @@ def search(
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
+    shard: list[Path] = typer.Option(
+        [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
+    ),
 ) -> None:
     """Search an index by a sentence, a photo (--image) or many sentences (--queries), with optional
     vector arithmetic: query - minus + plus, normalised (Kiros et al. 2014, Eq. 15)."""
     with user_errors():
         if sum(x is not None for x in (text, image, queries)) != 1:
             raise VsekitError("give one of: a sentence, --image PHOTO or --queries FILE")
-        opened = Index.open(index)
+        opened = ShardedIndex.open([index, *shard]) if shard else Index.open(index)
         if queries is not None:
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")

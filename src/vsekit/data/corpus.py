@@ -24,11 +24,12 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vsekit.data import jsonstream
 from vsekit.data.images import ImageCollection
 from vsekit.errors import CorpusError
 
@@ -529,14 +530,37 @@ def load_csv(path: str | os.PathLike[str], images_dir: str | os.PathLike[str] | 
 # -- Karpathy JSON -----------------------------------------------------------------------------------
 
 
+def _read_streamed(stream: Callable[[], Corpus], whole: Callable[[], Corpus]) -> Corpus:
+    """``stream()`` (one entry at a time: :mod:`vsekit.data.jsonstream`), else ``whole()`` (the reader
+    over the parsed file): without ijson, for a file the stream does not handle, and for any error,
+    which the whole-file reader then reports as it always has (naming the file, entry and line)."""
+    if not jsonstream.available():
+        return whole()
+    try:
+        return stream()
+    except (*jsonstream.STREAM_ERRORS, OSError, CorpusError):
+        return whole()
+
+
 def _karpathy_from_data(path: Path, data: Any, images_dir: Path) -> Corpus:
     if not isinstance(data, dict) or not isinstance(data.get("images"), list):
         raise CorpusError(f"{path}: not a Karpathy split file (expected an object with an 'images' list)")
+    return _karpathy_from_entries(path, data["images"], data.get("dataset"), images_dir)
+
+
+def _karpathy_streamed(path: Path, images_dir: Path) -> Corpus:
+    if jsonstream.top_level_kinds(path, ["images"]).get("images") != "array":
+        raise jsonstream.NotStreamable
+    name = jsonstream.top_level_value(path, "dataset")
+    return _karpathy_from_entries(path, jsonstream.stream_items(path, "images"), name, images_dir)
+
+
+def _karpathy_from_entries(path: Path, entries: Iterable[Any], name: Any, images_dir: Path) -> Corpus:
     listings: dict[Path, set[str]] = {}
     images: dict[str, Path] = {}
     captions: list[Caption] = []
     splits: dict[str, list[str]] = {}
-    for k, entry in enumerate(data["images"]):
+    for k, entry in enumerate(entries):
         where = f"{path}:images[{k}]"
         if not isinstance(entry, dict):
             raise CorpusError(f"{where}: expected an object, found {type(entry).__name__}")
@@ -571,7 +595,6 @@ def _karpathy_from_data(path: Path, data: Any, images_dir: Path) -> Corpus:
             if not isinstance(raw, str) or not raw.strip():
                 raise CorpusError(f"{where}.sentences[{j}]: empty caption")
             captions.append(Caption(image_id, raw.strip(), where))
-    name = data.get("dataset")
     corpus = Corpus(
         root=path.parent,
         name=name if isinstance(name, str) and name else path.stem,
@@ -595,7 +618,10 @@ def load_karpathy(
     """
     path = Path(json_path)
     img_dir = Path(images_dir) if images_dir is not None else _default_images_dir(path)
-    return _karpathy_from_data(path, _read_json(path), img_dir)
+    return _read_streamed(
+        lambda: _karpathy_streamed(path, img_dir),
+        lambda: _karpathy_from_data(path, _read_json(path), img_dir),
+    )
 
 
 # -- COCO --------------------------------------------------------------------------------------------
@@ -615,10 +641,31 @@ def _coco_from_data(path: Path, data: Any, images_dir: Path, split: str) -> Corp
     annotations = data.get("annotations")
     if not isinstance(annotations, list):
         raise CorpusError(f"{path}: not a COCO captions file (no 'annotations' list)")
+    return _coco_from_lists(path, data["images"], annotations, images_dir, split)
+
+
+def _coco_streamed(path: Path, images_dir: Path, split: str) -> Corpus:
+    kinds = jsonstream.top_level_kinds(path, ["images", "annotations"])
+    if kinds.get("images") != "array" or kinds.get("annotations") != "array":
+        raise jsonstream.NotStreamable
+    images, annotations = (jsonstream.stream_items(path, key) for key in ("images", "annotations"))
+    return _coco_from_lists(path, images, annotations, images_dir, split)
+
+
+def _read_coco(path: Path, images_dir: Path, split: str) -> Corpus:
+    return _read_streamed(
+        lambda: _coco_streamed(path, images_dir, split),
+        lambda: _coco_from_data(path, _read_json(path), images_dir, split),
+    )
+
+
+def _coco_from_lists(
+    path: Path, image_entries: Iterable[Any], annotations: Iterable[Any], images_dir: Path, split: str
+) -> Corpus:
     on_disk = _list_dir(images_dir)
     file_of: dict[Any, str] = {}
     images: dict[str, Path] = {}
-    for k, entry in enumerate(data["images"]):
+    for k, entry in enumerate(image_entries):
         where = f"{path}:images[{k}]"
         if not isinstance(entry, dict) or "id" not in entry or not isinstance(entry.get("file_name"), str):
             raise CorpusError(f"{where}: expected an object with 'id' and 'file_name'")
@@ -665,7 +712,7 @@ def load_coco(captions_json: str | os.PathLike[str], images_dir: str | os.PathLi
     """
     path = Path(captions_json)
     split, _ = _coco_split_name(path)
-    return _coco_from_data(path, _read_json(path), Path(images_dir), split)
+    return _read_coco(path, Path(images_dir), split)
 
 
 def _coco_images_dir(root: Path, path: Path) -> Path:
@@ -715,11 +762,49 @@ def load_coco_dir(root: str | os.PathLike[str]) -> Corpus:
     corpora = []
     for path in files:
         split, _ = _coco_split_name(path)
-        corpora.append(_coco_from_data(path, _read_json(path), _coco_images_dir(root, path), split))
+        corpora.append(_read_coco(path, _coco_images_dir(root, path), split))
     return _merge(root, corpora, files)
 
 
 # -- auto-detection ----------------------------------------------------------------------------------
+
+
+def _load_json_file(path: Path) -> Corpus:
+    """A .json file: Karpathy ('images' and no 'annotations') or COCO ('images' and 'annotations'),
+    streamed when it is well-formed (the kinds of its top-level values are read first)."""
+    if not jsonstream.available():
+        return _load_json_whole(path)
+    try:
+        images = jsonstream.top_level_kinds(path, ["images"]).get("images")
+        annotations = images == "array" and jsonstream.has_key(path, "annotations")
+    except (*jsonstream.STREAM_ERRORS, OSError):
+        return _load_json_whole(path)
+    if images == "array" and not annotations:
+        return _read_streamed(
+            lambda: _karpathy_streamed(path, _default_images_dir(path)), lambda: _load_json_whole(path)
+        )
+    if images == "array":
+        root = path.parent.parent if path.parent.name == "annotations" else path.parent
+        split, _ = _coco_split_name(path)
+        return _read_streamed(
+            lambda: _coco_streamed(path, _coco_images_dir(root, path), split), lambda: _load_json_whole(path)
+        )
+    return _load_json_whole(path)
+
+
+def _load_json_whole(path: Path) -> Corpus:
+    data = _read_json(path)
+    images = data.get("images") if isinstance(data, dict) else None
+    if isinstance(images, list) and "annotations" not in data:
+        return _karpathy_from_data(path, data, _default_images_dir(path))
+    if isinstance(images, list) and isinstance(data.get("annotations"), list):
+        root = path.parent.parent if path.parent.name == "annotations" else path.parent
+        split, _ = _coco_split_name(path)
+        return _coco_from_data(path, data, _coco_images_dir(root, path), split)
+    raise CorpusError(
+        f"{path}: JSON is neither a Karpathy split file ('images' with 'sentences') "
+        "nor a COCO captions file ('images' and 'annotations')"
+    )
 
 
 def _looks_like_csv_header(path: Path) -> bool:
@@ -734,18 +819,7 @@ def _looks_like_csv_header(path: Path) -> bool:
 def _load_file(path: Path) -> Corpus:
     suffix = path.suffix.lower()
     if suffix == ".json":
-        data = _read_json(path)
-        images = data.get("images") if isinstance(data, dict) else None
-        if isinstance(images, list) and "annotations" not in data:
-            return _karpathy_from_data(path, data, _default_images_dir(path))
-        if isinstance(images, list) and isinstance(data.get("annotations"), list):
-            root = path.parent.parent if path.parent.name == "annotations" else path.parent
-            split, _ = _coco_split_name(path)
-            return _coco_from_data(path, data, _coco_images_dir(root, path), split)
-        raise CorpusError(
-            f"{path}: JSON is neither a Karpathy split file ('images' with 'sentences') "
-            "nor a COCO captions file ('images' and 'annotations')"
-        )
+        return _load_json_file(path)
     if suffix in (".csv", ".txt", ".tsv") and _looks_like_csv_header(path):
         return load_csv(path)
     if suffix == ".txt":

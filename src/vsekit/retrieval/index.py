@@ -6,7 +6,7 @@ writes, in ``out``::
     index.json                  the manifest: photo folder, model identity (file sha256 + config), dtype,
                                 engine, the file list (id, size, mtime, sha256), unreadable files
     embeddings-<digest>.npy     unit-norm vectors [n, K] (float32 or float16), row i = entry i, memory-mapped
-    ann-<engine>-<digest>.faiss an HNSW / IVF structure (large collections only; see retrieval.search)
+    ann-<engine>-<digest>.faiss an HNSW / IVF / IVF-PQ structure (large collections; see retrieval.search)
     pending/                    work in progress: one committed .npy + .json per chunk of photos
 
 **Incremental**: building again (or :meth:`Index.update`) embeds new files, re-embeds changed ones
@@ -46,11 +46,11 @@ from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
 from vsekit.retrieval.search import (
     ANN_ENGINES,
+    ann_search,
     build_ann,
     calibrate,
     deserialize_ann,
     exact_search,
-    faiss_search,
     resolve_engine,
     serialize_ann,
     set_search_params,
@@ -320,7 +320,8 @@ class _Builder:
         if (self.out / name).is_file():
             index = deserialize_ann((self.out / name).read_bytes())
         else:
-            index = build_ann(vectors, engine)
+            partial = self.out / f".{name}.partial"  # ivfpq's resumable progress; _cleanup removes it
+            index = build_ann(vectors, engine, checkpoint=partial)
             atomic_write_bytes(self.out / name, serialize_ann(index))
         return name, calibrate(index, vectors, calibration_sentences(self.model))
 
@@ -392,8 +393,8 @@ class Index:
 
         ``model``: a shipped name (default ``vse``), a model file or a loaded :class:`VSEModel`; an
         existing index built with another model is refused. ``dtype``: ``float32`` (default) or
-        ``float16`` storage; ``engine``: ``auto`` (default), ``exact``, ``flat``, ``hnsw`` or ``ivf``
-        (:mod:`vsekit.retrieval.search`). ``chunk_size`` photos are committed at a time. The
+        ``float16`` storage; ``engine``: ``auto`` (default), ``exact``, ``flat``, ``hnsw``, ``ivf`` or
+        ``ivfpq`` (:mod:`vsekit.retrieval.search`). ``chunk_size`` photos are committed at a time. The
         :class:`BuildReport` is in ``index.report``.
         """
         out, photos = Path(out_dir), Path(photos_dir).expanduser().resolve()
@@ -596,15 +597,18 @@ class Index:
         chosen = resolve_engine(engine or self.manifest["engine"], len(self))
         if chosen == "exact":
             return exact_search(self.vectors, queries, k)
-        return faiss_search(self._faiss_index(chosen), queries, k)
+        index, params = self._faiss_index(chosen)
+        return ann_search(index, self.vectors, queries, k, params)
 
-    def _faiss_index(self, engine: str) -> Any:
+    def _faiss_index(self, engine: str) -> tuple[Any, dict[str, int]]:
+        """The FAISS structure for ``engine`` and its search settings (read, or built in memory)."""
         with self._lock:
             if engine not in self._faiss:
                 ann = self.manifest.get("ann")
                 if ann and ann.startswith(f"ann-{engine}-"):
                     data = (self.path / ann).read_bytes()
-                    self._faiss[engine] = deserialize_ann(data, self.manifest.get("ann_params"))
+                    params = dict(self.manifest.get("ann_params") or {})
+                    self._faiss[engine] = (deserialize_ann(data, params), params)
                 else:
                     logger.info("building a FAISS %s index in memory over %d vectors", engine, len(self))
                     index = build_ann(self.vectors, engine)
@@ -612,7 +616,7 @@ class Index:
                     if engine in ANN_ENGINES:
                         params = calibrate(index, self.vectors, calibration_sentences(self._model_unlocked()))
                     set_search_params(index, params)
-                    self._faiss[engine] = index
+                    self._faiss[engine] = (index, params)
             return self._faiss[engine]
 
 

@@ -17,11 +17,18 @@ Engines and the rules ``engine="auto"`` follows (:func:`resolve_engine`):
   vectors).
 * ``ivf``: FAISS ``IndexIVFFlat``, nlist = 4 sqrt(n) lists, trained on up to 50,000 vectors with a fixed
   seed.
+* ``ivfpq``: FAISS ``IndexIVFPQ`` for collections past RAM (:mod:`vsekit.retrieval.ivfpq`: trained on a
+  sample, filled in chunks from the memory-mapped store, holding only PQ codes, ``m`` bytes a vector).
+  Its candidates (the best ``max(100, 10 k)`` by PQ score) are re-ranked by exact cosine from the stored
+  vectors (:func:`rerank_search`), so the results are exact among the candidates; only which rows are
+  candidates is approximate. Never picked by ``auto``.
 
-For ``hnsw`` and ``ivf``, :func:`calibrate` picks efSearch / nprobe when the structure is built: the
-smallest value (doubling) whose recall@10 against exact search reaches 0.99 on real sentences (the 500
-captions of the bundled sample, embedded by the index's model) and 0.95 on photo-like queries (200
-stored vectors pushed away to a cosine of about 0.3, as a new photo lies from its best match).
+For ``hnsw``, ``ivf`` and ``ivfpq``, :func:`calibrate` picks efSearch / nprobe when the structure is
+built: the smallest value (doubling) whose recall@10 against exact search reaches 0.99 on real
+sentences (the 500 captions of the bundled sample, embedded by the index's model) and 0.95 on
+photo-like queries (200 stored vectors pushed away to a cosine of about 0.3, as a new photo lies
+from its best match); for ``ivfpq`` the recall is that of the re-ranked results, and the candidate
+count doubles instead of nprobe once a doubling of nprobe stops paying (:func:`_calibrate_ivfpq`).
 """
 
 from __future__ import annotations
@@ -34,19 +41,23 @@ import numpy as np
 import torch
 
 from vsekit.errors import VsekitError
+from vsekit.retrieval.ivfpq import build_ivfpq, is_ivfpq
 
 __all__ = [
     "ANN_ENGINES",
     "ANN_MIN_VECTORS",
     "ENGINES",
+    "IVFPQ_CANDIDATES",
     "PHOTO_RECALL_TARGET",
     "TEXT_RECALL_TARGET",
+    "ann_search",
     "build_ann",
     "calibrate",
     "deserialize_ann",
     "exact_search",
     "faiss_search",
     "photo_like_queries",
+    "rerank_search",
     "resolve_engine",
     "serialize_ann",
     "set_search_params",
@@ -54,9 +65,13 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("auto", "exact", "flat", "hnsw", "ivf")
+ENGINES = ("auto", "exact", "flat", "hnsw", "ivf", "ivfpq")
 #: Engines whose structure is built once (with the index) and saved beside the embeddings.
-ANN_ENGINES = ("hnsw", "ivf")
+ANN_ENGINES = ("hnsw", "ivf", "ivfpq")
+#: IVF-PQ re-ranks at least this many candidates per query exactly (10 k when that is more).
+IVFPQ_CANDIDATES, IVFPQ_CANDIDATES_PER_K = 100, 10
+#: The calibration grows IVF-PQ's candidates up to this many (each is a row read from the store).
+IVFPQ_CANDIDATES_MAX = 4096
 #: ``auto`` searches exactly below this many vectors and builds HNSW from it on.
 ANN_MIN_VECTORS = 50_000
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
@@ -180,10 +195,16 @@ def _add_in_chunks(index, vectors: np.ndarray, chunk_rows: int = 65_536) -> None
         index.add(np.ascontiguousarray(vectors[start : start + chunk_rows], dtype=np.float32))
 
 
-def build_ann(vectors: np.ndarray, engine: str):
-    """A FAISS index over ``vectors`` for ``engine`` (``flat``, ``hnsw`` or ``ivf``), search settings set."""
+def build_ann(vectors: np.ndarray, engine: str, checkpoint=None):
+    """A FAISS index over ``vectors`` for ``engine`` (``flat``, ``hnsw``, ``ivf`` or ``ivfpq``), search
+    settings set. ``checkpoint``: for ``ivfpq``, a file to resume a killed build from (see
+    :func:`vsekit.retrieval.ivfpq.build_ivfpq`)."""
     faiss = _faiss()
     n, dim = vectors.shape
+    if engine == "ivfpq":
+        index = build_ivfpq(vectors, checkpoint=checkpoint)
+        logger.info("built FAISS ivfpq over %d vectors", n)
+        return index
     if engine == "flat":
         index = faiss.IndexFlatIP(dim)
     elif engine == "hnsw":
@@ -196,7 +217,7 @@ def build_ann(vectors: np.ndarray, engine: str):
         index.cp.seed = _IVF_SEED
         index.train(np.ascontiguousarray(vectors[np.sort(sample)], dtype=np.float32))
     else:
-        raise VsekitError(f"{engine!r} is not a FAISS engine (flat, hnsw, ivf)")
+        raise VsekitError(f"{engine!r} is not a FAISS engine (flat, hnsw, ivf, ivfpq)")
     _add_in_chunks(index, vectors)
     logger.info("built FAISS %s over %d vectors", engine, n)
     return index
@@ -232,8 +253,10 @@ def photo_like_queries(vectors: np.ndarray, n_queries: int = 200, seed: int = _I
     return queries / np.linalg.norm(queries, axis=1, keepdims=True)
 
 
-def _recall(index, queries: np.ndarray, truth: np.ndarray, k: int) -> float:
-    _, found = faiss_search(index, queries, k)
+def _recall(
+    index, vectors: np.ndarray, queries: np.ndarray, truth: np.ndarray, k: int, params: dict
+) -> float:
+    _, found = ann_search(index, vectors, queries, k, params)
     return float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found, strict=True)]))
 
 
@@ -262,15 +285,40 @@ def calibrate(
     if text_queries is not None and len(text_queries):
         sets.insert(0, (np.asarray(text_queries, dtype=np.float32), targets[0]))
     truths = [exact_search(vectors, q, k)[1] for q, _ in sets]
+    if is_ivfpq(index):
+        return _calibrate_ivfpq(index, vectors, sets, truths, k)
     hnsw = isinstance(index, faiss.IndexHNSW)
     name, value, limit = ("efSearch", 16, 4096) if hnsw else ("nprobe", 1, index.nlist)
     while True:
         set_search_params(index, {name: value})
-        recalls = [_recall(index, q, t, k) for (q, _), t in zip(sets, truths, strict=True)]
+        recalls = [_recall(index, vectors, q, t, k, {}) for (q, _), t in zip(sets, truths, strict=True)]
         if all(r >= target for r, (_, target) in zip(recalls, sets, strict=True)) or value >= limit:
             logger.info("%s = %d gives recall@%d %s on the calibration queries", name, value, k, recalls)
             return {name: value}
         value = min(value * 2, limit)
+
+
+def _calibrate_ivfpq(index, vectors: np.ndarray, sets: list, truths: list, k: int) -> dict[str, int]:
+    """:func:`calibrate` for IVF-PQ: nprobe doubles as for IVF, but once a doubling gains less than
+    0.005 of recall on the worst query set (the re-ranked candidates, not the lists scanned, are the
+    limit: PQ scores put some true neighbours below the cut) the candidate count doubles instead, up
+    to :data:`IVFPQ_CANDIDATES_MAX`."""
+    params = {"nprobe": 1, "candidates": max(IVFPQ_CANDIDATES, IVFPQ_CANDIDATES_PER_K * k)}
+    most = max(params["candidates"], min(int(index.ntotal), IVFPQ_CANDIDATES_MAX))
+    previous = None
+    while True:
+        set_search_params(index, params)
+        recalls = [_recall(index, vectors, q, t, k, params) for (q, _), t in zip(sets, truths, strict=True)]
+        met = all(r >= target for r, (_, target) in zip(recalls, sets, strict=True))
+        if met or (params["nprobe"] >= index.nlist and params["candidates"] >= most):
+            logger.info("%s gives recall@%d %s on the calibration queries", params, k, recalls)
+            return dict(params)
+        stalled = previous is not None and min(recalls) - min(previous) < 0.005
+        if (stalled or params["nprobe"] >= index.nlist) and params["candidates"] < most:
+            params["candidates"] = min(2 * params["candidates"], most)
+        else:
+            params["nprobe"] = min(2 * params["nprobe"], index.nlist)
+        previous = recalls
 
 
 def faiss_search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -281,6 +329,38 @@ def faiss_search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     scores = scores.astype(np.float32)
     scores[rows < 0] = -np.inf
     return scores, rows.astype(np.int64)
+
+
+def rerank_search(
+    index, vectors: np.ndarray, queries: np.ndarray, k: int, candidates: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The best ``k`` of ``index``'s ``candidates`` per query (default ``max(100, 10 k)``), re-ranked by
+    their exact float32 cosine from the stored ``vectors`` (float16 or float32, may be a memmap: each
+    query reads its candidate rows in row order). Ties go to the lower row, as in :func:`exact_search`."""
+    if k < 1:
+        raise VsekitError(f"k must be >= 1, got {k}")
+    queries = _as_queries(queries, vectors.shape[1])
+    want = candidates or max(IVFPQ_CANDIDATES, IVFPQ_CANDIDATES_PER_K * k)
+    want = max(k, min(want, int(index.ntotal)))
+    _, rows = index.search(queries, want)
+    rows = rows.astype(np.int64)
+    exact = np.full(rows.shape, -np.inf, dtype=np.float32)
+    for q, query in enumerate(queries):
+        slots = np.flatnonzero(rows[q] >= 0)
+        slots = slots[np.argsort(rows[q, slots], kind="stable")]
+        stored = np.asarray(vectors[rows[q, slots]], dtype=np.float32)
+        exact[q, slots] = stored @ query
+    return _best_first(exact, rows, k)
+
+
+def ann_search(
+    index, vectors: np.ndarray, queries: np.ndarray, k: int, params: dict[str, int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """A FAISS index's top ``k``: IVF-PQ re-ranked from ``vectors`` (:func:`rerank_search`, with the
+    calibrated ``params["candidates"]`` when given), any other as FAISS answers (:func:`faiss_search`)."""
+    if is_ivfpq(index):
+        return rerank_search(index, vectors, queries, k, (params or {}).get("candidates"))
+    return faiss_search(index, queries, k)
 
 
 def serialize_ann(index) -> bytes:
