@@ -65,6 +65,57 @@ def run_and_signal(
     return alive, proc.returncode, stderr or ""
 
 
+# A job script's first lines when the job is to signal itself at its ``step``-th training step (the
+# ``step``-th ``Tensor.backward`` call): a moment that depends on no clock, so the kill lands mid-work on a
+# machine of any speed (issue 15 item 7), in a seeded step of an epoch after the first checkpoint.
+SELF_SIGNAL = """
+import os, torch
+_steps, _backward = [0], torch.Tensor.backward
+def _counted(self, *args, **kwargs):
+    _steps[0] += 1
+    if _steps[0] == {step}:
+        os.kill(os.getpid(), {sig})
+    return _backward(self, *args, **kwargs)
+torch.Tensor.backward = _counted
+"""
+
+
+def training_steps(fn: Callable[[], object]) -> int:
+    """How many training steps (``Tensor.backward`` calls) ``fn()`` takes."""
+    import torch
+
+    count, backward = [0], torch.Tensor.backward
+
+    def counted(self, *args, **kwargs):
+        count[0] += 1
+        return backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = counted
+    try:
+        fn()
+    finally:
+        torch.Tensor.backward = backward
+    return count[0]
+
+
+def seeded_step(seed: int, steps: int, epochs: int) -> int:
+    """A step drawn uniformly (``random.Random(seed)``) from those after the first epoch's checkpoint."""
+    import random
+
+    return random.Random(seed).randint(steps // epochs + 1, steps)
+
+
+def run_self_signalled(script: str, args: list[str], step: int, sig: int = signal.SIGKILL) -> tuple[int, str]:
+    """Run ``script`` with ``args``, the job signalling itself ``sig`` at training step ``step`` (see
+    :data:`SELF_SIGNAL`); returns ``(exit status, stderr)``: ``-sig`` for a SIGKILL that landed."""
+    hook = SELF_SIGNAL.format(step=int(step), sig=int(sig))
+    proc = subprocess.run(
+        [sys.executable, "-c", hook + script, *args],
+        capture_output=True, text=True, env=job_env(), timeout=600,
+    )  # fmt: skip
+    return proc.returncode, proc.stderr
+
+
 def tmp_files(folder: Path) -> list[Path]:
     """Temp files a killed atomic write left behind (harmless: never read, replaced by the next write)."""
     return [p for p in folder.rglob(".*.tmp")]

@@ -28,8 +28,11 @@ from kill_helpers import (
     once_exists,
     overlap_score,
     run_and_signal,
+    run_self_signalled,
     scnlm_run,
+    seeded_step,
     tmp_files,
+    training_steps,
 )
 from vsekit.data import load_corpus
 from vsekit.fileio import file_sha256
@@ -220,6 +223,68 @@ def test_scnlm_training_killed_at_a_random_moment_resumes_to_the_uninterrupted_m
     assert_readable_after_kill(tmp_path / "killed", "scnlm")
     scnlm_run(tmp_path / "killed")
     assert_same_run(tmp_path / "full", tmp_path / "killed", "scnlm.safetensors", "scnlm")
+
+
+# -- train-aligner ----------------------------------------------------------------------------------
+
+ALIGNER = """
+import json, sys, torch
+torch.set_num_threads(1)
+from test_alignment_training import fake_regions
+from vsekit.alignment.trainer import AlignerConfig, train_aligner
+from vsekit.data import load_corpus
+corpus = load_corpus(sys.argv[1])
+config = AlignerConfig.from_dict(json.loads(sys.argv[3]))
+print("ready", flush=True)
+train_aligner(corpus, config, sys.argv[2], resume=True, progress=False, device="cpu",
+              region_fn=fake_regions, log=print)
+"""
+
+
+def aligner_corpus(root: Path) -> Path:
+    """test_alignment_training's eight scenes (fake region features) as a CSV corpus."""
+    from test_alignment_training import SCENES
+
+    (root / "Images").mkdir(parents=True)
+    lines = ["image,caption,split"]
+    for image_id, (a, b, split) in SCENES.items():
+        (root / "Images" / image_id).touch()
+        lines += [f"{image_id},a {a} next to a {b},{split}", f"{image_id},the {b} and the {a},{split}"]
+    (root / "captions.csv").write_text("\n".join(lines) + "\n")
+    return root / "captions.csv"
+
+
+def aligner_config():
+    from vsekit.alignment.trainer import AlignerConfig
+
+    # dropout: the torch RNG's state matters to the resumed run (it must come back from the checkpoint)
+    return AlignerConfig(
+        embed_dim=16, word_dim=8, glove=False, batch_size=4, epochs=4, lr=0.01, vocab_min_count=1,
+        patience=None, dropout=0.25,
+    )  # fmt: skip
+
+
+def aligner_run(data: Path, config, out: Path) -> dict:
+    from test_alignment_training import fake_regions
+    from vsekit.alignment.trainer import train_aligner
+
+    return train_aligner(
+        load_corpus(data), config, out, resume=True, progress=False, device="cpu",
+        region_fn=fake_regions, log=lambda s: None,
+    )  # fmt: skip
+
+
+def test_aligner_training_killed_at_a_seeded_step_resumes_to_the_uninterrupted_model(tmp_path):
+    data, config = aligner_corpus(tmp_path / "corpus"), aligner_config()
+    steps = training_steps(lambda: aligner_run(data, config, tmp_path / "full"))
+    step = seeded_step(SEED + 5, steps, config.epochs)
+    args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
+    status, stderr = run_self_signalled(ALIGNER, args, step)
+    assert status == -signal.SIGKILL, f"the job was not killed at step {step} of {steps}: {stderr[-500:]}"
+    assert (tmp_path / "killed" / "checkpoint.pt").exists()  # the kill came after the first epoch's commit
+    assert_readable_after_kill(tmp_path / "killed", "aligner")
+    aligner_run(data, config, tmp_path / "killed")
+    assert_same_run(tmp_path / "full", tmp_path / "killed", "aligner.safetensors", "aligner")
 
 
 # -- extract --fne ----------------------------------------------------------------------------------

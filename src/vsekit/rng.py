@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["rng_state", "set_rng_state"]
+__all__ = ["rng_state", "seed_all", "set_rng_state"]
+
+
+def seed_all(seed: int) -> None:
+    """Seed every RNG a checkpoint saves (torch, NumPy, Python) from a run's ``seed``, so the states saved
+    with the first checkpoint, and so an interrupted run's resumed states, depend on the seed alone."""
+    torch.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
 
 
 def rng_state() -> dict[str, Any]:

@@ -30,6 +30,7 @@ from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.errors import CorpusError
 from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
+from vsekit.rng import seed_all
 from vsekit.training import (
     CHECKPOINT_NAME,
     Recipe,
@@ -394,7 +395,7 @@ def fit_captioner(
     ckpt = check_run(config, out, resume)
     dev = resolve_device(device)
     score_fn = score_fn or default_score_fn
-    torch.manual_seed(config.seed)
+    seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
     state = _build_state(config, data, dev)
     if ckpt is not None:
         state.load_state_dict(ckpt)
