@@ -26,6 +26,8 @@ __all__ = [
     "content_fingerprint",
     "file_sha256",
     "fingerprint_matches",
+    "new_memmap",
+    "preallocate",
     "read_named_json",
     "read_vsekit_safetensors",
     "stamp_safetensors",
@@ -374,6 +376,7 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
     tmp = _tmp_for(path)
     try:
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        preallocate(tmp)
         yield array
         array.flush()
         del array
@@ -389,3 +392,46 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
         if isinstance(exc, OSError):
             raise _write_error(path, exc) from exc
         raise
+
+
+def preallocate(path: str | os.PathLike[str], name: Path | None = None) -> None:
+    """Reserve the disk blocks of ``path`` up to its size (``posix_fallocate``).
+
+    A file made for a memory map is sparse: its blocks are allocated when the map is written, and on a
+    full disk that is a SIGBUS that kills the process, not an exception. Reserved first, a full disk is an
+    OSError (ENOSPC) here, or with ``name`` one VsekitError naming that file. Filesystems that cannot
+    reserve (EOPNOTSUPP) are left as they are.
+    """
+    import errno
+
+    try:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return
+        if name is None:
+            raise
+        raise _write_error(Path(name), exc) from exc
+
+
+def new_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...], name: Path) -> Any:
+    """A new raw file at ``path`` memory-mapped for writing, its blocks reserved (:func:`preallocate`).
+
+    A full disk or a read-only folder is one VsekitError naming ``name`` (the file ``path`` is to become)
+    and ``path`` is removed.
+    """
+    import numpy as np
+
+    path = Path(path)
+    try:
+        array = np.memmap(path, dtype=dtype, mode="w+", shape=shape)
+        preallocate(path)
+        return array
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise _write_error(Path(name), exc) from exc

@@ -60,7 +60,7 @@ from vsekit.data.corpus import Corpus
 from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
-from vsekit.fileio import atomic_save_npy, atomic_write_bytes
+from vsekit.fileio import atomic_save_npy, atomic_write_bytes, new_memmap, preallocate
 from vsekit.resources import default_cache_root
 from vsekit.vision.backbones import (
     BACKBONES,
@@ -601,7 +601,7 @@ def _prepare_store(
     store = FeatureStore(path, meta)
     done = np.zeros(len(all_ids), dtype=bool)
     tmp_raw = store._raw_path().with_name(store._raw_path().name + ".new")
-    new_raw = np.memmap(tmp_raw, dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
+    new_raw = new_memmap(tmp_raw, np.float16, (len(all_ids), dim), name=store._raw_path())
     old_done = old.done_mask() if old is not None else np.zeros(0, dtype=bool)
     if old_done.any():  # carry over finished rows whose file is unchanged
         old_raw = old._raw()
@@ -692,6 +692,7 @@ def _fill_store(
             (store.path / stale).unlink(missing_ok=True)
         if store.meta.pop("checksum", None) is not None:
             store._write_meta()  # before any row changes
+    preallocate(store._raw_path(), name=store._raw_path())  # a cache from before reserving may be sparse
     raw = store._raw(mode="r+")
     last_commit = time.monotonic()
 
