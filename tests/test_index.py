@@ -17,6 +17,7 @@ import pytest
 import vsekit
 from search_helpers import SAMPLE_IMAGES, make_photo_folder
 from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.fileio import stamp_safetensors
 from vsekit.retrieval import index as index_module
 from vsekit.retrieval.index import Index
 
@@ -99,6 +100,7 @@ def test_an_index_refuses_another_model(tmp_path, model):
     data = bytearray(Path(model.path).read_bytes())
     data[-1] ^= 1  # one weight bit differs: another model as far as the index is concerned
     other.write_bytes(bytes(data))
+    stamp_safetensors(other)  # its content checksum made anew: a whole model, not a damaged file
     with pytest.raises(ConfigMismatchError, match="refusing to mix"):
         Index.build(photos, tmp_path / "index", str(other), progress=False)
     with pytest.raises(VsekitError, match="not a vsekit photo index"):
