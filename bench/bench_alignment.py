@@ -31,7 +31,7 @@ from vsekit.alignment import Aligner
 from vsekit.alignment.evaluate import evaluate_scores
 from vsekit.alignment.fusion import FUSION_FILE, FusionSpec
 from vsekit.data import load_corpus
-from vsekit.fileio import file_sha256
+from vsekit.fileio import content_fingerprint, file_sha256
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 from vsekit.resources import PACKAGE_DIR, pretrained_path
 from vsekit.vision.regions import RegionSpec, region_features
@@ -215,8 +215,8 @@ def _write_fusion(aligner: Aligner, joint, weight: float, stats: dict, out: dict
         "aligner",
         weight,
         **stats,
-        joint_sha256=file_sha256(joint.path),
-        aligner_sha256=file_sha256(shipped),
+        joint_sha256=content_fingerprint(joint.path),
+        aligner_sha256=content_fingerprint(shipped),
         measured={
             "by": "bench/bench_alignment.py --fuse --write-fusion",
             "date": date.today().isoformat(),

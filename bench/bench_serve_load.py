@@ -16,7 +16,12 @@ requests at that moment; memory flat: RSS when the 500th request was answered vs
 the slope of RSS over the second half of the run (bytes per request). Writes bench/results/serve_load.json.
 
     python bench/bench_serve_load.py [--requests 2000] [--concurrency 16] [--photos dev|sample] [--threads 1]
-        [--only search search_image caption caption_id] [--out FILE]
+        [--only search search_image caption caption_id] [--out FILE] [--probe-at 1000 5000 [--probe-frames 8]]
+
+``--probe-at``: the server runs under bench/serve_probe.py (tracemalloc on); after each of those many answers
+it takes a snapshot (with its RSS and glibc's mallinfo2), and once idle after the last request it runs
+``malloc_trim(0)``; the result gets a ``probe`` entry with the places whose traced memory grew most between
+the first and the last snapshot, and the RSS that the trim gave back.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import json
 import os
 import platform
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 RESULTS = REPO / "bench" / "results" / "serve_load.json"
 VSEKIT = str(Path(sys.executable).parent / "vsekit")
+PROBE = REPO / "bench" / "serve_probe.py"
 MIX = ["search"] * 8 + ["search_image"] * 4 + ["caption"] * 2 + ["caption_id"] * 2
 K = 10
 
@@ -86,12 +93,18 @@ class _Sampler(threading.Thread):
             self.stop.wait(self.period)
 
 
-def _start_server(index_dir: Path, threads: int) -> tuple[subprocess.Popen, int]:
+def _start_server(
+    index_dir: Path, threads: int, probe: tuple[Path, int] | None
+) -> tuple[subprocess.Popen, int]:
+    """``vsekit serve``, or with ``probe`` = (folder, frames) the same server under bench/serve_probe.py."""
     import httpx
 
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
     cmd = [VSEKIT, "serve", str(index_dir), "--host", "127.0.0.1", "--port", str(port)]
+    if probe is not None:
+        cmd = [sys.executable, str(PROBE), str(index_dir), "--host", "127.0.0.1", "--port", str(port)]
+        cmd += ["--probe-dir", str(probe[0]), "--frames", str(probe[1])]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     deadline = time.monotonic() + 180
     while True:
@@ -167,6 +180,51 @@ async def _load(port: int, plan: list[tuple], concurrency: int, answered: list[i
     return {"times": times, "errors": errors, "wall_s": wall}
 
 
+def _chain(first, then):
+    def both() -> None:
+        if first is not None:
+            first()
+        then()
+
+    return both
+
+
+def _probe_lines(log: Path, n: int, timeout: float = 300.0) -> list[dict]:
+    """The first ``n`` lines of the probe's log, waiting for the server to write them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        lines = log.read_text().splitlines() if log.is_file() else []
+        if len(lines) >= n or time.monotonic() > deadline:
+            return [json.loads(line) for line in lines[:n]]
+        time.sleep(0.5)
+
+
+def _finish_probe(pid: int, folder: Path, snapshots: int) -> dict:
+    """Wait for the snapshots, then malloc_trim the idle server; diff the first and last snapshots."""
+    lines = _probe_lines(folder / "probe.jsonl", snapshots)
+    os.kill(pid, signal.SIGUSR2)
+    trim = _probe_lines(folder / "probe.jsonl", snapshots + 1)[-1]
+    out = {"snapshots": lines, "malloc_trim_when_idle": trim}
+    first, last = folder / "snap_1.tracemalloc", folder / f"snap_{snapshots}.tracemalloc"
+    if snapshots > 1 and first.is_file() and last.is_file():
+        out["tracemalloc_growth_top"] = _tracemalloc_diff(first, last)
+    return out
+
+
+def _tracemalloc_diff(first: Path, last: Path, top: int = 15) -> list[dict]:
+    """The ``top`` places (file:line of the allocation, with its callers) whose traced memory grew most."""
+    import tracemalloc
+
+    keep = [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen *>")]
+    old = tracemalloc.Snapshot.load(str(first)).filter_traces(keep)
+    new = tracemalloc.Snapshot.load(str(last)).filter_traces(keep)
+    rows = []
+    for stat in new.compare_to(old, "traceback")[:top]:
+        frames = [f"{Path(f.filename).name}:{f.lineno}" for f in stat.traceback]
+        rows.append({"kib": round(stat.size_diff / 1024, 1), "blocks": stat.count_diff, "where": frames})
+    return rows
+
+
 def _ms(values: list[float]) -> dict:
     ms = np.asarray(values) * 1000.0
     if not len(ms):
@@ -188,12 +246,15 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     uploads = [p.read_bytes() for p in sorted(photos.iterdir())[:50]]
     mix = [kind for kind in MIX if not args.only or kind in args.only]
     plan = _plan(args.requests, queries, uploads, len(index), args.seed, mix)
-    proc, port = _start_server(index.path, args.threads)
+    probe = (work / "probe", args.probe_frames) if args.probe_at else None
+    proc, port = _start_server(index.path, args.threads, probe)
     answered, rss_at = [0], {}
     marks = {
         m: (lambda m=m: rss_at.__setitem__(m, _rss_kib(proc.pid)["VmRSS"]))
         for m in ("warm", 500, args.requests)
     }
+    for m in args.probe_at or ():
+        marks[m] = _chain(marks.get(m), lambda: os.kill(proc.pid, signal.SIGUSR1))
     sampler = _Sampler(proc.pid, answered)
     try:
         rss_start = _rss_kib(proc.pid)["VmRSS"]
@@ -202,6 +263,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         sampler.stop.set()
         sampler.join()
         hwm = _rss_kib(proc.pid)["VmHWM"]
+        probed = _finish_probe(proc.pid, probe[0], len(args.probe_at)) if probe else None
     finally:
         proc.terminate()
         try:
@@ -221,6 +283,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         "mix": {kind: mix.count(kind) / len(mix) for kind in dict.fromkeys(mix)},
         "server_omp_threads": args.threads,
         "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", "glibc default"),
+        "malloc_env": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         "errors": len(result["errors"]),
         "error_examples": result["errors"][:10],
         "wall_s": round(result["wall_s"], 1),
@@ -235,6 +298,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             "peak_vmhwm": round(hwm / 1024, 1),
             "second_half_slope_bytes_per_request": None if slope is None else round(float(slope), 1),
         },
+        **(
+            {"probe": {"at_requests": args.probe_at, "tracemalloc_frames": args.probe_frames, **probed}}
+            if probed
+            else {}
+        ),
         "rss_samples": [
             {"s": s, "answered": a, "rss_mib": round(r / 1024, 1)} for s, a, r in sampler.samples
         ],
@@ -250,6 +318,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", choices=sorted(set(MIX)), help="send only these kinds")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--probe-at",
+        type=int,
+        nargs="*",
+        help="run the server under bench/serve_probe.py and take a "
+        "tracemalloc snapshot after these many answers (then malloc_trim it when idle); diffs first vs last",
+    )
+    parser.add_argument("--probe-frames", type=int, default=8, help="tracemalloc frames (0: RSS only)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
         row = run(args, Path(tmp))

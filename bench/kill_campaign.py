@@ -2,11 +2,11 @@
 killed with SIGKILL at N seeded random moments, then run again with the same command; the final files
 are compared with an uninterrupted run, and what each kill left behind is opened (never a half file).
 
-Jobs: ``train`` (joint embedding), ``train-captioner``, ``train-scnlm`` (library runs with the tests' fake
-features, as in tests/test_kill.py), ``extract`` (one-layer) and ``extract --fne`` (the real MobileNetV2
-on 12 sample photos), ``index`` (``Index.build`` with the shipped model on 12 sample photos). A moment is
-drawn uniformly over the whole uninterrupted run of the same child, measured from its ``ready`` line
-(after imports).
+Jobs: ``train`` (joint embedding), ``train-captioner``, ``train-scnlm``, ``train-aligner`` (library runs
+with the tests' fake features or regions, as in tests/test_kill.py), ``extract`` (one-layer) and
+``extract --fne`` (the real MobileNetV2 on 12 sample photos), ``index`` (``Index.build`` with the shipped
+model on 12 sample photos). A moment is drawn uniformly over the whole uninterrupted run of the same
+child, measured from its ``ready`` line (after imports).
 
     python bench/kill_campaign.py [--trials 5] [--seed 15] [--jobs train extract ...]
 
@@ -89,6 +89,7 @@ def training_jobs(tmp: Path) -> list[Job]:
         word_dim=16, hidden_dim=24, batch_size=16, epochs=5, min_word_count=1, lr=0.01
     )
     quiet = {"progress": False, "log": lambda s: None}
+    aligner_data, aligner_config = tk.aligner_corpus(tmp / "aligner-corpus"), tk.aligner_config()
     return [
         Job(
             "train",
@@ -122,6 +123,14 @@ def training_jobs(tmp: Path) -> list[Job]:
             lambda out: [str(out)],
             _same_run("scnlm.safetensors", "scnlm"),
             _epochs_left("scnlm"),
+        ),
+        Job(
+            "train-aligner",
+            lambda out: tk.aligner_run(aligner_data, aligner_config, out),
+            tk.ALIGNER,
+            lambda out: [str(aligner_data), str(out), json.dumps(aligner_config.to_dict())],
+            _same_run("aligner.safetensors", "aligner"),
+            _epochs_left("aligner"),
         ),
     ]
 

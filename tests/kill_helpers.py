@@ -65,6 +65,81 @@ def run_and_signal(
     return alive, proc.returncode, stderr or ""
 
 
+# Deterministic moments (issue 15 item 7): the job signals itself at the ``step``-th call of a function
+# that runs once per unit of work, a moment that depends on no clock, so the kill lands mid-work on a
+# machine of any speed. ``where`` = (module, attribute path) of that function.
+STEP = ("torch", "Tensor.backward")  # a training step
+BATCH = ("vsekit.vision.features", "_load_batch")  # a batch of photos read for the CNN
+
+SELF_SIGNAL = """
+import importlib, os, signal
+# Ctrl-C raises KeyboardInterrupt even when this test runs as a background job (which starts with SIGINT
+# ignored, and Python then installs no handler): as in a terminal
+signal.signal(signal.SIGINT, signal.default_int_handler)
+_owner = importlib.import_module({module!r})
+for _name in {owners!r}:
+    _owner = getattr(_owner, _name)
+_calls, _real = [0], getattr(_owner, {attr!r})
+def _counted(*args, **kwargs):
+    _calls[0] += 1
+    if _calls[0] == {step}:
+        os.kill(os.getpid(), {sig})
+    return _real(*args, **kwargs)
+setattr(_owner, {attr!r}, _counted)
+"""
+
+
+def _owner_and_attr(where: tuple[str, str]) -> tuple[object, str]:
+    import importlib
+
+    module, path = where
+    *owners, attr = path.split(".")
+    owner = importlib.import_module(module)
+    for name in owners:
+        owner = getattr(owner, name)
+    return owner, attr
+
+
+def calls_during(fn: Callable[[], object], where: tuple[str, str] = STEP) -> int:
+    """How many times ``fn()`` calls the function at ``where`` (training steps, photo batches)."""
+    owner, attr = _owner_and_attr(where)
+    count, real = [0], getattr(owner, attr)
+
+    def counted(*args, **kwargs):
+        count[0] += 1
+        return real(*args, **kwargs)
+
+    setattr(owner, attr, counted)
+    try:
+        fn()
+    finally:
+        setattr(owner, attr, real)
+    return count[0]
+
+
+def seeded_step(seed: int, first: int, last: int) -> int:
+    """A step drawn uniformly (``random.Random(seed)``) from ``first`` to ``last``, both included."""
+    import random
+
+    return random.Random(seed).randint(first, last)
+
+
+def run_self_signalled(
+    script: str, args: list[str], step: int, sig: int = signal.SIGKILL, where: tuple[str, str] = STEP
+) -> tuple[int, str]:
+    """Run ``script`` with ``args``, the job signalling itself ``sig`` at the ``step``-th call of the
+    function at ``where`` (see :data:`SELF_SIGNAL`); returns ``(exit status, stderr)``: ``-sig`` for a
+    SIGKILL that landed."""
+    module, path = where
+    *owners, attr = path.split(".")
+    hook = SELF_SIGNAL.format(module=module, owners=owners, attr=attr, step=int(step), sig=int(sig))
+    proc = subprocess.run(
+        [sys.executable, "-c", hook + script, *args],
+        capture_output=True, text=True, env=job_env(), timeout=600,
+    )  # fmt: skip
+    return proc.returncode, proc.stderr
+
+
 def tmp_files(folder: Path) -> list[Path]:
     """Temp files a killed atomic write left behind (harmless: never read, replaced by the next write)."""
     return [p for p in folder.rglob(".*.tmp")]

@@ -244,3 +244,65 @@ def test_a_truncated_scnlm_embedding_cache_is_recomputed(tmp_path):
     again = _embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
     assert np.array_equal(again, first) and np.array_equal(np.load(cached), first)
     assert no_temp_files(tmp_path) == []
+
+
+# -- memory-mapped writes on a full disk -------------------------------------------------------------
+
+
+def test_memory_mapped_files_have_their_blocks_reserved_before_any_write(tmp_path):
+    """A sparse file written through a memory map on a full disk is a SIGBUS (the process dies, nothing
+    to catch); with every block reserved up front, no write through the map can hit a full disk."""
+    shape = (2048, 512)  # 2 MiB of float16
+    raw = fileio.new_memmap(tmp_path / "raw.new", np.float16, shape, name=tmp_path / "raw")
+    assert os.stat(tmp_path / "raw.new").st_blocks * 512 >= raw.nbytes
+    del raw
+    with fileio.atomic_npy_memmap(tmp_path / "v.npy", np.float32, shape) as out:
+        tmp = next(tmp_path.glob(".v.npy*"))
+        assert os.stat(tmp).st_blocks * 512 >= out.nbytes
+        out[:] = 1.0
+    assert np.load(tmp_path / "v.npy").sum() == shape[0] * shape[1]
+
+
+class FullDiskOnReserve:
+    """``posix_fallocate`` of a file whose name contains ``name`` reports a full disk."""
+
+    def __init__(self, monkeypatch, name: str) -> None:
+        real = os.posix_fallocate
+        self.hits = 0
+
+        def fallocate(fd: int, offset: int, length: int) -> None:
+            if name in os.readlink(f"/proc/self/fd/{fd}"):
+                self.hits += 1
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real(fd, offset, length)
+
+        monkeypatch.setattr(os, "posix_fallocate", fallocate)
+
+
+def test_a_full_disk_for_a_new_feature_matrix_is_one_line_and_keeps_the_cache(tmp_path, monkeypatch, photos):
+    from vsekit.vision.features import FeatureStore, extract_features
+
+    four, five, reference = photos
+    cache = tmp_path / "cache"
+    before = extract_features(four, cache_dir=cache, progress=False, device="cpu").raw()
+    disk = FullDiskOnReserve(monkeypatch, "raw.1.f16")
+    with pytest.raises(VsekitError) as exc:
+        extract_features(five, cache_dir=cache, progress=False, device="cpu")
+    assert disk.hits == 1
+    assert_one_line_naming(exc, cache / "raw.1.f16", errno.ENOSPC)
+    assert sorted(p.name for p in cache.iterdir()) == ["done.npy", "meta.json", "raw.f16"]
+    monkeypatch.undo()
+    assert np.array_equal(FeatureStore.open(cache).raw(sorted(four.images)), before)
+    assert np.array_equal(
+        extract_features(five, cache_dir=cache, progress=False, device="cpu").raw(), reference
+    )
+
+
+def test_a_full_disk_for_index_vectors_is_one_line(tmp_path, monkeypatch):
+    disk = FullDiskOnReserve(monkeypatch, ".vectors.npy")
+    with pytest.raises(VsekitError) as exc:
+        with fileio.atomic_npy_memmap(tmp_path / "vectors.npy", np.float32, (64, 8)) as out:
+            out[:] = 1.0
+    assert disk.hits == 1
+    assert_one_line_naming(exc, tmp_path / "vectors.npy", errno.ENOSPC)
+    assert list(tmp_path.iterdir()) == []

@@ -100,6 +100,49 @@ def test_interrupted_extraction_resumes_without_recomputing(small_corpus, tmp_pa
     np.testing.assert_allclose(store.raw(ids), reference_pooled(small_corpus, ids), rtol=2e-3, atol=2e-3)
 
 
+def test_a_bit_flipped_in_the_matrix_is_named_and_its_generation_extracted_again(
+    small_corpus, tmp_path, monkeypatch
+):
+    cache = tmp_path / "c"
+    good = extract_features(small_corpus, cache_dir=cache, batch_size=5, progress=False)
+    before = good.raw()
+    assert good.meta["checksum"]["generation"] == good.generation
+    raw_path = cache / "raw.f16"
+    data = bytearray(raw_path.read_bytes())
+    data[len(data) // 2] ^= 0x10  # header, length and done flags intact: only the checksum can tell
+    raw_path.write_bytes(bytes(data))
+    features_module._VERIFIED.clear()  # as a fresh process: nothing verified yet
+    with pytest.raises(features_module.DamagedMatrixError) as exc:
+        FeatureStore.open(cache)
+    assert str(raw_path) in str(exc.value) and "\n" not in str(exc.value)
+
+    real_load, again = features_module._load_batch, []
+    monkeypatch.setattr(
+        features_module, "_load_batch", lambda paths, prep: again.extend(paths) or real_load(paths, prep)
+    )
+    with pytest.warns(UserWarning, match=f"{raw_path}: damaged feature matrix.*extracting its {N} rows"):
+        store = extract_features(small_corpus, cache_dir=cache, batch_size=5, progress=False)
+    assert len(again) == N and np.array_equal(store.raw(), before)
+
+    hashed = []
+    digest = features_module._matrix_digest
+    monkeypatch.setattr(features_module, "_matrix_digest", lambda *a: hashed.append(a) or digest(*a))
+    features_module._VERIFIED.clear()
+    for _ in range(3):
+        FeatureStore.open(cache)
+    assert len(hashed) == 1  # once per process per file version
+
+
+def test_an_unfinished_extraction_records_no_checksum(small_corpus, tmp_path, monkeypatch):
+    def interrupt(paths, prep):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(features_module, "_load_batch", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=4, progress=False)
+    assert "checksum" not in FeatureStore.open(tmp_path / "c").meta
+
+
 def test_cache_from_another_configuration_is_refused(small_corpus, tmp_path):
     extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
     with pytest.raises(ConfigMismatchError, match="backbone=mobilenet_v2"):

@@ -1,21 +1,21 @@
 """Kill tests (issue 15 item 1, the quick version; bench/kill_campaign.py runs many more trials): a long
-job killed with SIGKILL at a seeded random moment, then run again with the same command, ends with the
-files of an uninterrupted run (identical bytes or identical tensors), and what the kill left behind is
-never a half-written file; Ctrl-C (SIGINT) gives one clean line and a state the same command resumes.
+job killed with SIGKILL at a seeded moment, then run again with the same command, ends with the files of
+an uninterrupted run (identical bytes or identical tensors), and what the kill left behind is never a
+half-written file; Ctrl-C (SIGINT) gives one clean line and a state the same command resumes.
 
-Jobs here: ``train`` (joint embedding), ``train-captioner``, ``train-scnlm`` (library runs with fake
-features) and ``extract --fne`` (the real CNN on 12 sample photos). The index build has its own kill
-test in test_index.py. One seeded moment per job here: each costs a fresh Python (seconds).
+The moment is a seeded step of the work (a training step after the first epoch's checkpoint, a batch of
+photos), where the job signals itself (``kill_helpers.run_self_signalled``): no clock, so the signal
+lands mid-work on a machine of any speed (issue 15 item 7). Jobs here: ``train`` (joint embedding),
+``train-captioner``, ``train-scnlm``, ``train-aligner`` (library runs with fake features) and ``extract
+--fne`` (the real CNN on 12 sample photos). The index build has its own kill test in test_index.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import random
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +23,12 @@ import pytest
 
 from corpus_helpers import fake_image_features, write_tiny_corpus
 from kill_helpers import (
-    once_exists,
+    BATCH,
+    calls_during,
     overlap_score,
-    run_and_signal,
+    run_self_signalled,
     scnlm_run,
+    seeded_step,
     tmp_files,
 )
 from train_helpers import assert_readable_after_kill, assert_same_run, tiny_train_config
@@ -38,10 +40,13 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SEED = 15  # the issue's number: the kill moments are drawn from random.Random(SEED + job)
 
 
-def kill_moment(job: int, uninterrupted_s: float, first_commit: Path):
-    """After the job's first commit (``first_commit`` exists), a seeded fraction of the uninterrupted
-    run's time more: mid-work, with something on disk to resume from."""
-    return once_exists(first_commit, random.Random(SEED + job).uniform(0.0, 0.4) * uninterrupted_s)
+def kill_after_first_epoch(job: int, script: str, args: list[str], steps: int, epochs: int, out: Path):
+    """Run ``script`` killing itself (SIGKILL) at a seeded training step after the first epoch's
+    checkpoint; the kill must have landed, with that checkpoint on disk."""
+    step = seeded_step(SEED + job, steps // epochs + 1, steps)
+    status, stderr = run_self_signalled(script, args, step)
+    assert status == -signal.SIGKILL, f"the job was not killed at step {step} of {steps}: {stderr[-500:]}"
+    assert (out / "checkpoint.pt").exists(), "the kill came before the first epoch's checkpoint"
 
 
 # -- train (joint embedding) ------------------------------------------------------------------------
@@ -57,14 +62,6 @@ config = TrainConfig.from_dict(json.loads(sys.argv[3]))
 print("ready", flush=True)
 train(corpus, config, sys.argv[2], resume=True, progress=False, feature_fn=fake_image_features, log=print)
 """
-
-
-def _skip_if_done_before_the_signal(status: int) -> None:
-    """On a fast, quiet machine a tiny job can finish its work between the moment it is seen running and
-    the moment Ctrl-C lands (it then exits 0 having done everything): nothing about Ctrl-C was tested, so
-    skip rather than pass; any other status is still checked by the caller."""
-    if status == 0:
-        pytest.skip("the job finished its work before Ctrl-C landed (a race this machine's speed lost)")
 
 
 def _train_config():
@@ -90,13 +87,9 @@ def test_train_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_
             log=lambda s: None,
         )
 
-    t0 = time.perf_counter()
-    run(tmp_path / "full")
+    steps = calls_during(lambda: run(tmp_path / "full"))
     args = [str(data), str(tmp_path / "killed"), json.dumps(dataclasses.asdict(config))]
-    alive, _, _ = run_and_signal(
-        TRAIN, args, kill_moment(1, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt")
-    )
-    assert alive, "the job finished before the kill"
+    kill_after_first_epoch(1, TRAIN, args, steps, config.epochs, tmp_path / "killed")
     assert_readable_after_kill(tmp_path / "killed", "joint-embedding")
     run(tmp_path / "killed")
     assert_same_run(tmp_path / "full", tmp_path / "killed", "model.safetensors", "joint-embedding")
@@ -134,13 +127,9 @@ def test_captioner_training_killed_at_a_random_moment_resumes_to_the_uninterrupt
             feature_fn=fake_image_features, score_fn=overlap_score, log=lambda s: None,
         )  # fmt: skip
 
-    t0 = time.perf_counter()
-    run(tmp_path / "full")
+    steps = calls_during(lambda: run(tmp_path / "full"))
     args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
-    alive, _, _ = run_and_signal(
-        CAPTIONER, args, kill_moment(2, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt")
-    )
-    assert alive, "the job finished before the kill"
+    kill_after_first_epoch(2, CAPTIONER, args, steps, config.epochs, tmp_path / "killed")
     assert_readable_after_kill(tmp_path / "killed", "captioner")
     run(tmp_path / "killed")
     assert_same_run(tmp_path / "full", tmp_path / "killed", "captioner.safetensors", "captioner")
@@ -158,17 +147,73 @@ scnlm_run(sys.argv[1])
 
 
 def test_scnlm_training_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_path):
-    t0 = time.perf_counter()
-    scnlm_run(tmp_path / "full")
-    alive, _, _ = run_and_signal(
-        SCNLM,
-        [str(tmp_path / "killed")],
-        kill_moment(3, time.perf_counter() - t0, tmp_path / "killed" / "checkpoint.pt"),
-    )
-    assert alive, "the job finished before the kill"
+    import test_scnlm
+
+    steps = calls_during(lambda: scnlm_run(tmp_path / "full"))
+    epochs = test_scnlm.RUN_CONFIG.epochs
+    kill_after_first_epoch(3, SCNLM, [str(tmp_path / "killed")], steps, epochs, tmp_path / "killed")
     assert_readable_after_kill(tmp_path / "killed", "scnlm")
     scnlm_run(tmp_path / "killed")
     assert_same_run(tmp_path / "full", tmp_path / "killed", "scnlm.safetensors", "scnlm")
+
+
+# -- train-aligner ----------------------------------------------------------------------------------
+
+ALIGNER = """
+import json, sys, torch
+torch.set_num_threads(1)
+from test_alignment_training import fake_regions
+from vsekit.alignment.trainer import AlignerConfig, train_aligner
+from vsekit.data import load_corpus
+corpus = load_corpus(sys.argv[1])
+config = AlignerConfig.from_dict(json.loads(sys.argv[3]))
+print("ready", flush=True)
+train_aligner(corpus, config, sys.argv[2], resume=True, progress=False, device="cpu",
+              region_fn=fake_regions, log=print)
+"""
+
+
+def aligner_corpus(root: Path) -> Path:
+    """test_alignment_training's eight scenes (fake region features) as a CSV corpus."""
+    from test_alignment_training import SCENES
+
+    (root / "Images").mkdir(parents=True)
+    lines = ["image,caption,split"]
+    for image_id, (a, b, split) in SCENES.items():
+        (root / "Images" / image_id).touch()
+        lines += [f"{image_id},a {a} next to a {b},{split}", f"{image_id},the {b} and the {a},{split}"]
+    (root / "captions.csv").write_text("\n".join(lines) + "\n")
+    return root / "captions.csv"
+
+
+def aligner_config():
+    from vsekit.alignment.trainer import AlignerConfig
+
+    # dropout: the torch RNG's state matters to the resumed run (it must come back from the checkpoint)
+    return AlignerConfig(
+        embed_dim=16, word_dim=8, glove=False, batch_size=4, epochs=4, lr=0.01, vocab_min_count=1,
+        patience=None, dropout=0.25,
+    )  # fmt: skip
+
+
+def aligner_run(data: Path, config, out: Path) -> dict:
+    from test_alignment_training import fake_regions
+    from vsekit.alignment.trainer import train_aligner
+
+    return train_aligner(
+        load_corpus(data), config, out, resume=True, progress=False, device="cpu",
+        region_fn=fake_regions, log=lambda s: None,
+    )  # fmt: skip
+
+
+def test_aligner_training_killed_at_a_seeded_step_resumes_to_the_uninterrupted_model(tmp_path):
+    data, config = aligner_corpus(tmp_path / "corpus"), aligner_config()
+    steps = calls_during(lambda: aligner_run(data, config, tmp_path / "full"))
+    args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
+    kill_after_first_epoch(5, ALIGNER, args, steps, config.epochs, tmp_path / "killed")
+    assert_readable_after_kill(tmp_path / "killed", "aligner")
+    aligner_run(data, config, tmp_path / "killed")
+    assert_same_run(tmp_path / "full", tmp_path / "killed", "aligner.safetensors", "aligner")
 
 
 # -- extract --fne ----------------------------------------------------------------------------------
@@ -212,15 +257,13 @@ def test_extract_fne_killed_at_a_random_moment_resumes_to_the_uninterrupted_cach
 
     data = photo_corpus(tmp_path / "corpus")
     corpus = load_corpus(data)
-    t0 = time.perf_counter()
-    full = extract_fne(corpus, cache_dir=tmp_path / "full", batch_size=2, progress=False, device="cpu")
-    elapsed = time.perf_counter() - t0
-    alive, _, _ = run_and_signal(
-        EXTRACT,
-        [str(data), str(tmp_path / "killed")],
-        kill_moment(4, elapsed, tmp_path / "killed" / "done.npy"),
-    )
-    assert alive, "the job finished before the kill"
+    kw = {"batch_size": 2, "progress": False, "device": "cpu"}
+    done = []
+    batches = calls_during(lambda: done.append(extract_fne(corpus, cache_dir=tmp_path / "full", **kw)), BATCH)
+    full = done[0]
+    batch = seeded_step(SEED + 4, 2, batches)  # after the first batch: rows to keep, rows to do
+    status, stderr = run_self_signalled(EXTRACT, [str(data), str(tmp_path / "killed")], batch, where=BATCH)
+    assert status == -signal.SIGKILL, f"not killed at batch {batch} of {batches}: {stderr[-500:]}"
     if (tmp_path / "killed" / "meta.json").exists():  # what the kill left opens or is refused by name
         FeatureStore.open(tmp_path / "killed")
     again = extract_fne(corpus, cache_dir=tmp_path / "killed", batch_size=2, progress=False, device="cpu")
@@ -261,12 +304,11 @@ def test_ctrl_c_during_train_prints_one_line_and_the_same_command_resumes(tmp_pa
     def args(out: Path) -> list[str]:
         return ["train", "--data", str(data), "--recipe", str(recipe), "--out", str(out), "--no-progress"]
 
-    full = CliRunner().invoke(app, args(tmp_path / "full"))
-    assert full.exit_code == 0, full.output
-    first_epoch = lambda: (tmp_path / "run" / "checkpoint.pt").exists()  # noqa: E731
-    alive, status, stderr = run_and_signal(TRAIN_CLI, args(tmp_path / "run"), first_epoch, signal.SIGINT)
-    assert alive, "the job finished before Ctrl-C"
-    _skip_if_done_before_the_signal(status)
+    results = []
+    steps = calls_during(lambda: results.append(CliRunner().invoke(app, args(tmp_path / "full"))))
+    assert results[0].exit_code == 0, results[0].output
+    step = seeded_step(SEED + 6, steps // _train_config().epochs + 1, steps)  # after the first checkpoint
+    status, stderr = run_self_signalled(TRAIN_CLI, args(tmp_path / "run"), step, signal.SIGINT)
     assert status == 130, stderr
     assert "Traceback" not in stderr and "interrupted: " in stderr and "--resume" in stderr, stderr
     resumed = CliRunner().invoke(app, [*args(tmp_path / "run"), "--resume"])
@@ -289,14 +331,17 @@ def test_ctrl_c_during_extract_prints_one_line_and_the_same_command_resumes(tmp_
     from vsekit.vision.features import extract_features
 
     # the whole sample: a few seconds of CNN, so Ctrl-C lands mid-work on a fast, quiet machine too
-    data = photo_corpus(tmp_path / "corpus", n=100)
+    data = photo_corpus(tmp_path / "corpus", n=12)
     corpus = load_corpus(data)
-    full = extract_features(corpus, cache_dir=tmp_path / "full", batch_size=2, progress=False, device="cpu")
+    kw = {"batch_size": 2, "progress": False, "device": "cpu"}
+    done = []
+    batches = calls_during(
+        lambda: done.append(extract_features(corpus, cache_dir=tmp_path / "full", **kw)), BATCH
+    )
+    full = done[0]
     args = ["extract", "--data", str(data), "--cache-dir", str(tmp_path / "run"), "--batch-size", "2"]
-    started = once_exists(tmp_path / "run" / "done.npy", 0.0)  # the cache exists, the CNN is running
-    alive, status, stderr = run_and_signal(CLI, [*args, "--device", "cpu"], started, signal.SIGINT)
-    assert alive, "the job finished before Ctrl-C"
-    _skip_if_done_before_the_signal(status)
+    batch = seeded_step(SEED + 7, 2, batches)
+    status, stderr = run_self_signalled(CLI, [*args, "--device", "cpu"], batch, signal.SIGINT, BATCH)
     assert status == 130, stderr
     assert "Traceback" not in stderr and "interrupted: " in stderr and "resume" in stderr, stderr
     again = extract_features(corpus, cache_dir=tmp_path / "run", batch_size=2, progress=False, device="cpu")

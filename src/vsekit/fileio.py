@@ -23,9 +23,14 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "content_fingerprint",
     "file_sha256",
+    "fingerprint_matches",
+    "new_memmap",
+    "preallocate",
     "read_named_json",
     "read_vsekit_safetensors",
+    "stamp_safetensors",
 ]
 
 
@@ -149,6 +154,69 @@ def _check_content(path: Path, what: str) -> None:
             f"{path}: damaged {what} file (its content checksum does not match: the file was changed "
             "or corrupted on disk; save or download it again)"
         )
+
+
+def _read_header_and_body_digest(path: Path) -> tuple[dict[str, Any], Any] | None:
+    """A safetensors file's JSON header and the sha256 object of its tensor bytes, or None if the file
+    is not safetensors (no plausible header)."""
+    import hashlib
+    import json
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if not 0 < n <= path.stat().st_size - 8:
+            return None
+        try:
+            header = json.loads(f.read(n))
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(header, dict) or not isinstance(header.get("__metadata__", {}), dict):
+            return None
+        body = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            body.update(block)
+    return header, body
+
+
+def content_fingerprint(path: str | os.PathLike[str]) -> str:
+    """What a model file holds, as a sha256: for a safetensors file its :data:`CONTENT_SHA256` (the header
+    without that field, canonical, then the tensor bytes), computed whether or not the file carries it, so
+    stamping a file (:func:`stamp_safetensors`) or rewriting its header in another key order does not
+    change it; for any other file, :func:`file_sha256`. Pins between files (a captioner's joint model, a
+    fusion's models) record this."""
+    path = Path(path)
+    found = _read_header_and_body_digest(path)
+    return file_sha256(path) if found is None else _content_digest(*found)
+
+
+def fingerprint_matches(path: str | os.PathLike[str], pinned: str) -> bool:
+    """Whether ``pinned`` is ``path``'s :func:`content_fingerprint` or (pins made before those existed)
+    its :func:`file_sha256`."""
+    return pinned in (content_fingerprint(path), file_sha256(path))
+
+
+def stamp_safetensors(path: str | os.PathLike[str], metadata: Mapping[str, str] | None = None) -> bool:
+    """Give a safetensors file written before content checksums its canonical header with
+    :data:`CONTENT_SHA256` (atomically; the tensor bytes are kept as they are), after replacing the
+    header fields in ``metadata``. Idempotent: returns False, writing nothing, when the file already is
+    in that form."""
+    import json
+
+    path = Path(path)
+    data = original = path.read_bytes()
+    if metadata:
+        n = int.from_bytes(data[:8], "little")
+        header = json.loads(data[8 : 8 + n])
+        header["__metadata__"] = {**header.get("__metadata__", {}), **metadata}
+        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        data = len(raw).to_bytes(8, "little") + raw + data[8 + n :]
+    stamped = _canonical_safetensors(data)
+    if stamped == original:
+        return False
+    with _atomic_file(path) as f:
+        f.write(stamped)
+        os.chmod(f.name, 0o644)
+    return True
 
 
 #: What each vsekit file format is called in error messages, so a user handed the wrong file learns what
@@ -308,6 +376,7 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
     tmp = _tmp_for(path)
     try:
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
+        preallocate(tmp)
         yield array
         array.flush()
         del array
@@ -323,3 +392,46 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
         if isinstance(exc, OSError):
             raise _write_error(path, exc) from exc
         raise
+
+
+def preallocate(path: str | os.PathLike[str], name: Path | None = None) -> None:
+    """Reserve the disk blocks of ``path`` up to its size (``posix_fallocate``).
+
+    A file made for a memory map is sparse: its blocks are allocated when the map is written, and on a
+    full disk that is a SIGBUS that kills the process, not an exception. Reserved first, a full disk is an
+    OSError (ENOSPC) here, or with ``name`` one VsekitError naming that file. Filesystems that cannot
+    reserve (EOPNOTSUPP) are left as they are.
+    """
+    import errno
+
+    try:
+        fd = os.open(path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+            return
+        if name is None:
+            raise
+        raise _write_error(Path(name), exc) from exc
+
+
+def new_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...], name: Path) -> Any:
+    """A new raw file at ``path`` memory-mapped for writing, its blocks reserved (:func:`preallocate`).
+
+    A full disk or a read-only folder is one VsekitError naming ``name`` (the file ``path`` is to become)
+    and ``path`` is removed.
+    """
+    import numpy as np
+
+    path = Path(path)
+    try:
+        array = np.memmap(path, dtype=dtype, mode="w+", shape=shape)
+        preallocate(path)
+        return array
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+        raise _write_error(Path(name), exc) from exc

@@ -30,7 +30,7 @@ from vsekit.alignment.trainer import evaluate_scores
 from vsekit.data.corpus import Corpus
 from vsekit.embedding.pipeline import ImageInput, VSEModel
 from vsekit.errors import VsekitError
-from vsekit.fileio import file_sha256
+from vsekit.fileio import fingerprint_matches
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 from vsekit.resources import PACKAGE_DIR, PRETRAINED
 
@@ -56,7 +56,8 @@ class FusionSpec:
     """The weight and the score statistics of a fusion, and the two models it combines.
 
     ``joint`` and ``aligner`` are shipped names (``vse``, ``aligner``) or paths relative to the spec file;
-    ``*_sha256`` (optional) pin the files the statistics were measured with; ``measured`` says how.
+    ``*_sha256`` (optional) pin the files the statistics were measured with (their
+    :func:`~vsekit.fileio.content_fingerprint`, or a file sha256 from before those); ``measured`` says how.
     """
 
     joint: str
@@ -157,7 +158,7 @@ class FusedModel:
             ("joint", joint.path, spec.joint_sha256),
             ("aligner", aligner.path, spec.aligner_sha256),
         ):
-            if pinned and model_path is not None and file_sha256(model_path) != pinned:
+            if pinned and model_path is not None and not fingerprint_matches(model_path, pinned):
                 raise VsekitError(
                     f"{path}: field '{what}_sha256' does not match {model_path}: the fusion's statistics "
                     "were measured with another file (rerun bench/bench_alignment.py --fuse --write-fusion)"

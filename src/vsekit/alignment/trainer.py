@@ -32,6 +32,7 @@ from vsekit.embedding.losses import hinge_ranking_loss
 from vsekit.errors import ConfigMismatchError, CorpusError
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 from vsekit.resources import ALIGNMENT_RECIPES_DIR
+from vsekit.rng import seed_all
 from vsekit.text.minilm_tokens import WORD_HEADS
 from vsekit.training import (
     Recipe,
@@ -279,7 +280,7 @@ def _describe(entry: dict, epochs: int) -> str:
 def _build(
     config: AlignerConfig, data: _Data, device: torch.device
 ) -> tuple[RegionAligner, torch.optim.Optimizer]:
-    torch.manual_seed(config.seed)
+    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed (exact resume)
     model = RegionAligner(
         data.vocab,
         config.region_spec().to_config(),

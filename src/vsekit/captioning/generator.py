@@ -29,11 +29,12 @@ from tqdm.auto import tqdm
 
 from vsekit.captioning.captioner import DECODINGS, load_captioner
 from vsekit.captioning.nearest import NearestNeighbourCaptioner
-from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, rerank_order
+from vsekit.captioning.rerank import RerankSettings, embedding_cosines, rerank_order
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ImageError, VsekitError
+from vsekit.fileio import fingerprint_matches
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
 from vsekit.vision.features import readable_image_ids
@@ -143,7 +144,7 @@ class CaptionGenerator:
     def _load_joint(self) -> None:
         self.joint = VSEModel.load(self._joint_name, device=self.device)
         if self.rerank is not None and self.rerank.joint_model_sha256:
-            if file_fingerprint(self.joint.path) != self.rerank.joint_model_sha256:
+            if not fingerprint_matches(self.joint.path, self.rerank.joint_model_sha256):
                 warnings.warn(
                     f"the captioner's rerank weights were tuned with another joint model than "
                     f"{self.joint.path}; captions may be reranked suboptimally",

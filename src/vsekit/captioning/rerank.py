@@ -21,7 +21,7 @@ import torch
 
 from vsekit.captioning.decode import Caption
 from vsekit.errors import VsekitError
-from vsekit.fileio import file_sha256 as file_fingerprint  # the joint model a reranker was tuned with
+from vsekit.fileio import content_fingerprint as file_fingerprint  # the joint model a reranker was tuned with
 
 __all__ = ["RerankSettings", "choose", "rerank_order", "embedding_cosines", "file_fingerprint", "tune_rerank"]
 

@@ -394,7 +394,7 @@ def fit_captioner(
     ckpt = check_run(config, out, resume)
     dev = resolve_device(device)
     score_fn = score_fn or default_score_fn
-    torch.manual_seed(config.seed)
+    seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
     state = _build_state(config, data, dev)
     if ckpt is not None:
         state.load_state_dict(ckpt)

@@ -7,8 +7,9 @@
 "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
 
 Safety: photos are addressed by row id only (never by a path from the request), uploads are bounded in
-bytes (413) and pixels and sniffed by content, queries are bounded in length, nothing from a request is
-unpickled, and the model and the captioner are each used by one request at a time (a lock).
+bytes (413), in time (a body that trickles in past ``body_timeout_s`` is a 408) and in pixels and are
+sniffed by content, queries are bounded in length, nothing from a request is unpickled, and the model
+and the captioner are each used by one request at a time (a lock).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
 from vsekit.errors import VsekitError
+from vsekit.serve.timeouts import BodyDeadline
 from vsekit.serve.uploads import UploadError, decode_upload
 
 __all__ = ["ServeSettings", "create_app", "run"]
@@ -42,13 +44,15 @@ MAX_WORDS = 8
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Limits: upload bytes (20 MB), decoded pixels (40 megapixels), results per request, thumbnail side."""
+    """Limits: upload bytes (20 MB), decoded pixels (40 megapixels), results per request, thumbnail side,
+    seconds a request body may take to arrive (60: 20 MB at 2.7 Mbit/s; a slower body is a 408)."""
 
     max_upload_bytes: int = 20 * 1024 * 1024
     max_pixels: int = 40_000_000
     max_k: int = 100
     thumb_side: int = 256
     captions: int = 3
+    body_timeout_s: float = 60.0
 
 
 class _Captioner:
@@ -132,6 +136,7 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
     app = FastAPI(title="vsekit photo search", description="Search photos by text, photo or arithmetic.")
     app.state.settings = settings
     _install_errors(app)
+    app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)  # outermost: bounds every body read
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:

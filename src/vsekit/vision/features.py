@@ -60,7 +60,7 @@ from vsekit.data.corpus import Corpus
 from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
-from vsekit.fileio import atomic_save_npy, atomic_write_bytes
+from vsekit.fileio import atomic_save_npy, atomic_write_bytes, new_memmap, preallocate
 from vsekit.resources import default_cache_root
 from vsekit.vision.backbones import (
     BACKBONES,
@@ -75,6 +75,7 @@ from vsekit.vision.spec import FEATURE_KINDS, FeatureSpec
 
 __all__ = [
     "FEATURE_KINDS",
+    "DamagedMatrixError",
     "LAYER_SETS",
     "FeatureConfig",
     "FeatureSpec",
@@ -189,8 +190,31 @@ def _file_identity(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns]
 
 
+class DamagedMatrixError(VsekitError):
+    """A feature matrix whose bytes no longer match the checksum its extraction recorded."""
+
+
+#: Matrices verified in this process: (file, size, mtime_ns, checksum); each is hashed at most once.
+_VERIFIED: set[tuple[str, int, int, str]] = set()
+
+
+def _matrix_digest(raw_path: Path, done: np.ndarray) -> str:
+    """sha256 of the raw matrix file's bytes, then of the done mask."""
+    digest = hashlib.sha256()
+    with open(raw_path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    digest.update(np.ascontiguousarray(done, dtype=np.bool_).tobytes())
+    return digest.hexdigest()
+
+
 class FeatureStore:
-    """One cache directory: a feature matrix for a set of image files under one configuration."""
+    """One cache directory: a feature matrix for a set of image files under one configuration.
+
+    A finished extraction records a sha256 of the matrix (and done mask) of its generation in
+    ``meta.json``; :meth:`open` checks it once per process per file version, so bits flipped on disk
+    under an intact header are a :class:`DamagedMatrixError` naming the file, never features.
+    """
 
     def __init__(self, path: Path, meta: dict) -> None:
         self.path = Path(path)
@@ -202,8 +226,9 @@ class FeatureStore:
 
     # ----------------------------------------------------------------- opening
     @classmethod
-    def open(cls, path: str | Path, expect: FeatureConfig | None = None) -> FeatureStore:
-        """Open an existing cache; refuse it if it was made with a configuration other than ``expect``."""
+    def open(cls, path: str | Path, expect: FeatureConfig | None = None, verify: bool = True) -> FeatureStore:
+        """Open an existing cache; refuse it if it was made with a configuration other than ``expect``,
+        or (``verify``) if its matrix fails its checksum (:meth:`verify`)."""
         path = Path(path)
         meta_path = path / "meta.json"
         if not meta_path.is_file():
@@ -221,6 +246,8 @@ class FeatureStore:
                 f"delete {path} and extract again"
             ) from exc
         store._check_files()
+        if verify:
+            store.verify()
         if expect is not None and store.config != expect:
             raise ConfigMismatchError(
                 f"{path}: this feature cache was made with {store.config.describe()}; "
@@ -284,6 +311,30 @@ class FeatureStore:
                 f"{raw_path}: damaged feature-cache file ({size} bytes, expected "
                 f"{len(self.image_ids) * self.dim * 2} for {len(self.image_ids)} x {self.dim} float16); {fix}"
             )
+
+    def verify(self) -> None:
+        """Check the matrix against the checksum of the generation's last finished extraction (if any),
+        at most once per process per file version; a mismatch is a :class:`DamagedMatrixError`."""
+        recorded = self.meta.get("checksum")
+        if not isinstance(recorded, dict) or recorded.get("generation") != self.generation:
+            return  # an extraction still running, or a cache from before checksums
+        raw_path = self._raw_path()
+        st = raw_path.stat()
+        key = (str(raw_path.resolve()), st.st_size, st.st_mtime_ns, str(recorded.get("sha256")))
+        if key in _VERIFIED:
+            return
+        if _matrix_digest(raw_path, self.done_mask()) != recorded.get("sha256"):
+            raise DamagedMatrixError(
+                f"{raw_path}: damaged feature matrix (its bytes no longer match the checksum in meta.json); "
+                "`vsekit extract` with the same arguments extracts it again"
+            )
+        _VERIFIED.add(key)
+
+    def forget_rows(self) -> None:
+        """Mark every row unfinished (a damaged matrix): the next extraction recomputes them all."""
+        self.meta.pop("checksum", None)
+        atomic_save_npy(self._done_path(), np.zeros(len(self.image_ids), dtype=bool))
+        self._write_meta()
 
     def _raw_fits(self) -> bool:
         raw_path = self._raw_path()
@@ -497,7 +548,12 @@ def _reconcile(
     """``(existing store or None, its rows whose file is unchanged, whether it already fits the request)``."""
     if not (path / "meta.json").is_file():
         return None, {}, False
-    old = FeatureStore.open(path, expect=config)
+    old = FeatureStore.open(path, expect=config, verify=False)
+    try:
+        old.verify()
+    except DamagedMatrixError as exc:  # one line, then this generation's rows are extracted again
+        warnings.warn(f"{exc}: extracting its {len(old.image_ids)} rows again", stacklevel=4)
+        old.forget_rows()
     kept: dict[str, tuple[str, list[int]]] = {}
     for image_id, file_path in old.meta.get("paths", {}).items():
         if Path(file_path).is_file() and _file_identity(Path(file_path)) == old.meta["identities"][image_id]:
@@ -545,7 +601,7 @@ def _prepare_store(
     store = FeatureStore(path, meta)
     done = np.zeros(len(all_ids), dtype=bool)
     tmp_raw = store._raw_path().with_name(store._raw_path().name + ".new")
-    new_raw = np.memmap(tmp_raw, dtype=np.float16, mode="w+", shape=(len(all_ids), dim))
+    new_raw = new_memmap(tmp_raw, np.float16, (len(all_ids), dim), name=store._raw_path())
     old_done = old.done_mask() if old is not None else np.zeros(0, dtype=bool)
     if old_done.any():  # carry over finished rows whose file is unchanged
         old_raw = old._raw()
@@ -631,15 +687,23 @@ def _fill_store(
     failed = store.meta.setdefault("failed", {})
     for image_id, _ in todo:
         failed.pop(image_id, None)
-    if todo:  # codes fitted before these rows existed would be stale
+    if todo:  # codes fitted before these rows existed would be stale, and so would the checksum
         for stale in ("fne.safetensors", "fne_codes.npy"):
             (store.path / stale).unlink(missing_ok=True)
+        if store.meta.pop("checksum", None) is not None:
+            store._write_meta()  # before any row changes
+    preallocate(store._raw_path(), name=store._raw_path())  # a cache from before reserving may be sparse
     raw = store._raw(mode="r+")
     last_commit = time.monotonic()
 
-    def commit() -> None:
+    def commit(finished: bool = False) -> None:
         raw.flush()
         atomic_save_npy(store._done_path(), done)
+        if finished:  # the matrix as this extraction leaves it: checked when the cache is opened
+            digest = _matrix_digest(store._raw_path(), done)
+            store.meta["checksum"] = {"generation": store.generation, "sha256": digest}
+            st = store._raw_path().stat()  # just hashed: its open() need not hash it again
+            _VERIFIED.add((str(store._raw_path().resolve()), st.st_size, st.st_mtime_ns, digest))
         store._write_meta()
 
     bar = tqdm(
@@ -649,6 +713,7 @@ def _fill_store(
         unit="img",
         disable=not progress,
     )
+    finished = False
     try:
         for batch, ok_ids, rows, bad in cnn.batches(todo, batch_size):
             if rows is not None:
@@ -666,8 +731,9 @@ def _fill_store(
             if time.monotonic() - last_commit > _COMMIT_EVERY_S:
                 commit()
                 last_commit = time.monotonic()
+        finished = True
     finally:
-        commit()
+        commit(finished)
         bar.close()
 
 
