@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -93,7 +92,12 @@ def _checked(engine: str) -> str:
 
 def onnxruntime_available() -> bool:
     """ONNX Runtime and the exporter's ``onnx`` package are both importable."""
-    return all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "onnx"))
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def resolve_engine(engine: str | None, device: torch.device) -> str:

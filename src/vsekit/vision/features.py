@@ -567,6 +567,7 @@ def _prepare_store(
         "tap_dims": dims.get("tap_dims"),
         "failed": {},
         "generation": old.generation + 1 if old is not None else 0,
+        "engines": list(old.meta.get("engines", [])) if old is not None else [],  # rows carried over
     }
     store = FeatureStore(path, meta)
     done = np.zeros(len(all_ids), dtype=bool)
