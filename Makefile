@@ -33,7 +33,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-# the benchmarks' extras (ONNX Runtime and the exporter, the peers we compare with) only for `make bench`
+# the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
