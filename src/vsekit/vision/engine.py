@@ -188,6 +188,8 @@ def _export(spec: FeatureSpec, model: nn.Module, path: Path) -> bytes:
     module = _Exported(model, spec.layers == "full", spec.preprocessing).eval()
     crop = spec.preprocessing.crop
     example = torch.zeros(2, crop, crop, 3, dtype=torch.uint8)
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a killed export (we hold the lock)
+        stale.unlink(missing_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice

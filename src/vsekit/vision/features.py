@@ -2,9 +2,12 @@
 
 :func:`compute_features` turns images (an :class:`~vsekit.data.images.ImageCollection`, a corpus, an
 id -> path mapping, or a list of files or PIL images) into the features a :class:`FeatureSpec` describes.
-Cached or not, every image goes through the same CNN step: the BN-folded, channels-last network of
-:func:`~vsekit.vision.backbones.prepare_for_inference`, the same batching, and float16 rounding of the
-activations (the cache's storage type), so a photo gets identical numbers whichever route it takes.
+Cached or not, every image goes through the same CNN step: uint8 crops decoded by threads ahead of the
+network, then the engine (:mod:`vsekit.vision.engine`: ONNX Runtime running the graph exported from our
+network, or the BN-folded, channels-last PyTorch network of
+:func:`~vsekit.vision.backbones.prepare_for_inference`), the same batching, and float16 rounding of the
+activations (the cache's storage type), so a photo gets identical numbers whichever route it takes with one
+engine, and numbers equal up to one float16 step across engines.
 :func:`features_for_model` does the same from a saved model's ``config["image"]`` and checks the width.
 
 Two kinds of features come out of one CNN pass:
