@@ -198,7 +198,8 @@ def print_table(rows: list[dict], sweep_rows: list[dict], full: list[dict]) -> N
         )
     print("CPU ms per image (this process, all threads; robust to other jobs' load):")
     print(
-        f"{'backbone':<19}{'features':<10}{'decode':>7}{'resize':>7}{'norm':>6}{'net torch':>10}{'net ORT':>8}"
+        f"{'backbone':<19}{'features':<10}{'decode':>7}{'resize':>7}{'norm':>6}{'net torch':>10}"
+        f"{'net ORT':>8}"
         f"{'write':>7}{'| e2e default':>14}{'e2e torch':>10}{'2-core bound img/s':>20}"
     )
     for r in rows:
