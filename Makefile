@@ -37,7 +37,7 @@ lint: $(STAMP)
 stamp: $(STAMP)
 	$(PY) bench/stamp_pretrained.py
 
-# the benchmarks' extras (ONNX Runtime and the exporter, the peers we compare with) only for `make bench`
+# the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
 $(BENCH_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
 	touch $(BENCH_STAMP)

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -218,3 +219,17 @@ def scores_table(title: str, scores: dict[str, Any]) -> Table:
         table.add_column(label, justify="right")
     table.add_row(*("-" if scores.get(n) is None else f"{scores[n]:.1f}" for n in names))
     return table
+
+
+CNN_ENGINE_HELP = (
+    "Engine running the CNN for image features: auto (ONNX Runtime when installed, else PyTorch), "
+    "onnxruntime or torch (default: $VSEKIT_ENGINE, else auto)."
+)
+
+
+def set_cnn_engine(engine: str | None) -> None:
+    """The engine every feature extraction of this command uses: ``--engine``, else ``$VSEKIT_ENGINE``,
+    else auto (set on every command, so one command's choice does not outlive it in a shared process)."""
+    from vsekit.vision.engine import set_default_engine
+
+    set_default_engine(engine or os.environ.get("VSEKIT_ENGINE") or "auto")

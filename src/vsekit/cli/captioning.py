@@ -8,6 +8,7 @@ import typer
 
 from vsekit.cli._common import (
     CACHE_ROOT_HELP,
+    CNN_ENGINE_HELP,
     DEVICE_HELP,
     JSON_HELP_SUFFIX,
     SPLIT_HELP,
@@ -16,6 +17,7 @@ from vsekit.cli._common import (
     expand_image_paths,
     say,
     scores_table,
+    set_cnn_engine,
     user_errors,
     with_overrides,
     write_json,
@@ -38,6 +40,7 @@ def train_captioner(
     seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
     num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train a caption generator; the best epoch by dev CIDEr-D goes to OUT/captioner.safetensors.
@@ -51,6 +54,7 @@ def train_captioner(
     from vsekit.data import load_corpus
 
     with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
+        set_cnn_engine(engine)
         config = load_caption_recipe(recipe)
         config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)
@@ -117,6 +121,7 @@ def caption(
     ),
     out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(
         False,
@@ -133,6 +138,7 @@ def caption(
     from vsekit.data import load_corpus
 
     with user_errors():
+        set_cnn_engine(engine)
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
         image = [*(paths or []), *(image or [])]
@@ -218,6 +224,7 @@ def train_scnlm(
     seed: int | None = typer.Option(None, "--seed", help="Override the recipe's seed."),
     num_threads: int | None = typer.Option(None, "--num-threads", min=1, help="CPU threads for torch."),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
     """Train the structure-content neural language model (Kiros et al. 2014, sec. 2.4) on a corpus.
@@ -232,6 +239,7 @@ def train_scnlm(
     from vsekit.embedding.pipeline import VSEModel
 
     with user_errors("finished epochs are in the checkpoint; rerun with --resume"):
+        set_cnn_engine(engine)
         config = load_scnlm_recipe(recipe)
         config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from vsekit.cli._common import (
     CACHE_ROOT_HELP,
+    CNN_ENGINE_HELP,
     DEVICE_HELP,
     JSON_HELP_SUFFIX,
     RANK_MODEL_HELP,
@@ -21,6 +22,7 @@ from vsekit.cli._common import (
     read_caption_lines,
     rounded,
     say,
+    set_cnn_engine,
     user_errors,
     with_overrides,
     write_json,
@@ -49,6 +51,7 @@ def train(
         None, "--num-threads", min=1, help="CPU threads for torch (1 is often fastest on a shared CPU)."
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
@@ -66,6 +69,7 @@ def train(
         console.quiet = True
 
     with user_errors("finished epochs are saved in the checkpoint; run the same command with --resume"):
+        set_cnn_engine(engine)
         config = with_overrides(
             load_recipe(recipe), recipe, epochs=epochs, seed=seed, num_threads=num_threads
         )
@@ -115,6 +119,7 @@ def evaluate(
         None, "--json", help="Write the metrics to this JSON file" + JSON_HELP_SUFFIX + "."
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
@@ -127,6 +132,7 @@ def evaluate(
     from vsekit.resources import resolve_model_path
 
     with user_errors():
+        set_cnn_engine(engine)
         corpus = load_corpus(data)
         split = split or corpus.default_split()
         if is_aligner_file(model):  # an aligner ranks by S_kl; same JSON keys
@@ -179,6 +185,7 @@ def rank(
         None, "--json", help="Also write the results to this JSON file" + JSON_HELP_SUFFIX + "."
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     skip_bad_images: bool = typer.Option(False, "--skip-bad-images", help=SKIP_BAD_HELP),
 ) -> None:
@@ -189,6 +196,7 @@ def rank(
     from vsekit.data import load_corpus
 
     with user_errors():
+        set_cnn_engine(engine)
         if (image is None) == (sentence is None):
             raise VsekitError("give exactly one query: --image IMG or --sentence TEXT")
         if image is not None and (captions is None) == (data is None):

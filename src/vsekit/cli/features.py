@@ -7,7 +7,15 @@ from pathlib import Path
 
 import typer
 
-from vsekit.cli._common import CACHE_ROOT_HELP, DEVICE_HELP, console, err_console, user_errors
+from vsekit.cli._common import (
+    CACHE_ROOT_HELP,
+    CNN_ENGINE_HELP,
+    DEVICE_HELP,
+    console,
+    err_console,
+    set_cnn_engine,
+    user_errors,
+)
 
 
 def extract(
@@ -27,6 +35,7 @@ def extract(
         None, help="Backbone weights file (default: the installed weight package)."
     ),
     device: str = typer.Option("auto", help=DEVICE_HELP),
+    engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     batch_size: int = typer.Option(32, min=1, help="Images per CNN batch."),
     skip_bad_images: bool = typer.Option(
         False, help="Report unreadable images and go on instead of stopping."
@@ -40,6 +49,7 @@ def extract(
     from vsekit.vision.features import extract_features, extract_fne
 
     with user_errors("finished images are saved; run the same command again to resume"):
+        set_cnn_engine(engine)
         corpus = load_corpus(data)
         console.print(f"{corpus!r}")
         start = time.perf_counter()
@@ -57,9 +67,10 @@ def extract(
             store = extract_features(corpus, backbone, "one-layer", **common)
         elapsed = time.perf_counter() - start
     n_done = int(store.done_mask().sum())
+    engines = ", filled by " + "+".join(store.meta["engines"]) if store.meta.get("engines") else ""
     console.print(
         f"{n_done}/{len(store.image_ids)} images, {'FNE' if fne else 'one-layer'} dim {store.dim}, "
-        f"{store.config.backbone}, {elapsed:.1f} s -> {store.path}"
+        f"{store.config.backbone}{engines}, {elapsed:.1f} s -> {store.path}"
     )
     if store.failed:
         err_console.print(f"[yellow]{len(store.failed)} image(s) could not be read:[/]")

@@ -10,7 +10,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from vsekit.cli._common import DEVICE_HELP, console, err_console, user_errors, write_jsonl
+from vsekit.cli._common import (
+    CNN_ENGINE_HELP,
+    DEVICE_HELP,
+    console,
+    err_console,
+    set_cnn_engine,
+    user_errors,
+    write_jsonl,
+)
 from vsekit.errors import VsekitError
 from vsekit.retrieval.index import BuildReport, Index, SearchHit
 from vsekit.retrieval.search import ENGINES
@@ -43,9 +51,11 @@ def build(
     dtype: str = typer.Option(None, "--dtype", help="Stored vectors: float32 (default) or float16."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
+    cnn_engine: str | None = typer.Option(None, "--cnn-engine", help=CNN_ENGINE_HELP),
 ) -> None:
     """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed)."""
     with user_errors(interrupted="re-run the same command to resume"):
+        set_cnn_engine(cnn_engine)
         index = Index.build(photos, out, model, dtype=dtype, engine=engine, device=device)
         _print_report(index, index.report)
 

@@ -2,9 +2,12 @@
 
 :func:`compute_features` turns images (an :class:`~vsekit.data.images.ImageCollection`, a corpus, an
 id -> path mapping, or a list of files or PIL images) into the features a :class:`FeatureSpec` describes.
-Cached or not, every image goes through the same CNN step: the BN-folded, channels-last network of
-:func:`~vsekit.vision.backbones.prepare_for_inference`, the same batching, and float16 rounding of the
-activations (the cache's storage type), so a photo gets identical numbers whichever route it takes.
+Cached or not, every image goes through the same CNN step: uint8 crops decoded by threads ahead of the
+network, then the engine (:mod:`vsekit.vision.engine`: ONNX Runtime running the graph exported from our
+network, or the BN-folded, channels-last PyTorch network of
+:func:`~vsekit.vision.backbones.prepare_for_inference`), the same batching, and float16 rounding of the
+activations (the cache's storage type), so a photo gets identical numbers whichever route it takes with one
+engine, and numbers equal up to one float16 step across engines.
 :func:`features_for_model` does the same from a saved model's ``config["image"]`` and checks the width.
 
 Two kinds of features come out of one CNN pass:
@@ -41,10 +44,12 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -69,6 +74,7 @@ from vsekit.vision.backbones import (
     resolve_weights,
     weights_fingerprint,
 )
+from vsekit.vision.engine import OnnxCNN, OnnxMismatchError, default_engine, resolve_engine
 from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
 from vsekit.vision.preprocess import Preprocessing, load_image
 from vsekit.vision.spec import FEATURE_KINDS, FeatureSpec
@@ -101,6 +107,9 @@ Images = ImageCollection | Corpus | Mapping[str, Any] | Sequence[Any]
 LAYER_SETS = ("one-layer", "full")
 FORMAT_VERSION = 1
 _COMMIT_EVERY_S = 5.0
+#: Threads decoding and resizing photos ahead of the CNN (measured in bench/bench_extract.py).
+_DECODE_WORKERS = 2
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -425,29 +434,45 @@ class FeatureStore:
 
 # -------------------------------------------------------------------- the CNN step
 class _CNN:
-    """The one CNN step of both routes: the BN-folded channels-last backbone, float16 activations out."""
+    """The one CNN step of both routes, float16 activations out: the exported graph in ONNX Runtime, or
+    the BN-folded channels-last PyTorch backbone (see :mod:`vsekit.vision.engine` for the choice)."""
 
-    def __init__(self, spec: FeatureSpec, device: str | torch.device) -> None:
+    def __init__(self, spec: FeatureSpec, device: str | torch.device, engine: str | None = None) -> None:
         self.spec = spec
         self.device = resolve_device(device)
-        self.model = prepare_for_inference(load_backbone(spec.backbone, spec.weights, device=self.device))
         self.full = spec.layers == "full"
         self.preprocessing: Preprocessing = spec.preprocessing
-        self.dims: dict[str, Any] = {
-            "dim": sum(self.model.tap_dims()) if self.full else self.model.pooled_dim
-        }
+        requested = engine if engine is not None else default_engine()
+        self.engine = resolve_engine(requested, self.device)
+        self.onnx: OnnxCNN | None = None
+        if self.engine == "onnxruntime":
+            try:
+                self.onnx = OnnxCNN(spec, self.device)
+            except OnnxMismatchError as exc:
+                if requested == "onnxruntime":
+                    raise
+                log.warning("%s; extracting with PyTorch instead", exc)
+                self.engine = "torch"
+        model = load_backbone(spec.backbone, spec.weights, device=self.device)
+        self.dims: dict[str, Any] = {"dim": sum(model.tap_dims()) if self.full else model.pooled_dim}
         if self.full:
-            self.dims.update(tap_names=self.model.tap_names(), tap_dims=self.model.tap_dims())
+            self.dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
+        self.model = prepare_for_inference(model) if self.onnx is None else None
 
     @property
     def dim(self) -> int:
         return int(self.dims["dim"])
 
-    def __call__(self, pixels: torch.Tensor) -> np.ndarray:
-        """Pooled activations (one-layer) or all taps concatenated (full), float16 [n, dim]."""
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        """Pooled activations (one-layer) or all taps concatenated (full) of uint8 crops [n, h, w, 3],
+        float16 [n, dim]."""
+        if self.onnx is not None:
+            return self.onnx(pixels).astype(np.float16)
+        # NHWC floats seen as NCHW: already the channels-last layout the network runs in, no copy.
+        x = torch.from_numpy(self.preprocessing.normalise(pixels)).permute(0, 3, 1, 2)
         with torch.inference_mode():
             pooled, taps = self.model.forward_features(
-                pixels.to(self.device, memory_format=torch.channels_last), taps=self.full
+                x.to(self.device, memory_format=torch.channels_last), taps=self.full
             )
             out = torch.cat(taps, dim=1) if self.full else pooled
             return out.float().cpu().numpy().astype(np.float16)
@@ -471,16 +496,19 @@ def _decode(source: Any) -> Image.Image:
 
 def _load_batch(
     paths: list[tuple[str, Any]], preprocessing: Preprocessing
-) -> tuple[list[str], torch.Tensor | None, dict[str, str]]:
-    """Decode and preprocess ``(id, file or PIL image)`` pairs: ``(ok ids, pixels, {id: error})``."""
-    ok_ids, tensors, failed = [], [], {}
+) -> tuple[list[str], np.ndarray | None, dict[str, str]]:
+    """Decode, resize and crop ``(id, file or PIL image)`` pairs: ``(ok ids, uint8 crops [n, h, w, 3],
+    {id: error})``. Normalisation happens per batch in the engine."""
+    crop = preprocessing.crop
+    pixels = np.empty((len(paths), crop, crop, 3), dtype=np.uint8)
+    ok_ids, failed = [], {}
     for image_id, source in paths:
         try:
-            tensors.append(preprocessing(_decode(source)))
+            pixels[len(ok_ids)] = preprocessing.crop_uint8(_decode(source))
             ok_ids.append(image_id)
         except ImageError as exc:
             failed[image_id] = str(exc)
-    return ok_ids, (torch.stack(tensors) if tensors else None), failed
+    return ok_ids, (pixels[: len(ok_ids)] if ok_ids else None), failed
 
 
 def _batches(items: list, size: int) -> Iterator[list]:
@@ -493,17 +521,18 @@ def _run_cnn(
 ) -> Iterator[tuple[list, list[str], np.ndarray | None, dict[str, str]]]:
     """``(batch, ok ids, float16 rows of the ok ids, {id: error})`` per batch of ``items``.
 
-    A worker thread decodes the next batch while the CNN runs on this one.
+    ``_DECODE_WORKERS`` threads decode the next batches while the CNN runs on this one (Pillow releases
+    the GIL while it decodes and resizes); at most ``_DECODE_WORKERS + 1`` batches are in memory.
     """
     batches = list(_batches(items, batch_size))
     if not batches:
         return
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(_load_batch, batches[0], cnn.preprocessing)
+    with ThreadPoolExecutor(max_workers=_DECODE_WORKERS) as pool:
+        pending = deque(pool.submit(_load_batch, b, cnn.preprocessing) for b in batches[:_DECODE_WORKERS])
         for k, batch in enumerate(batches):
-            ok_ids, pixels, bad = pending.result()
-            if k + 1 < len(batches):
-                pending = pool.submit(_load_batch, batches[k + 1], cnn.preprocessing)
+            ok_ids, pixels, bad = pending.popleft().result()
+            if k + _DECODE_WORKERS < len(batches):
+                pending.append(pool.submit(_load_batch, batches[k + _DECODE_WORKERS], cnn.preprocessing))
             yield batch, ok_ids, (cnn(pixels) if pixels is not None else None), bad
 
 
@@ -597,6 +626,7 @@ def _prepare_store(
         "tap_dims": dims.get("tap_dims"),
         "failed": {},
         "generation": old.generation + 1 if old is not None else 0,
+        "engines": list(old.meta.get("engines", [])) if old is not None else [],  # rows carried over
     }
     store = FeatureStore(path, meta)
     done = np.zeros(len(all_ids), dtype=bool)
@@ -641,6 +671,7 @@ def _cached_store(
     progress: bool = True,
     config: FeatureConfig | None = None,
     make_extractor: Any = None,
+    engine: str | None = None,
 ) -> FeatureStore:
     """The cache of ``collection`` under ``spec``, filled for every image of it (the CNN runs only when
     some image has no finished row).
@@ -662,7 +693,7 @@ def _cached_store(
         old, _, fits = reconciled
         if fits and old.done_mask()[[old._row[i] for i in ids]].all():
             return old  # everything cached: no CNN
-        cnn = make_extractor(device) if make_extractor is not None else _CNN(spec, device)
+        cnn = make_extractor(device) if make_extractor is not None else _CNN(spec, device, engine)
         store = _prepare_store(path, config, requested, cnn.dims, reconciled)
         _fill_store(store, collection, ids, cnn, batch_size, skip_bad_images, progress)
         return FeatureStore.open(store.path, expect=config)
@@ -685,6 +716,9 @@ def _fill_store(
     done = store.done_mask()
     todo = [(image_id, collection.images[image_id]) for image_id in ids if not done[store._row[image_id]]]
     failed = store.meta.setdefault("failed", {})
+    if todo:  # which engines filled rows (they agree within the stored float16; see vision/engine.py)
+        engines = set(store.meta.get("engines", [])) | {getattr(cnn, "engine", "torch")}
+        store.meta["engines"] = sorted(engines)
     for image_id, _ in todo:
         failed.pop(image_id, None)
     if todo:  # codes fitted before these rows existed would be stale, and so would the checksum
@@ -749,13 +783,16 @@ def extract_features(
     batch_size: int = 32,
     skip_bad_images: bool = False,
     progress: bool = True,
+    engine: str | None = None,
 ) -> FeatureStore:
     """Compute (or resume computing) features for every image of ``corpus`` and return the store.
 
     ``corpus`` may be a captioned corpus or any image collection (a plain folder of photos). A corrupt or
     unreadable image stops the run with its name (finished rows are committed first, so a re-run resumes)
     unless ``skip_bad_images``, which records it under ``failed`` and goes on: its row stays unfinished,
-    never zero-filled, and asking for its features later is an error naming it.
+    never zero-filled, and asking for its features later is an error naming it. ``engine``: ``auto``,
+    ``onnxruntime`` or ``torch`` (None: :func:`~vsekit.vision.engine.default_engine`); the cache is
+    shared by the engines, which agree within the float16 it stores (:mod:`vsekit.vision.engine`).
     """
     spec = _spec_for_layers(backbone, layers, weights)
     collection = _as_collection(corpus)
@@ -772,6 +809,7 @@ def extract_features(
         batch_size=batch_size,
         skip_bad_images=skip_bad_images,
         progress=progress,
+        engine=engine,
     )
 
 
@@ -818,6 +856,7 @@ def compute_features(
     batch_size: int = 32,
     skip_bad_images: bool = False,
     progress: bool = True,
+    engine: str | None = None,
 ) -> np.ndarray:
     """Features of ``images`` as ``spec`` describes them, one row per image, in order.
 
@@ -832,7 +871,7 @@ def compute_features(
     collection rooted at their common folder); False never reads or writes the cache. Either way the
     numbers are identical. ``skip_bad_images`` applies to the cache (an unreadable image is recorded and
     left unfinished, so asking for its row is an error naming it); uncached, an unreadable image is an
-    :class:`~vsekit.errors.ImageError` naming it.
+    :class:`~vsekit.errors.ImageError` naming it. ``engine`` as in :func:`extract_features`.
     """
     if spec.needs_fne and fne is None:
         raise VsekitError(
@@ -874,6 +913,7 @@ def compute_features(
                 batch_size=batch_size,
                 skip_bad_images=skip_bad_images,
                 progress=progress,
+                engine=engine,
             )
             if fne is None:
                 return store.raw(ids)
@@ -883,7 +923,7 @@ def compute_features(
         if collection is not None
         else [(str(k), item) for k, item in enumerate(items)]
     )
-    raw = _uncached_raw(sources, spec, device, batch_size, progress)
+    raw = _uncached_raw(sources, spec, device, batch_size, progress, engine)
     if fne is None:
         return raw.astype(np.float32)
     return _fne_codes(fne, len(raw), raw.shape[1], lambda a, b: raw[a:b].astype(np.float32), spec.backbone)
@@ -894,7 +934,7 @@ _SHARED_CNNS_LOCK = threading.Lock()
 _SHARED_CNNS_MAX = 2
 
 
-def _shared_cnn(spec: FeatureSpec, device: str | torch.device) -> _CNN:
+def _shared_cnn(spec: FeatureSpec, device: str | torch.device, engine: str | None = None) -> _CNN:
     """The uncached route's CNN for ``spec`` on ``device``, built once and reused.
 
     Building it (read the weights, fold BatchNorm) costs far more than a few photos' forward pass, and
@@ -907,11 +947,12 @@ def _shared_cnn(spec: FeatureSpec, device: str | torch.device) -> _CNN:
     if spec.weights is not None and os.path.isfile(spec.weights):
         stat = os.stat(spec.weights)
         stamp = (stat.st_size, stat.st_mtime_ns)
-    key = (spec, str(device), stamp)
+    engine = engine if engine is not None else default_engine()
+    key = (spec, str(device), stamp, engine)
     with _SHARED_CNNS_LOCK:
         cnn = _SHARED_CNNS.pop(key, None)
         if cnn is None:
-            cnn = _CNN(spec, device)
+            cnn = _CNN(spec, device, engine)
         _SHARED_CNNS[key] = cnn  # most recently used last
         while len(_SHARED_CNNS) > _SHARED_CNNS_MAX:
             del _SHARED_CNNS[next(iter(_SHARED_CNNS))]
@@ -924,9 +965,10 @@ def _uncached_raw(
     device: str | torch.device,
     batch_size: int,
     progress: bool,
+    engine: str | None = None,
 ) -> np.ndarray:
     """float16 activations [n, dim] of ``(position, file or PIL image)`` pairs, nothing read or written."""
-    cnn = _shared_cnn(spec, device)
+    cnn = _shared_cnn(spec, device, engine)
     out = np.empty((len(sources), cnn.dim), dtype=np.float16)
     bar = tqdm(
         total=len(sources),
@@ -972,7 +1014,7 @@ def readable_image_ids(
     Returns ``(ids whose features exist, in order; {id: why} for missing or unreadable files})``, each
     of those reported once as a warning. Commands asked to skip bad images call this first, then work on
     the usable ids only, so one bad photo costs only itself. ``cache_kwargs``: ``cache_dir``,
-    ``cache_root``, ``device``, ``batch_size``, ``progress``.
+    ``cache_root``, ``device``, ``batch_size``, ``progress``, ``engine``.
     """
     collection = _as_collection(images)
     if collection is None:

@@ -85,9 +85,10 @@ class Preprocessing:
             f"resize={self.resize};crop={self.crop};mean={mean};std={std};interp=bilinear-aa;rgb;exif-upright"
         )
 
-    def __call__(self, img: Image.Image) -> torch.Tensor:
-        """Preprocess one PIL image into a normalised ``[3, crop, crop]`` float32 tensor."""
-        img = img.convert("RGB")
+    def crop_uint8(self, img: Image.Image) -> np.ndarray:
+        """The resized, centre-cropped RGB pixels of ``img``, uint8 ``[crop, crop, 3]`` (no normalisation)."""
+        if img.mode != "RGB":
+            img = img.convert("RGB")
         w, h = img.size
         # Shorter side -> resize, keeping the aspect ratio (torchvision's Resize(int) rounding rule).
         if w <= h:
@@ -101,8 +102,20 @@ class Preprocessing:
         top = int(round((new_h - self.crop) / 2.0))
         if (left, top, self.crop, self.crop) != (0, 0, new_w, new_h):
             img = img.crop((left, top, left + self.crop, top + self.crop))
-        arr = np.asarray(img, dtype=np.float32) / 255.0  # [H, W, 3] in [0, 1]
+        return np.asarray(img, dtype=np.uint8)
+
+    def normalise(self, pixels: np.ndarray) -> np.ndarray:
+        """uint8 ``[..., 3]`` pixels -> float32 ``(x / 255 - mean) / std``, channels last.
+
+        One image or a batch: the same element-wise float32 arithmetic either way, so a batch gives
+        bit-identical numbers to its images one at a time.
+        """
+        arr = pixels.astype(np.float32) / 255.0  # [..., 3] in [0, 1]
         mean = np.asarray(self.mean, dtype=np.float32)
         std = np.asarray(self.std, dtype=np.float32)
-        arr = (arr - mean) / std
+        return (arr - mean) / std
+
+    def __call__(self, img: Image.Image) -> torch.Tensor:
+        """Preprocess one PIL image into a normalised ``[3, crop, crop]`` float32 tensor."""
+        arr = self.normalise(self.crop_uint8(img))
         return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))

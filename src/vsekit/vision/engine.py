@@ -1,0 +1,328 @@
+"""Which inference engine runs a frozen CNN for feature extraction: ONNX Runtime or PyTorch.
+
+Feature extraction only ever runs the frozen backbones forward, and ONNX Runtime does that 2-4x faster
+than our PyTorch pass on CPU (``bench/results/extract.json``), so it is the default when it is installed
+(``engine="auto"``); PyTorch is the fallback, and the only engine of everything that trains.
+
+The ONNX graph is exported from OUR PyTorch module (the BN-folded backbone of
+:func:`~vsekit.vision.backbones.prepare_for_inference`), with the input normalisation inside the graph:
+it takes the uint8 RGB crops ``[n, crop, crop, 3]`` the input pipeline produces and returns what the
+cache stores (the pooled penultimate activations, or every FNE tap concatenated). The file is cached as
+``<cache root>/onnx/<backbone>-<layers>-<key>.onnx``, the key hashing the backbone, the weights' sha256,
+the layer set, the preprocessing and the exporter (TorchScript exporter, opset, torch and onnx versions).
+Exports are atomic (temporary file + rename, under an exclusive lock), so concurrent runs and kills leave
+either no file or a whole one.
+
+Beside it, ``<same>.json`` records the file's sha256 and the result of the equivalence check: on first
+use, the exported graph and the PyTorch network run on the bundled sample photos, and the largest absolute
+difference must stay within :data:`TOLERANCE` times the feature scale (the largest activation). That is
+5x below the half-ulp of the float16 the cache stores, so ONNX Runtime rows and PyTorch rows are the same
+numbers to the cache's precision, and a feature cache is shared by both engines (the engines are
+recorded in its ``meta.json``). A file whose sha256 differs from its record (a damaged or truncated
+cache) is exported again, never loaded. A check that fails is one error line under
+``engine="onnxruntime"``, and a logged fallback to PyTorch under ``"auto"``.
+
+The region/grid path of :mod:`vsekit.vision.regions` stays on PyTorch: it reads conv feature maps of
+crops, not the pooled pass, so it would need its own graphs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from vsekit.errors import VsekitError
+from vsekit.fileio import atomic_write_bytes, atomic_write_json
+from vsekit.resources import default_cache_root, sample_data_path
+from vsekit.vision.backbones import load_backbone, prepare_for_inference, resolve_weights, weights_fingerprint
+from vsekit.vision.preprocess import Preprocessing, load_image
+from vsekit.vision.spec import FeatureSpec
+
+__all__ = [
+    "ENGINES",
+    "TOLERANCE",
+    "OnnxCNN",
+    "default_engine",
+    "onnx_model_path",
+    "onnxruntime_available",
+    "resolve_engine",
+    "set_default_engine",
+]
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("auto", "onnxruntime", "torch")
+#: Largest |ONNX Runtime - PyTorch| accepted, relative to the largest |activation| (measured: ~2e-6).
+TOLERANCE = 1e-4
+OPSET = 17
+#: Bumped whenever the exported graph changes (inputs, outputs, normalisation).
+GRAPH_VERSION = 1
+_CHECK_IMAGES = 4
+
+_default = os.environ.get("VSEKIT_ENGINE", "auto")
+
+
+def set_default_engine(engine: str) -> None:
+    """The engine extraction uses when a call does not name one (the commands' ``--engine``)."""
+    global _default
+    _default = _checked(engine)
+
+
+def default_engine() -> str:
+    return _checked(_default)
+
+
+def _checked(engine: str) -> str:
+    if engine not in ENGINES:
+        raise VsekitError(f"unknown inference engine {engine!r}; known: {', '.join(ENGINES)}")
+    return engine
+
+
+def onnxruntime_available() -> bool:
+    """ONNX Runtime and the exporter's ``onnx`` package are both importable."""
+    try:
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def resolve_engine(engine: str | None, device: torch.device) -> str:
+    """``"onnxruntime"`` or ``"torch"``: the engine ``engine`` (None: the default) means on ``device``.
+
+    ``auto`` is ONNX Runtime when it is installed and can run on ``device`` (CPU, or CUDA with its CUDA
+    provider), else PyTorch. Asking for ``onnxruntime`` where it cannot run is an error.
+    """
+    engine = _checked(engine if engine is not None else default_engine())
+    if engine == "torch":
+        return "torch"
+    if not onnxruntime_available():
+        if engine == "auto":
+            return "torch"
+        raise VsekitError(
+            "--engine onnxruntime needs the onnxruntime and onnx packages (pip install onnxruntime onnx); "
+            "or use --engine torch"
+        )
+    if _provider(device) is None:
+        if engine == "auto":
+            return "torch"
+        raise VsekitError(
+            f"ONNX Runtime has no execution provider for device {device} here; use --engine torch"
+        )
+    return "onnxruntime"
+
+
+def _provider(device: torch.device) -> str | None:
+    import onnxruntime as ort
+
+    wanted = "CUDAExecutionProvider" if device.type == "cuda" else "CPUExecutionProvider"
+    return wanted if wanted in ort.get_available_providers() else None
+
+
+# ------------------------------------------------------------------ the exported module
+class _Exported(nn.Module):
+    """uint8 RGB crops [n, h, w, 3] -> what the feature cache stores, float32.
+
+    The normalisation is the same arithmetic, in the same order, as :class:`Preprocessing`'s
+    ((x / 255 - mean) / std); the network is the BN-folded backbone.
+    """
+
+    def __init__(self, model: nn.Module, full: bool, preprocessing: Preprocessing) -> None:
+        super().__init__()
+        self.model, self.full = model, full
+        self.register_buffer("mean", torch.tensor(preprocessing.mean).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(preprocessing.std).view(1, 3, 1, 1))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        x = pixels.permute(0, 3, 1, 2).float()
+        x = (x / 255.0 - self.mean) / self.std
+        pooled, taps = self.model.forward_features(x, taps=self.full)
+        return torch.cat(taps, dim=1) if self.full else pooled
+
+
+def _export_config(spec: FeatureSpec) -> dict[str, Any]:
+    import onnx
+
+    return {
+        "backbone": spec.backbone,
+        "weights_sha": weights_fingerprint(resolve_weights(spec.backbone, spec.weights)),
+        "layers": spec.layers,
+        "preprocessing": spec.preprocessing.key(),
+        "exporter": "torchscript",
+        "opset": OPSET,
+        "torch": torch.__version__,
+        "onnx": onnx.__version__,
+        "graph_version": GRAPH_VERSION,
+    }
+
+
+def onnx_model_path(spec: FeatureSpec, cache_root: str | Path | None = None) -> Path:
+    """Where ``spec``'s exported graph is cached (its name changes whenever the graph would)."""
+    config = _export_config(spec)
+    key = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    root = Path(cache_root) if cache_root is not None else default_cache_root()
+    return root / "onnx" / f"{spec.backbone}-{spec.layers}-{key}.onnx"
+
+
+def _torch_model(spec: FeatureSpec) -> nn.Module:
+    return prepare_for_inference(load_backbone(spec.backbone, spec.weights)).to(
+        memory_format=torch.contiguous_format
+    )
+
+
+def _export(spec: FeatureSpec, model: nn.Module, path: Path) -> bytes:
+    """Export ``model`` for ``spec`` to ``path`` atomically; returns the file's bytes."""
+    module = _Exported(model, spec.layers == "full", spec.preprocessing).eval()
+    crop = spec.preprocessing.crop
+    example = torch.zeros(2, crop, crop, 3, dtype=torch.uint8)
+    for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a killed export (we hold the lock)
+        stale.unlink(missing_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        with warnings.catch_warnings():  # the TorchScript exporter's deprecation notice
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                module,
+                (example,),
+                str(tmp),
+                input_names=["pixels"],
+                output_names=["features"],
+                dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
+                opset_version=OPSET,
+                dynamo=False,
+            )
+        data = tmp.read_bytes()
+    finally:
+        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(path, data)
+    log.info("exported %s %s to %s", spec.backbone, spec.layers, path)
+    return data
+
+
+def _check_crops(preprocessing: Preprocessing) -> np.ndarray:
+    """uint8 crops of the first few bundled sample photos (real photos, always installed)."""
+    folder = sample_data_path() / "Images"
+    files = sorted(folder.glob("*.jpg"))[:_CHECK_IMAGES]
+    if not files:
+        raise VsekitError(f"{folder}: no sample photos to check the ONNX export against")
+    return np.stack([preprocessing.crop_uint8(load_image(f)) for f in files])
+
+
+def _compare(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, float]:
+    """Run both engines on the sample photos: ``{max_abs_diff, scale, tolerance, images}``."""
+    crops = _check_crops(spec.preprocessing)
+    with torch.inference_mode():
+        pooled, taps = model.forward_features(
+            torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
+            taps=spec.layers == "full",
+        )
+        ref = (torch.cat(taps, dim=1) if spec.layers == "full" else pooled).numpy()
+    got = session.run(None, {"pixels": crops})[0]
+    scale = float(np.abs(ref).max())
+    diff = float(np.abs(got - ref).max()) if got.shape == ref.shape else float("inf")
+    return {
+        "max_abs_diff": diff,
+        "scale": scale,
+        "tolerance": TOLERANCE * max(scale, 1.0),
+        "images": len(crops),
+    }
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_record(path: Path) -> dict[str, Any]:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        return record if isinstance(record, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+class OnnxCNN:
+    """The exported backbone in an ONNX Runtime session: uint8 crops -> float32 features.
+
+    Raises VsekitError if the graph does not match PyTorch within :data:`TOLERANCE` (see the module
+    docstring); ``check_failed`` tells the caller it may fall back to PyTorch instead.
+    """
+
+    def __init__(self, spec: FeatureSpec, device: torch.device, cache_root: str | Path | None = None) -> None:
+        import onnxruntime as ort
+
+        self.spec = spec
+        self.provider = _provider(device) or "CPUExecutionProvider"
+        self.path = onnx_model_path(spec, cache_root)
+        self.check_key = f"{self.provider} onnxruntime {ort.__version__}"
+        with _locked(self.path):
+            data, record = self._load_or_export()
+            self.session = self._session(data)
+            check = record.get("checks", {}).get(self.check_key)
+            if check is None:
+                check = _compare(self.session, _torch_model(spec), spec)
+                record.setdefault("checks", {})[self.check_key] = check
+                atomic_write_json(self._record_path(), record, indent=1)
+        self.check = check
+        if not check["max_abs_diff"] <= check["tolerance"]:
+            raise OnnxMismatchError(
+                f"{self.path}: ONNX Runtime differs from PyTorch on {spec.describe()} by "
+                f"{check['max_abs_diff']:.3g} (tolerance {check['tolerance']:.3g}); use --engine torch"
+            )
+
+    def _record_path(self) -> Path:
+        return self.path.with_suffix(".json")
+
+    def _load_or_export(self) -> tuple[bytes, dict[str, Any]]:
+        """The graph's bytes and record: the cached file if its sha256 matches the record, else a new
+        export (a missing, truncated or altered file is never loaded)."""
+        record = _read_record(self._record_path())
+        if self.path.is_file() and record.get("sha256"):
+            data = self.path.read_bytes()
+            if hashlib.sha256(data).hexdigest() == record["sha256"]:
+                return data, record
+            log.warning("%s: does not match its recorded sha256; exporting it again", self.path)
+        data = _export(self.spec, _torch_model(self.spec), self.path)
+        record = {"sha256": hashlib.sha256(data).hexdigest(), "config": _export_config(self.spec)}
+        atomic_write_json(self._record_path(), record, indent=1)
+        return data, record
+
+    def _session(self, data: bytes) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        try:
+            return ort.InferenceSession(data, options, providers=[self.provider])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise VsekitError(f"{self.path}: ONNX Runtime cannot load it ({exc}); delete it") from exc
+
+    def __call__(self, crops: np.ndarray) -> np.ndarray:
+        """float32 features of uint8 crops ``[n, crop, crop, 3]``."""
+        return self.session.run(None, {"pixels": crops})[0]
+
+
+class OnnxMismatchError(VsekitError):
+    """The exported graph's features differ from PyTorch's beyond the tolerance."""
