@@ -47,7 +47,14 @@ def cluster():
     if ray is None:
         pytest.skip("Ray is not installed: pip install 'vsekit[distributed]'")
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    for attempt in (1, 2):  # on a loaded machine the raylet may miss Ray's fixed 30 s to register
+        try:
+            ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+            break
+        except Exception as exc:
+            ray.shutdown()
+            if attempt == 2 or "timed out during startup" not in str(exc):
+                raise
     yield
     ray.shutdown()
 
@@ -56,6 +63,13 @@ def cluster():
 def corpus():
     full = load_corpus(sample_data_path())
     return full.subset(full.image_ids()[:N_IMAGES], split="dev")
+
+
+def single_extract(corpus, **kwargs):
+    """The single-process cache, on the actors' one torch thread: the CNN's float sums depend on the
+    thread count (rarely enough to change a float16 value, but it happens over 1,000 photos)."""
+    with torch_threads(1):
+        return extract_features(corpus, **kwargs)
 
 
 def cache_files(path: Path) -> dict[str, bytes]:
@@ -94,7 +108,7 @@ def options(**kw) -> RayOptions:
 
 @needs_ray
 def test_sharded_extraction_equals_the_single_process_cache(tmp_path, corpus, cluster):
-    single = extract_features(corpus, cache_dir=tmp_path / "single", batch_size=BATCH, progress=False)
+    single = single_extract(corpus, cache_dir=tmp_path / "single", batch_size=BATCH, progress=False)
     store = ray_extract(
         corpus, options=options(), cache_dir=tmp_path / "ray", batch_size=BATCH, progress=False
     )
@@ -105,9 +119,10 @@ def test_sharded_extraction_equals_the_single_process_cache(tmp_path, corpus, cl
 @needs_ray
 def test_sharded_fne_equals_the_single_process_cache(tmp_path, corpus, cluster):
     small = corpus.subset(corpus.image_ids()[:12], split="dev")
-    single = extract_fne(
-        small, fit_split="dev", cache_dir=tmp_path / "single", batch_size=BATCH, progress=False
-    )
+    with torch_threads(1):
+        single = extract_fne(
+            small, fit_split="dev", cache_dir=tmp_path / "single", batch_size=BATCH, progress=False
+        )
     store = ray_extract(
         small,
         fne=True,
@@ -139,7 +154,7 @@ def test_failed_shards_are_retried_and_a_rerun_does_only_the_missing_shard(tmp_p
     assert store.done_mask().all()
     firsts = sorted(c[0] for c in calls(marks))
     assert firsts == sorted([ids[0], ids[SHARD], ids[SHARD], ids[2 * SHARD], ids[2 * SHARD]])
-    single = extract_features(corpus, cache_dir=tmp_path / "single", batch_size=BATCH, progress=False)
+    single = single_extract(corpus, cache_dir=tmp_path / "single", batch_size=BATCH, progress=False)
     assert cache_files(store.path) == cache_files(single.path)
 
     # a shard that always fails stops the run, naming it; the other shards are committed
@@ -227,7 +242,8 @@ def write_photo_corpus(root: Path, n: int) -> Path:
 def test_cli_extract_distributed_ray_writes_the_single_process_cache(tmp_path, cluster):
     data = write_photo_corpus(tmp_path / "corpus", 6)
     common = ["extract", "--data", str(data), "--batch-size", "2"]
-    single = cli.invoke(app, [*common, "--cache-dir", str(tmp_path / "single")])
+    with torch_threads(1):
+        single = cli.invoke(app, [*common, "--cache-dir", str(tmp_path / "single")])
     assert single.exit_code == 0, single.output
     sharded = cli.invoke(
         app,
@@ -249,3 +265,18 @@ def test_cli_distributed_options_are_checked(tmp_path, monkeypatch):
     result = cli.invoke(app, ["extract", "--data", str(data), "--distributed", "ray"])
     assert result.exit_code == 2 and "pip install 'vsekit[distributed]'" in result.output
     assert not (tmp_path / "x").exists()
+
+
+@needs_ray
+def test_an_actor_with_another_model_file_stops_the_run_with_the_cause(tmp_path, cluster):
+    photos = make_photo_folder(tmp_path / "photos", n=2)
+    wrong = "0" * 64  # as if this node's copy of the model had other bytes than the driver's
+
+    def worker():
+        return IndexShardWorker("vse", wrong, "cpu")
+
+    with pytest.raises(VsekitError, match="a Ray worker could not start: .*sha256.*install the same model"):
+        ray_build_index(
+            photos, tmp_path / "index", options=RayOptions(workers=1), worker_factory=worker, progress=False
+        )
+    assert not (tmp_path / "index" / "index.json").exists()

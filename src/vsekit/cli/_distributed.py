@@ -16,7 +16,7 @@ DISTRIBUTED = typer.Option(
 RAY_ADDRESS = typer.Option(
     None,
     "--ray-address",
-    help="Existing Ray cluster (auto, HOST:6379, ray://HOST:10001); default: $RAY_ADDRESS, else local.",
+    help="Existing Ray cluster (auto or HOST:6379, run on a node of it); default: $RAY_ADDRESS, else local.",
 )
 RAY_WORKERS = typer.Option(None, "--ray-workers", min=1, help="Ray actors (default: cluster CPUs / threads).")
 RAY_THREADS = typer.Option(1, "--ray-threads", min=1, help="CPUs and torch threads per Ray actor.")

@@ -37,11 +37,10 @@ def require_ray() -> Any:
 class RayOptions:
     """How a sharded run uses Ray.
 
-    ``address``: an existing cluster (``auto``, ``HOST:6379`` or ``ray://HOST:10001``, as
-    ``ray.init(address=...)`` takes it); None starts a local one (or joins ``$RAY_ADDRESS`` when set).
+    ``address``: an existing cluster (``auto`` or ``HOST:6379``, as ``ray.init(address=...)`` takes it,
+    the command running on one of its nodes); None starts a local one (or joins ``$RAY_ADDRESS`` when set).
     ``workers``: actors (None: as many as the cluster's CPUs allow at ``threads`` each). ``threads``: CPUs
-    per actor and its torch threads; ``gpus``: GPUs per actor (its CNN runs there with device ``auto``).
-    ``max_retries``: extra attempts per failed shard. ``shard_size``:
+    per actor and its torch threads. ``max_retries``: extra attempts per failed shard. ``shard_size``:
     images per extraction shard (rounded to whole batches).
     """
 
@@ -50,7 +49,6 @@ class RayOptions:
     threads: int = 1
     max_retries: int = 2
     shard_size: int = 256
-    gpus: float = 0.0
 
     def __post_init__(self) -> None:
         if self.workers is not None and self.workers < 1:
@@ -72,12 +70,13 @@ def ray_session(options: RayOptions) -> Iterator[Any]:
         yield ray
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if options.address is None and "RAY_ADDRESS" not in os.environ:
+    address = options.address or os.environ.get("RAY_ADDRESS") or "local"
+    if address == "local":  # a new cluster of our own, even if `ray start` runs one on this machine
         kwargs["num_cpus"] = (options.workers or os.cpu_count() or 1) * options.threads
     try:
-        ray.init(address=options.address, **kwargs)
+        ray.init(address=address, **kwargs)
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise VsekitError(f"cannot start or join the Ray cluster {options.address or ''}: {exc}") from None
+        raise VsekitError(f"cannot start or join the Ray cluster ({address}): {exc}") from None
     try:
         yield ray
     finally:
@@ -96,6 +95,9 @@ class _Worker:
     def attr(self, name: str) -> Any:
         return getattr(self.worker, name)
 
+    def ready(self) -> bool:
+        return True
+
     def run(self, payload: Any) -> Any:
         return self.worker(payload)
 
@@ -105,16 +107,17 @@ class ShardPool:
     model there) and run ``worker(payload)`` per shard.
 
     A shard whose attempt raises, or whose actor dies (the process killed, out of memory), is tried again
-    up to ``options.max_retries`` more times (a dead actor is replaced); after that the run stops with a
-    VsekitError naming the shard, once the shards already running have come back. Use as a context
-    manager: the actors are killed on the way out.
+    up to ``options.max_retries`` more times (a dead actor is replaced); a shard that still fails does not
+    stop the others, and the VsekitError naming it comes once they are done. A worker that cannot be built
+    at all (``factory`` raises: a missing model, another model file) stops the run at once. Use as a
+    context manager: the actors are killed on the way out.
     """
 
     def __init__(self, factory: Callable[[], Any], options: RayOptions) -> None:
         self.ray = require_ray()
         self.options = options
         self.factory = factory
-        self._cls = self.ray.remote(num_cpus=options.threads, num_gpus=options.gpus)(_Worker)
+        self._cls = self.ray.remote(num_cpus=options.threads)(_Worker)
         self.actors: list[Any] = []
 
     def __enter__(self) -> ShardPool:
@@ -143,10 +146,16 @@ class ShardPool:
 
     def attr(self, name: str) -> Any:
         """An attribute of the workers' object (asked of the first actor, started if need be)."""
-        actor = self.actors[0] if self.actors else self._new_actor()
+        if not self.actors:
+            self._start([self._new_actor()])
+        return self.ray.get(self.actors[0].attr.remote(name))
+
+    def _start(self, actors: list[Any]) -> None:
+        """Wait until ``actors`` have built their workers; a VsekitError with the cause if one could not."""
         try:
-            return self.ray.get(actor.attr.remote(name))
+            self.ray.get([actor.ready.remote() for actor in actors])
         except self.ray.exceptions.RayError as exc:
+            self.close()
             raise VsekitError(f"a Ray worker could not start: {_cause(exc)}") from None
 
     def run(self, shards: Sequence[tuple[Hashable, Any]]) -> Iterator[tuple[Hashable, Any]]:
@@ -159,8 +168,9 @@ class ShardPool:
         attempts: dict[Hashable, int] = {}
         given_up: list[str] = []
         idle = list(self.actors)
-        while len(self.actors) < min(self._size(), len(shards)):
-            idle.append(self._new_actor())
+        new = [self._new_actor() for _ in range(min(self._size(), len(shards)) - len(self.actors))]
+        self._start(new)
+        idle.extend(new)
         running: dict[Any, tuple[Any, Hashable, Any]] = {}
         while running or queue:
             while queue and idle:
