@@ -81,6 +81,7 @@ class Flaky:
 
     def __init__(self, inner, marks: Path, fail: dict[str, str]) -> None:
         self.inner, self.marks, self.fail = inner(), marks, fail
+        (marks / f"built-{uuid.uuid4().hex}").touch()
 
     def __getattr__(self, name):  # dims, asked of the worker by the driver
         return getattr(self.__dict__["inner"], name)
@@ -175,6 +176,10 @@ def test_failed_shards_are_retried_and_a_rerun_does_only_the_missing_shard(tmp_p
     store = ray_extract(corpus, options=options(), worker_factory=worker({}), **kwargs)
     assert calls(marks) == [ids[SHARD : 2 * SHARD]]
     assert cache_files(store.path) == cache_files(single.path)
+    # with everything cached no actor starts (nor, outside this test's cluster, does Ray)
+    built = len(list(marks.glob("built-*")))
+    ray_extract(corpus, options=options(), worker_factory=worker({}), **kwargs)
+    assert len(calls(marks)) == 1 and len(list(marks.glob("built-*"))) == built
 
 
 def index_files(out: Path) -> dict[str, bytes]:
@@ -220,6 +225,11 @@ def test_sharded_index_equals_the_single_process_index_and_resumes(tmp_path, clu
         progress=False,
     )
     assert calls(marks) == [ids[4:8]]  # only the missing chunk
+    built = len(list(marks.glob("built-*")))
+    again = ray_build_index(
+        photos, out, options=RayOptions(workers=2), worker_factory=worker({}), device="cpu", progress=False
+    )
+    assert again.report.unchanged == 11 and len(list(marks.glob("built-*"))) == built  # no actor started
     assert index_files(out) == index_files(single.path)  # manifest and embeddings, byte for byte
     assert index.report.added == single.report.added and index.report.failed == single.report.failed
     query = single.vectors[3]

@@ -12,6 +12,7 @@ at the same path; the cache is written by the driver alone.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -76,18 +77,23 @@ class RayExtractor:
 
 
 def _factory(
-    spec: FeatureSpec, options: RayOptions, device: str, batch_size: int, worker_factory: Callable | None
-) -> tuple[Callable[[Any], RayExtractor], list[ShardPool]]:
-    """The cache's ``make_extractor`` (a pool started only when some image is missing) and the pools made."""
-    pools: list[ShardPool] = []
+    spec: FeatureSpec,
+    options: RayOptions,
+    device: str,
+    batch_size: int,
+    worker_factory: Callable | None,
+    stack: contextlib.ExitStack,
+) -> Callable[[Any], RayExtractor]:
+    """The cache's ``make_extractor``: called only when some image is missing, it joins or starts Ray
+    then (a rerun with everything cached starts no cluster) and starts the pool; ``stack`` ends both."""
 
     def make(_device: Any) -> RayExtractor:
+        stack.enter_context(ray_session(options))
         build = worker_factory or (lambda: FeatureShardWorker(spec, device, batch_size))
-        pool = ShardPool(build, options)
-        pools.append(pool)
+        pool = stack.enter_context(ShardPool(build, options))
         return RayExtractor(pool, spec, options.shard_size)
 
-    return make, pools
+    return make
 
 
 def ray_extract(
@@ -114,13 +120,9 @@ def ray_extract(
     if kwargs.get("weights") is not None:  # actors run in other folders, maybe on other machines
         kwargs["weights"] = Path(kwargs["weights"]).absolute()
     spec = FeatureSpec(backbone, "fne" if fne else "one-layer", weights=kwargs.get("weights"))
-    make, pools = _factory(spec, options, device, batch_size, worker_factory)
-    common = dict(device=device, batch_size=batch_size, make_extractor=make, **kwargs)
-    with ray_session(options):
-        try:
-            if fne:
-                return extract_fne(corpus, backbone, fit_split=fit_split, **common)
-            return extract_features(corpus, backbone, "one-layer", **common)
-        finally:
-            for pool in pools:
-                pool.close()
+    with contextlib.ExitStack() as stack:
+        make = _factory(spec, options, device, batch_size, worker_factory, stack)
+        common = dict(device=device, batch_size=batch_size, make_extractor=make, **kwargs)
+        if fne:
+            return extract_fne(corpus, backbone, fit_split=fit_split, **common)
+        return extract_features(corpus, backbone, "one-layer", **common)

@@ -13,6 +13,7 @@ by the driver alone.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from collections.abc import Callable, Iterator
@@ -57,7 +58,9 @@ class IndexShardWorker:
 
 
 class RayChunkRunner:
-    """An :data:`~vsekit.retrieval.index.ChunkRunner` on a Ray actor pool (started on the first chunk)."""
+    """An :data:`~vsekit.retrieval.index.ChunkRunner` on a Ray actor pool. Ray is joined or started, and
+    the pool started, only when some chunk is missing (an index already up to date starts no cluster);
+    :meth:`close` ends both."""
 
     def __init__(
         self, options: RayOptions, device: str = "auto", worker_factory: Callable[[], Any] | None = None
@@ -65,20 +68,20 @@ class RayChunkRunner:
         self.options = options
         self.device = device
         self.worker_factory = worker_factory
-        self.pool: ShardPool | None = None
+        self.stack = contextlib.ExitStack()
 
     def __call__(
         self, identity: dict[str, Any], chunks: list[tuple[str, list[PhotoFile], dict]]
     ) -> Iterator[tuple[str, ChunkResult]]:
         model, sha, device = identity["name"], identity["sha256"], self.device
         build = self.worker_factory or (lambda: IndexShardWorker(model, sha, device))
-        self.pool = ShardPool(build, self.options)
+        self.stack.enter_context(ray_session(self.options))
+        pool = self.stack.enter_context(ShardPool(build, self.options))
         shards = [(key, ([_absolute(p) for p in chunk], previous)) for key, chunk, previous in chunks]
-        yield from self.pool.run(shards)
+        yield from pool.run(shards)
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.close()
+        self.stack.close()
 
 
 def _absolute(photo: PhotoFile) -> PhotoFile:
@@ -101,8 +104,7 @@ def ray_build_index(
     if model is not None and os.path.exists(model):  # a file: actors need its absolute path
         model = Path(model).absolute()
     runner = RayChunkRunner(options, device, worker_factory)
-    with ray_session(options):
-        try:
-            return Index.build(photos_dir, out_dir, model, device=device, runner=runner, **kwargs)
-        finally:
-            runner.close()
+    try:
+        return Index.build(photos_dir, out_dir, model, device=device, runner=runner, **kwargs)
+    finally:
+        runner.close()
