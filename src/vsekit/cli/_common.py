@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vsekit.errors import VsekitError
@@ -99,8 +100,8 @@ def say(message: str) -> None:
 
 
 def fail(exc: Exception) -> None:
-    """Print ``exc`` as one red line and exit with status 2."""
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    """Print ``exc`` as one red line and exit with status 2 (its text verbatim: ``[x]`` is no markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 

@@ -16,6 +16,14 @@ from vsekit.cli._common import (
     set_cnn_engine,
     user_errors,
 )
+from vsekit.cli._distributed import (
+    DISTRIBUTED,
+    RAY_ADDRESS,
+    RAY_RETRIES,
+    RAY_THREADS,
+    RAY_WORKERS,
+    ray_options,
+)
 
 
 def extract(
@@ -40,16 +48,28 @@ def extract(
     skip_bad_images: bool = typer.Option(
         False, help="Report unreadable images and go on instead of stopping."
     ),
+    distributed: str | None = DISTRIBUTED,
+    ray_address: str | None = RAY_ADDRESS,
+    ray_workers: int | None = RAY_WORKERS,
+    ray_threads: int = RAY_THREADS,
+    ray_retries: int = RAY_RETRIES,
+    shard_size: int = typer.Option(
+        256, "--shard-size", min=1, help="Images per Ray shard (whole batches; with --distributed)."
+    ),
 ) -> None:
     """Compute image features for every image of a corpus, cached and resumable.
 
-    Interrupt it at any time: re-running the same command continues where it stopped.
+    Interrupt it at any time: re-running the same command continues where it stopped. With
+    --distributed ray the images are cut into shards that a Ray actor pool computes; the cache is the same.
     """
     from vsekit.data import load_corpus
     from vsekit.vision.features import extract_features, extract_fne
 
     with user_errors("finished images are saved; run the same command again to resume"):
         set_cnn_engine(engine)
+        options = ray_options(
+            distributed, ray_address, ray_workers, ray_threads, ray_retries, shard_size=shard_size
+        )
         corpus = load_corpus(data)
         console.print(f"{corpus!r}")
         start = time.perf_counter()
@@ -61,7 +81,11 @@ def extract(
             batch_size=batch_size,
             skip_bad_images=skip_bad_images,
         )
-        if fne:
+        if options is not None:
+            from vsekit.distributed.extract import ray_extract
+
+            store = ray_extract(corpus, backbone, fne=fne, fit_split=fit_split, options=options, **common)
+        elif fne:
             store = extract_fne(corpus, backbone, fit_split=fit_split, **common)
         else:
             store = extract_features(corpus, backbone, "one-layer", **common)

@@ -19,6 +19,14 @@ from vsekit.cli._common import (
     user_errors,
     write_jsonl,
 )
+from vsekit.cli._distributed import (
+    DISTRIBUTED,
+    RAY_ADDRESS,
+    RAY_RETRIES,
+    RAY_THREADS,
+    RAY_WORKERS,
+    ray_options,
+)
 from vsekit.errors import VsekitError
 from vsekit.retrieval.index import BuildReport, Index, SearchHit
 from vsekit.retrieval.search import ENGINES
@@ -52,11 +60,26 @@ def build(
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     cnn_engine: str | None = typer.Option(None, "--cnn-engine", help=CNN_ENGINE_HELP),
+    distributed: str | None = DISTRIBUTED,
+    ray_address: str | None = RAY_ADDRESS,
+    ray_workers: int | None = RAY_WORKERS,
+    ray_threads: int = RAY_THREADS,
+    ray_retries: int = RAY_RETRIES,
 ) -> None:
-    """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed)."""
+    """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed).
+
+    With --distributed ray, chunks of photos are embedded by a Ray actor pool; the index is the same."""
     with user_errors(interrupted="re-run the same command to resume"):
         set_cnn_engine(cnn_engine)
-        index = Index.build(photos, out, model, dtype=dtype, engine=engine, device=device)
+        options = ray_options(distributed, ray_address, ray_workers, ray_threads, ray_retries)
+        if options is not None:
+            from vsekit.distributed.index import ray_build_index
+
+            index = ray_build_index(
+                photos, out, model, options=options, dtype=dtype, engine=engine, device=device
+            )
+        else:
+            index = Index.build(photos, out, model, dtype=dtype, engine=engine, device=device)
         _print_report(index, index.report)
 
 

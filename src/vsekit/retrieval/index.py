@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +56,7 @@ from vsekit.retrieval.search import (
     set_search_params,
 )
 
-__all__ = ["BuildReport", "Index", "SearchHit"]
+__all__ = ["BuildReport", "ChunkResult", "ChunkRunner", "Index", "SearchHit", "embed_chunk"]
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +157,49 @@ def _digest(*parts: Any) -> str:
 
 
 # ----------------------------------------------------------------------------- building
+#: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error})
+#: and the vectors float32 [len(entries), K], row i = entry i.
+ChunkResult = tuple[list[PhotoEntry], dict[str, dict], np.ndarray]
+#: Embeds chunks elsewhere (:mod:`vsekit.distributed.index`): given the model identity and the missing
+#: chunks ``(key, photos, {id: (sha256, old vector)} of those photos the old index holds)``, yields
+#: ``(key, result of embed_chunk)`` in any order as chunks finish; the builder commits each one.
+ChunkRunner = Callable[
+    [dict[str, Any], list[tuple[str, list[PhotoFile], dict[str, tuple[str, np.ndarray]]]]],
+    Iterator[tuple[str, ChunkResult]],
+]
+
+
+def embed_chunk(
+    model: VSEModel, chunk: Sequence[PhotoFile], previous: dict[str, tuple[str, np.ndarray]]
+) -> ChunkResult:
+    """Embed one chunk of photos, ``_EMBED_GROUP`` at a time; a photo whose bytes have the sha256 that
+    ``previous`` records for it (touched, same bytes) keeps its old vector."""
+    entries, failed, rows, group = [], {}, [], []
+
+    def flush() -> None:
+        if group:
+            rows.extend(model.embed_images([image for _, image in group]))
+            group.clear()
+
+    for photo in chunk:
+        sha, image, error = read_photo(photo)
+        if error is not None:
+            logger.warning("skipped: %s", error)
+            failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
+            continue
+        entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha))
+        old_sha, old_vector = previous.get(photo.id, ("", None))
+        if old_vector is not None and old_sha == sha:
+            flush()
+            rows.append(np.asarray(old_vector, dtype=np.float32))
+            continue
+        group.append((photo.id, image))
+        if len(group) == _EMBED_GROUP:
+            flush()
+    flush()
+    return entries, failed, np.asarray(rows, dtype=np.float32).reshape(len(entries), model.embed_dim)
+
+
 @dataclass
 class _Builder:
     """One build or update of the index in ``out`` (see the module docstring for the write order)."""
@@ -170,6 +213,7 @@ class _Builder:
     engine: str
     chunk_size: int
     progress: bool
+    runner: ChunkRunner | None = None
 
     def run(self) -> BuildReport:
         old_entries = _entries(self.old)
@@ -180,7 +224,7 @@ class _Builder:
         if self.old is not None and plan.changes_nothing:
             self._cleanup(self.old)
             return self._report(plan, old_entries, [], {})
-        done = self._embed_chunks(chunks, keys, old_entries)
+        done = self._embed_chunks(chunks, keys)
         new_entries = [e for chunk in done for e in chunk[0]]
         failed = {i: f for chunk in done for i, f in chunk[1].items()}
         manifest = self._commit(plan, keys, done)
@@ -203,22 +247,32 @@ class _Builder:
                     path.unlink(missing_ok=True)
 
     def _embed_chunks(
-        self, chunks: list[list[PhotoFile]], keys: list[str], old: dict[str, PhotoEntry]
+        self, chunks: list[list[PhotoFile]], keys: list[str]
     ) -> list[tuple[list[PhotoEntry], dict[str, dict]]]:
         self.pending.mkdir(parents=True, exist_ok=True)
         total = sum(len(c) for c in chunks)
         bar = tqdm(total=total, desc="index photos", unit="img", disable=not self.progress or total == 0)
-        done = []
+        done: dict[str, tuple[list[PhotoEntry], dict[str, dict]]] = {}
         try:
+            missing = []
             for chunk, key in zip(chunks, keys, strict=True):
                 committed = self._read_chunk(key)
-                if committed is None:
-                    committed = self._embed_chunk(chunk, key, old)
-                done.append(committed)
-                bar.update(len(chunk))
+                if committed is not None:
+                    done[key] = committed
+                    bar.update(len(chunk))
+                elif self.runner is None:
+                    done[key] = self._write_chunk(key, embed_chunk(self.model, chunk, self._previous(chunk)))
+                    bar.update(len(chunk))
+                else:
+                    missing.append((key, chunk, self._previous(chunk)))
+            if missing:
+                sizes = {key: len(chunk) for key, chunk, _ in missing}
+                for key, result in self.runner(self.identity, missing):
+                    done[key] = self._write_chunk(key, result)
+                    bar.update(sizes[key])
         finally:
             bar.close()
-        return done
+        return [done[key] for key in keys]
 
     def _read_chunk(self, key: str) -> tuple[list[PhotoEntry], dict[str, dict]] | None:
         meta_path = self.pending / f"{key}.json"
@@ -227,33 +281,19 @@ class _Builder:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         return [PhotoEntry(*row) for row in meta["entries"]], meta["failed"]
 
-    def _embed_chunk(
-        self, chunk: list[PhotoFile], key: str, old: dict[str, PhotoEntry]
-    ) -> tuple[list[PhotoEntry], dict[str, dict]]:
-        entries, failed, rows, group = [], {}, [], []
+    def _previous(self, chunk: list[PhotoFile]) -> dict[str, tuple[str, np.ndarray]]:
+        """``{id: (sha256, vector)}`` of the chunk's photos the old index holds (their bytes may match)."""
+        return {
+            p.id: (entry.sha256, np.asarray(self._old_vectors[self._old_row[p.id]], dtype=np.float32))
+            for p in chunk
+            if (entry := self._old_entries.get(p.id)) is not None
+        }
 
-        def flush() -> None:
-            if group:
-                rows.extend(self.model.embed_images([image for _, image in group]))
-                group.clear()
-
-        for photo in chunk:
-            sha, image, error = read_photo(photo)
-            if error is not None:
-                logger.warning("skipped: %s", error)
-                failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
-                continue
-            entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha))
-            previous = old.get(photo.id)
-            if previous is not None and previous.sha256 == sha:  # touched, same bytes: keep its vector
-                flush()
-                rows.append(np.asarray(self._old_vectors[self._old_row[photo.id]], dtype=np.float32))
-                continue
-            group.append((photo.id, image))
-            if len(group) == _EMBED_GROUP:
-                flush()
-        flush()
-        vectors = np.asarray(rows, dtype=np.float32).reshape(len(entries), self.model.embed_dim)
+    def _write_chunk(self, key: str, result: ChunkResult) -> tuple[list[PhotoEntry], dict[str, dict]]:
+        """Commit one chunk: vectors first, then its JSON (which a re-run takes as the commit)."""
+        entries, failed, vectors = result
+        if vectors.shape != (len(entries), self.model.embed_dim):
+            raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
         atomic_save_npy(self.pending / f"{key}.npy", vectors)
         atomic_write_json(
             self.pending / f"{key}.json",
@@ -264,6 +304,7 @@ class _Builder:
     def __post_init__(self) -> None:
         old = self.old or {"entries": []}
         self._old_row = {row[0]: i for i, row in enumerate(old["entries"])}
+        self._old_entries = _entries(self.old)
         self._old_file = old.get("embeddings", "")
         self._old_vectors = np.load(self.out / self._old_file, mmap_mode="r") if self._old_file else None
 
@@ -388,6 +429,7 @@ class Index:
         chunk_size: int = 32,
         device: str = "auto",
         progress: bool = True,
+        runner: ChunkRunner | None = None,
     ) -> Index:
         """Index every photo under ``photos_dir`` into ``out_dir`` (or bring an existing index up to date).
 
@@ -395,7 +437,8 @@ class Index:
         existing index built with another model is refused. ``dtype``: ``float32`` (default) or
         ``float16`` storage; ``engine``: ``auto`` (default), ``exact``, ``flat``, ``hnsw``, ``ivf`` or
         ``ivfpq`` (:mod:`vsekit.retrieval.search`). ``chunk_size`` photos are committed at a time. The
-        :class:`BuildReport` is in ``index.report``.
+        :class:`BuildReport` is in ``index.report``. ``runner`` embeds the chunks elsewhere (the Ray
+        actor pool of :mod:`vsekit.distributed.index`); the files written are the same.
         """
         out, photos = Path(out_dir), Path(photos_dir).expanduser().resolve()
         if dtype is not None and dtype not in DTYPES:
@@ -419,6 +462,7 @@ class Index:
                 engine=engine or (old or {}).get("engine", "auto"),
                 chunk_size=chunk_size,
                 progress=progress,
+                runner=runner,
             )
             report = builder.run()
         index = cls.open(out, model=loaded)

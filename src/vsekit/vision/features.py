@@ -89,6 +89,7 @@ __all__ = [
     "cache_dir_for",
     "cache_lock",
     "check_model_features",
+    "cnn_extractor",
     "compute_features",
     "default_cache_root",
     "extract_features",
@@ -484,6 +485,14 @@ class _CNN:
         return _run_cnn(items, self, batch_size)
 
 
+def cnn_extractor(spec: FeatureSpec, device: str | torch.device = "auto", engine: str | None = None) -> _CNN:
+    """The CNN step of the cache as an extractor: ``spec``, ``dims`` and ``batches(items, batch_size)``
+    yielding ``(batch, ok ids, float16 rows, {id: error})``. A process that fills shards of a cache
+    elsewhere (:mod:`vsekit.distributed`) builds this once and computes exactly the rows the cache would
+    with the same ``engine`` (as in :func:`extract_features`)."""
+    return _CNN(spec, device, engine)
+
+
 def _decode(source: Any) -> Image.Image:
     """An RGB image from a file path or an (already opened) PIL image."""
     if isinstance(source, Image.Image):
@@ -762,7 +771,7 @@ def _fill_store(
                 for message in bad.values():
                     warnings.warn(f"skipped: {message}", stacklevel=3)
             bar.update(len(batch))
-            if time.monotonic() - last_commit > _COMMIT_EVERY_S:
+            if getattr(cnn, "commit_every_batch", False) or time.monotonic() - last_commit > _COMMIT_EVERY_S:
                 commit()
                 last_commit = time.monotonic()
         finished = True
@@ -784,6 +793,7 @@ def extract_features(
     skip_bad_images: bool = False,
     progress: bool = True,
     engine: str | None = None,
+    make_extractor: Any = None,
 ) -> FeatureStore:
     """Compute (or resume computing) features for every image of ``corpus`` and return the store.
 
@@ -793,6 +803,11 @@ def extract_features(
     never zero-filled, and asking for its features later is an error naming it. ``engine``: ``auto``,
     ``onnxruntime`` or ``torch`` (None: :func:`~vsekit.vision.engine.default_engine`); the cache is
     shared by the engines, which agree within the float16 it stores (:mod:`vsekit.vision.engine`).
+
+    ``make_extractor``: a ``device -> extractor`` factory replacing the in-process CNN (default
+    :func:`cnn_extractor`), e.g. the Ray actor pool of :mod:`vsekit.distributed.extract`, which computes
+    shards elsewhere; the rows land in the same cache. An extractor with ``commit_every_batch = True``
+    has each of its batches committed as it arrives (a shard is finished or absent, never half there).
     """
     spec = _spec_for_layers(backbone, layers, weights)
     collection = _as_collection(corpus)
@@ -810,6 +825,7 @@ def extract_features(
         skip_bad_images=skip_bad_images,
         progress=progress,
         engine=engine,
+        make_extractor=make_extractor,
     )
 
 
