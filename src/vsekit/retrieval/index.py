@@ -624,18 +624,7 @@ class Index:
             return [[] for _ in np.atleast_2d(queries)]
         want = min(max(k, resort), len(self))
         scores, rows = self._nearest(queries, want, engine)
-        out = []
-        for s_q, r_q in zip(scores, rows, strict=True):
-            keep = r_q >= 0
-            s_q, r_q = s_q[keep], r_q[keep]
-            if resort > 1:
-                # a re-sorted hit keeps its cosine to the query as its score
-                score_of = dict(zip(r_q.tolist(), s_q.tolist(), strict=True))
-                r_q = np.concatenate([resort_by_mean(self.vectors, r_q[:resort]), r_q[resort:]])
-                s_q = np.array([score_of[r] for r in r_q.tolist()], dtype=np.float32)
-            hits = [SearchHit(int(r), self.paths[r], float(s)) for s, r in zip(s_q[:k], r_q[:k], strict=True)]
-            out.append([h for h in hits if min_score is None or h.score >= min_score])
-        return out
+        return hits_from(scores, rows, self.paths, lambda r: self.vectors[r], k, min_score, resort)
 
     def _nearest(self, queries: np.ndarray, k: int, engine: str | None) -> tuple[np.ndarray, np.ndarray]:
         chosen = resolve_engine(engine or self.manifest["engine"], len(self))
@@ -662,6 +651,33 @@ class Index:
                     set_search_params(index, params)
                     self._faiss[engine] = (index, params)
             return self._faiss[engine]
+
+
+def hits_from(
+    scores: np.ndarray,
+    rows: np.ndarray,
+    paths: Sequence[str],
+    vector_of: Callable[[int], np.ndarray],
+    k: int,
+    min_score: float | None,
+    resort: int,
+) -> list[list[SearchHit]]:
+    """Hits per query from its nearest ``rows`` (best first, -1 = none) and their ``scores``: the top
+    ``resort`` re-sorted by distance to their mean (Kiros et al. 2014's re-sort; ``vector_of(row)`` gives
+    a stored vector), cut to ``k``, hits below ``min_score`` dropped. Shared by one index and shards."""
+    out = []
+    for s_q, r_q in zip(scores, rows, strict=True):
+        keep = r_q >= 0
+        s_q, r_q = s_q[keep], r_q[keep]
+        if resort > 1 and len(r_q):
+            # a re-sorted hit keeps its cosine to the query as its score
+            top = np.stack([vector_of(int(r)) for r in r_q[:resort]])
+            order = resort_by_mean(top, np.arange(len(top)))
+            s_q = np.concatenate([s_q[:resort][order], s_q[resort:]])
+            r_q = np.concatenate([r_q[:resort][order], r_q[resort:]])
+        hits = [SearchHit(int(r), paths[r], float(s)) for s, r in zip(s_q[:k], r_q[:k], strict=True)]
+        out.append([h for h in hits if min_score is None or h.score >= min_score])
+    return out
 
 
 def calibration_sentences(model: VSEModel) -> np.ndarray | None:

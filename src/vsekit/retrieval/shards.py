@@ -19,8 +19,7 @@ import numpy as np
 
 from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.retrieval.arithmetic import resort_by_mean
-from vsekit.retrieval.index import Index, SearchHit
+from vsekit.retrieval.index import Index, SearchHit, hits_from
 from vsekit.retrieval.search import _best_first
 
 __all__ = ["ShardedIndex", "merge_top_k"]
@@ -103,18 +102,7 @@ class ShardedIndex:
         """As :meth:`Index.search_vectors`, over every shard."""
         want = max(1, min(max(k, resort), len(self)))
         scores, rows = self.nearest(queries, want, engine)
-        out = []
-        for s_q, r_q in zip(scores, rows, strict=True):
-            keep = r_q >= 0
-            s_q, r_q = s_q[keep], r_q[keep]
-            if resort > 1 and len(r_q):
-                top = np.stack([self._vector(int(r)) for r in r_q[:resort]])
-                order = resort_by_mean(top, np.arange(len(top)))
-                s_q = np.concatenate([s_q[:resort][order], s_q[resort:]])
-                r_q = np.concatenate([r_q[:resort][order], r_q[resort:]])
-            hits = [SearchHit(int(r), self.paths[r], float(s)) for s, r in zip(s_q[:k], r_q[:k], strict=True)]
-            out.append([h for h in hits if min_score is None or h.score >= min_score])
-        return out
+        return hits_from(scores, rows, self.paths, self._vector, k, min_score, resort)
 
     def search(
         self,
