@@ -1,0 +1,607 @@
+"""Render the tables of measured numbers in README.md and docs/*.md from bench/results/*.json.
+
+    python docs/gen_tables.py            # rewrite every generated block in place
+    python docs/gen_tables.py --check    # exit 1 if a block differs from what the JSON says
+
+A page asks for a table with a pair of markers; everything between them is replaced:
+
+    <!-- table:ranking-grid -->
+    (generated)
+    <!-- /table:ranking-grid -->
+
+Each table starts with a line naming its JSON file (and key) and the measurement conditions that file
+records: date, machine, load, threads, commit ("not recorded" where the bench did not write one). Numbers
+are never typed into a page by hand; labels (what a recipe is) live here, beside the renderer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+MARKER = re.compile(r"(<!-- table:([a-z0-9-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _load_text(d: dict[str, Any]) -> str:
+    for key in ("load", "load_note", "note", "load_start", "load_before"):
+        value = d.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict):
+            for k in ("loadavg_1m", "load_avg_1m"):
+                if k in value:
+                    return f"load average {value[k]:.1f}"
+            if "before" in value and isinstance(value["before"], dict):
+                return f"load average {value['before'].get('loadavg_1m', '?')} at the start"
+    for k in ("load_avg_1m", "loadavg_1m"):
+        if k in d:
+            return f"load average {d[k]:.1f}"
+    return "not recorded"
+
+
+def source(name: str, d: dict[str, Any], key: str | None = None, extra: str = "") -> str:
+    """The line under a table: where its numbers come from and under which conditions."""
+    where = f"`bench/results/{name}`" + (f", key `{key}`" if key else "")
+    threads = d.get("threads", d.get("threads_per_process", d.get("server_omp_threads", "not recorded")))
+    parts = [
+        f"date {d.get('date', d.get('measured', 'not recorded'))}",
+        f"machine {d.get('machine', 'not recorded')}",
+        f"load: {_load_text(d)}",
+        f"threads {threads}",
+        f"commit {d.get('commit', 'not recorded')}",
+    ]
+    return f"*Source: {where}; " + "; ".join(parts) + (f". {extra}" if extra else ".") + "*"
+
+
+def table(header: list[str], rows: Iterable[list[Any]], right_from: int = 1) -> str:
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("| " + " | ".join("---" if i < right_from else "---:" for i in range(len(header))) + " |")
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def f1(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def f2(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def medr(x: float) -> str:
+    return f"{x:g}"
+
+
+def recall_cells(dev: dict[str, Any], ks: tuple[str, ...] = ("r1", "r5", "r10")) -> list[str]:
+    cells = []
+    for side in ("i2t", "t2i"):
+        cells += [f1(dev[side][k]) for k in ks] + [medr(dev[side]["medr"])]
+    return cells
+
+
+RECALL_HEADER = ["i2t R@1", "R@5", "R@10", "Med r", "t2i R@1", "R@5", "R@10", "Med r", "rsum"]
+FEATURES = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite0": "EfficientNet-Lite0"}
+
+
+def _features(row: dict[str, Any]) -> str:
+    kind = "FNE" if row["features"] == "fne" else "one-layer"
+    return f"{FEATURES[row['backbone']]} {kind}"
+
+
+# ---------------------------------------------------------------------------------------------- joint model
+
+GRID = {  # bench/recipes row -> what it changes in kiros-gru
+    "kiros-gru": "CNN-MME `kiros-gru` (none; its own 25-epoch cap)",
+    "kiros-gru-hardest": "hardest negative (VSE++) after 2 sum epochs",
+    "kiros-lstm": "LSTM instead of GRU",
+    "kiros-bow": "bag of words (v = sum of word vectors)",
+    "kiros-bow-hardest": "bag of words + hardest negative",
+    "fne-gru-10ep": "FN-MME: FNE features (`fne-gru`, 10 epochs)",
+    "fne-gru-hardest": "FN-MME + hardest negative",
+    "fne-bow": "FN-MME with bag of words",
+    "kiros-gru-effnet": "EfficientNet-Lite0 backbone",
+}
+PRETRAINED = {
+    "mini-ol": "frozen MiniLM + residual head, hardest negative",
+    "vse-best": "`vse-best`: MiniLM + dropout 0.4 on image features, ensemble of seeds 1 + 2",
+    "vse-best-3seeds": "the same, seeds 0 + 1 + 2 (not shipped: over the 15 MB budget)",
+    "vse-best-effnet-s1": "`vse-best` on EfficientNet-Lite0, seed 1 alone",
+    "vse-best-effnet": "**`vse-best-effnet`, shipped as `vse`**: ensemble of seeds 1 + 2",
+    "fne-mini-r256": "FN-MME + frozen MiniLM, dropout 0.5, rank-256 projection (`fne-minilm`)",
+    "fne-mini-full": "the same, full-rank projection",
+}
+
+
+def _train_min(row: dict[str, Any]) -> str:
+    seconds = row.get("train_wall_s", row.get("train_epochs_time_s"))
+    return f1(seconds / 60) if seconds else "-"
+
+
+def _epochs(row: dict[str, Any]) -> str:
+    best, run = row["best_epoch"], row["epochs_run"]
+    if isinstance(best, list):
+        return ", ".join(f"{b}/{r}" for b, r in zip(best, run, strict=True))
+    return f"{best}/{run}"
+
+
+def _ranking_table(labels: dict[str, str]) -> str:
+    d = load("ranking.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [
+        [labels[k], _features(rows[k]), *recall_cells(rows[k]["dev"]), f1(rows[k]["dev"]["rsum"]),
+         _train_min(rows[k]), _epochs(rows[k]), rows[k].get("threads", "-")]
+        for k in labels
+    ]
+    header = ["model", "features", *RECALL_HEADER, "train min", "best / run epochs", "threads"]
+    note = "Flickr8K dev, 1,000 images x 5,000 captions, `flickr` protocol; `python bench/bench_ranking.py RECIPE`"
+    return table(header, body, right_from=2) + "\n\n" + source("ranking.json", d, "rows", note)
+
+
+def t_ranking_grid() -> str:
+    return _ranking_table(GRID)
+
+
+def t_ranking_pretrained() -> str:
+    return _ranking_table(PRETRAINED)
+
+
+TREE = {
+    "tree-lstm-vs": "T-LSTM \"VS\" as in the paper (`tree-lstm-vs`: hidden 300, p = 2, twin 300, Adam 2e-4)",
+    "tree-lstm-linear": "T-LSTM, our best (`tree-lstm-best`: the VS encoder, linear head, Adam 5e-4)",
+    "tree-lstm-linear-p1": "the same with p = 1 (`tree-lstm-p1`, shipped as `tree-lstm`)",
+    "tree-lstm-linear-2e-4": "VS encoder, linear head, Adam 2e-4 (stopped at epoch 5)",
+    "tree-lstm-linear-hardest": "VS encoder, linear head, hardest negative after 2 sum epochs (collapsed)",
+    "kiros-bow": "bag of words (`kiros-bow`, re-run)",
+    "kiros-bow-twin": "bag of words with the twin head",
+}
+
+
+def t_tree_lstm() -> str:
+    d = load("tree_lstm.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = []
+    for k, label in TREE.items():
+        r = rows[k]
+        cpu = f" ({f1(r['train_cpu_min'])})" if r.get("train_cpu_min") else ""
+        body.append([label, r["head"], r["loss"], *recall_cells(r["dev"], ("r1", "r5", "r10", "r20", "r50")),
+                     f1(r["dev"]["rsum"]), f"{f1(r['train_min'])}{cpu}", f"{r['best_epoch']}/{r['epochs_run']}",
+                     f"{r['params'] / 1e6:.1f} M"])
+    header = ["model", "head", "loss", "i2t R@1", "R@5", "R@10", "R@20", "R@50", "Med r",
+              "t2i R@1", "R@5", "R@10", "R@20", "R@50", "Med r", "rsum", "train wall min (CPU min)",
+              "best / run epochs", "parameters"]
+    note = "MobileNetV2 one-layer features, 10-epoch cap, one seed; `python bench/bench_tree_lstm.py`"
+    return table(header, body, right_from=3) + "\n\n" + source("tree_lstm.json", d, "rows", note)
+
+
+# ---------------------------------------------------------------------------------------------- captioning
+
+CAPTIONERS = {
+    "nearest neighbour": "nearest neighbour (Karpathy Table 2 baseline)",
+    "nearest neighbour (FNE)": "nearest neighbour",
+    "cap-rnn beam 1": "m-RNN, vanilla RNN (`mrnn-rnn`, the paper's model)",
+    "cap-rnn beam 3": "m-RNN, vanilla RNN (`mrnn-rnn`)",
+    "cap-lstm-fne beam 1": "m-RNN, LSTM (`mrnn-lstm-fne`, W_hi rank 256)",
+    "cap-lstm-fne beam 3": "m-RNN, LSTM (`mrnn-lstm-fne`)",
+    "cap-lstm-ship beam 1": "m-RNN, LSTM (`mrnn-lstm`)",
+    "cap-lstm-ship beam 3": "m-RNN, LSTM (`mrnn-lstm`)",
+    "cap-lstm-ship beam 5 + rerank": "m-RNN LSTM + rerank with the MobileNetV2 `vse-best`",
+    "cap-effnet-ship beam 1": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
+    "cap-effnet-ship beam 3": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
+    "cap-effnet-ship beam 7 + rerank": "**shipped `captioner`: `mrnn-lstm-effnet` + rerank with `vse`**",
+    "scnlm scnlm": "SC-NLM (Kiros 2014), KN-LM + translation-score rerank",
+}
+
+
+def t_captioning() -> str:
+    d = load("captioning.json")
+    rows = {r["name"]: r for r in d["rows"]}
+    body = []
+    for k, label in CAPTIONERS.items():
+        r = rows[k]
+        feats = "joint space" if r["method"] == "scnlm" else _features(r)
+        body.append([label, feats, r.get("beam") or "-", *(f1(r[m]) for m in
+                     ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")),
+                     f1(r["in_training_set"]), f"{r['captions_per_s']:g} ({r['threads']})"])
+    header = ["method", "features", "beam", "B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE-L", "CIDEr-D",
+              "in train %", "captions/s (threads)"]
+    note = ("Flickr8K dev, 1,000 photos x 5 references, pycocoevalcap x100, PTB tokenizer; "
+            "`python bench/bench_captioning.py`")
+    return table(header, body, right_from=2) + "\n\n" + source("captioning.json", d, "rows", note)
+
+
+# ---------------------------------------------------------------------------------------------- alignment
+
+PAPER_ALIGNMENT = [  # Karpathy & Fei-Fei 2015, supplementary Table 5 (Flickr8K test; the paper, not us)
+    ["Karpathy 2015 DeFrag (paper, test)", "12.6", "32.9", "44.0", "14", "9.7", "29.6", "42.5", "15", "171.3"],
+    ["Karpathy 2015 BRNN (paper, test)", "16.5", "40.6", "54.2", "7.6", "11.8", "32.1", "44.7", "12.4", "199.9"],
+]
+
+
+def t_alignment() -> str:
+    d = load("alignment.json")
+    runs = d["minilm_grid"]["runs"]["minilm-grid (lr 5e-4, x0.1 after 6 epochs)"]
+    fusion = d["fusion"]["all"]
+    body = [*PAPER_ALIGNMENT]
+    body.append(["ours, `brnn-grid` (BRNN from GloVe 50-d, h = 512)", *recall_cells(d["dev"]), f1(d["dev"]["rsum"])])
+    body.append(["ours, `minilm-grid` (MiniLM-token words, h = 512)", *recall_cells(runs["best_dev"]),
+                 f1(runs["best_dev"]["rsum"])])
+    body.append(["**shipped `aligner`** (3 MiniLM-token snapshots packed, h = 1536, float16)",
+                 *recall_cells(d["shipped"]), f1(d["shipped"]["rsum"])])
+    body.append(["shipped `vse` alone (cosine)", *recall_cells(fusion["joint alone"]),
+                 f1(fusion["joint alone"]["rsum"])])
+    w = d["fusion"]["weight"]
+    body.append([f"**`vse+aligner`** (cosine + {w:g} S_kl, normalised)", *recall_cells(fusion[f"fused w={w:g}"]),
+                 f1(fusion[f"fused w={w:g}"]["rsum"])])
+    note = ("ours: Flickr8K dev, MobileNetV2 grid regions; the paper's rows: its Flickr8K test numbers with VGG "
+            "and 19 RCNN detections; `python bench/bench_alignment.py --skip-regions --model aligner --fuse`")
+    return table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, None, note)
+
+
+def t_fusion_held_out() -> str:
+    d = load("alignment.json")
+    held = d["fusion"]["held_out"]
+    body = [[name, *recall_cells(m), f1(m["rsum"])] for name, m in held.items()]
+    note = "the odd-numbered 500 dev images x 2,500 captions, which chose nothing (w and the statistics come from the even half)"
+    return table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
+
+
+def t_region_captions() -> str:
+    d = load("alignment.json")
+    rc = d["region_captions"]
+    body = []
+    for recipe, run in rc["runs"].items():
+        proxy = run["dev_proxy"]
+        for who, label in (("region_captioner", f"region captioner `{recipe}`"),
+                           ("crop_baseline", "baseline: the full-frame captioner on the region's crop")):
+            if who == "crop_baseline" and recipe != "region-lstm":
+                continue
+            m = proxy[who]
+            body.append([label, f"{m['n_items']:,}", f2(m["mean_words"]),
+                         *(f1(m[k]) for k in ("bleu1", "bleu2", "bleu3", "rouge_l", "cider"))])
+    header = ["captioner", "items", "mean words", "BLEU-1", "BLEU-2", "BLEU-3", "ROUGE-L", "CIDEr-D"]
+    note = "proxy references: the aligner's MRF snippets of the dev captions; first 300 dev images, beam 3"
+    return table(header, body) + "\n\n" + source("alignment.json", rc, "region_captions.runs", note)
+
+
+# ---------------------------------------------------------------------------------------------- the model table
+
+
+def t_models() -> str:
+    rank = {r["recipe"]: r for r in load("ranking.json")["rows"]}
+    tree = {r["recipe"]: r for r in load("tree_lstm.json")["rows"]}
+    cap = {r["name"]: r for r in load("captioning.json")["rows"]}
+    align = load("alignment.json")
+
+    def r(dev: dict[str, Any]) -> str:
+        return (f"R@1 {f1(dev['i2t']['r1'])} / {f1(dev['t2i']['r1'])}, R@10 {f1(dev['i2t']['r10'])} / "
+                f"{f1(dev['t2i']['r10'])}, rsum {f1(dev['rsum'])}")
+
+    c = cap["cap-effnet-ship beam 7 + rerank"]
+    fused = align["fusion"]["all"][f"fused w={align['fusion']['weight']:g}"]
+    rc = align["region_captions"]["shipped"]["dev_proxy_fp16"]
+    body = [
+        ["`vse` (default)", "search, rank, demo: sentences and photos in one space",
+         "EfficientNet-Lite0 + frozen MiniLM, 2 seeds", r(rank["vse-best-effnet"]["dev"])],
+        ["`bow`", "photo search with `--minus` / `--plus` word arithmetic", "MobileNetV2 + bag of words",
+         r(rank["kiros-bow"]["dev"])],
+        ["`tree-lstm`", "a parse-aware sentence encoder, to compare encoders", "MobileNetV2 + dependency Tree-LSTM",
+         r(tree["tree-lstm-linear-p1"]["dev"])],
+        ["`captioner`", "describe photos (`vsekit caption`, the page)", "m-RNN LSTM, beam 7, reranked by `vse`",
+         f"BLEU-4 {f1(c['bleu4'])}, METEOR {f1(c['meteor'])}, CIDEr-D {f1(c['cider'])}"],
+        ["`aligner`", "which words refer to which region (`vsekit align`)", "MobileNetV2 grid regions + MiniLM tokens",
+         r(align["shipped"])],
+        ["`vse+aligner`", "re-rank a short list when the last points of recall matter", "`vse` cosine + aligner S_kl",
+         r(fused)],
+        ["`region-captioner`", "snippets for image regions (`vsekit regions`)", "m-RNN on MRF region snippets",
+         f"proxy BLEU-1 {f1(rc['bleu1'])}, CIDEr-D {f1(rc['cider'])}"],
+    ]
+    note = ("held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), never used for training; "
+            "the test split is held back")
+    return table(["model", "use it for", "what it is", "Flickr8K dev"], body, right_from=4) + "\n\n" + (
+        f"*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, `alignment.json`; {note}.*")
+
+
+# ---------------------------------------------------------------------------------------------- features
+
+
+def t_extract() -> str:
+    d = load("extract.json")
+    body = []
+    for r in d["engine_rows"]:
+        s = r["stages_ms"]
+        feats = "one-layer" if r["features"] == "one-layer" else f"FNE ({r['dim']:,})"
+        body.append([r["backbone"], feats, f2(s["decode_ms"]), f2(s["resize_crop_ms"]),
+                     f2(s["normalise_torch_only_ms"]), f1(s["network_torch_ms"]), f1(s["network_onnxruntime_ms"]),
+                     f2(s["cache_write_ms"]),
+                     f"{f1(r['end_to_end_img_s_default'])} / {f1(r['end_to_end_img_s_torch'])}",
+                     f1(r["onnxruntime_network_img_s"]), f"{r['default_time_over_ort_network']:.2f}x"])
+    header = ["backbone", "features", "decode ms", "resize + crop ms", "normalise (torch only) ms",
+              "network torch ms", "network ORT ms", "cache write ms", "end to end default / torch img/s",
+              "ORT network-only img/s", "default e2e / ORT network-only"]
+    note = f"{d['images']} Flickr8K photos, batch {d['batch_size']}; `python bench/bench_extract.py --images 256`"
+    return table(header, body, right_from=2) + "\n\n" + source("extract.json", d, "engine_rows", note)
+
+
+def t_extract_memory() -> str:
+    d = load("extract.json")
+    m = d["memory"]
+    body = [[r["suspect"], f"{r['images']:,}", f"{r['peak_rss_mb']:,.0f}"] for r in m["rows"]]
+    return table(["run", "photos", "peak RSS MB"], body) + "\n\n" + source(
+        "extract.json", m, "memory", "`python bench/bench_extract_memory.py`")
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+
+def t_search_engines() -> str:
+    d = load("search.json")
+    body = []
+    for e in d["engines"]:
+        n = f"{e['n']:,}"
+        body.append([n, "exact", f"exact/flat {e['exact_over_flat_p50']:.2f}x", f1(e["exact"]["build_s"]),
+                     f"{e['exact']['bytes_per_vector']:,.0f}", f2(e["exact"]["p50_ms"]), f2(e["exact"]["p99_ms"]),
+                     "1.000"])
+        fl = e["flat"]
+        body.append([n, "flat", "IndexFlatIP", f1(fl["build_s"]), f"{fl['bytes_per_vector']:,.0f}",
+                     f2(fl["p50_ms"]), f2(fl["p99_ms"]), f3(fl["recall@10"])])
+        for eng, knob in (("hnsw", "efSearch"), ("ivf", "nprobe")):
+            x = e[eng]
+            chosen = x["calibrated"][knob]
+            for s in x["sweep"]:
+                if s[knob] == chosen:
+                    body.append([n, eng, f"{knob} {chosen} (calibrated)", f1(x["build_s"]),
+                                 f"{x['bytes_per_vector']:,.0f}", f2(s["p50_ms"]), f2(s["p99_ms"]),
+                                 f3(s["recall@10"])])
+            fast = next((s for s in x["sweep"] if s["recall@10"] >= 0.95), None)
+            if fast is not None and fast[knob] != chosen:
+                body.append([n, eng, f"{knob} {fast[knob]} (fastest >= 0.95)", f1(x["build_s"]),
+                             f"{x['bytes_per_vector']:,.0f}", f2(fast["p50_ms"]), f2(fast["p99_ms"]),
+                             f3(fast["recall@10"])])
+    header = ["N (synthetic, 2048-d)", "engine", "setting", "build s", "bytes/vector", "p50 ms", "p99 ms",
+              "recall@10"]
+    note = ("synthetic unit vectors with the spectrum of the shipped model's photo embeddings; 200 photo-like "
+            "queries, k = 10; `python bench/bench_search.py`")
+    return table(header, body, right_from=3) + "\n\n" + source("search.json", {**d, "date": d.get("engines_date"),
+                                                                                 "load": d["engines"][0].get("load")},
+                                                                "engines", note)
+
+
+def t_search_1m() -> str:
+    d = load("search.json")
+    e = d["engines_1m"]
+    ev = e["exact_vs_flat"]
+    body = [["vsekit exact (float16 memmap)", f1(ev["exact"]["p50_ms"]), f1(ev["exact"]["p99_ms"]), "1.000"],
+            ["FAISS exact (QT_fp16)", f1(ev["flat"]["p50_ms"]), f1(ev["flat"]["p99_ms"]),
+             f3(ev["flat"]["top10_overlap_with_exact"])]]
+    for s in e["ivf_sq"]["sweep"]:
+        body.append([f"{e['ivf_sq']['engine']}, nprobe {s['nprobe']}", f1(s["pushed"]["p50_ms"]),
+                     f1(s["pushed"]["p99_ms"]), f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}"])
+    note = (f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions; "
+            "`python bench/bench_search_1m.py`")
+    return table(["engine", "p50 ms", "p99 ms", "recall@10"], body) + "\n\n" + source(
+        "search.json", {**d, "date": d.get("engines_1m_date"), "load_before": e.get("load_before")}, "engines_1m", note)
+
+
+def t_search_dev() -> str:
+    d = load("search.json")
+    t = d["real"]["t2i"]
+    ev = d["real"]["eval_t2i"]
+    body = [["`vsekit eval --split dev`", f2(ev["r1"]), f2(ev["r5"]), f2(ev["r10"])],
+            ["search, exact", f2(t["exact"]["r1"]), f2(t["exact"]["r5"]), f2(t["exact"]["r10"])],
+            ["search, FAISS flat", f2(t["flat"]["r1"]), f2(t["flat"]["r5"]), f2(t["flat"]["r10"])],
+            [f"search, HNSW, calibrated efSearch {t['hnsw']['calibrated']['efSearch']}", f2(t["hnsw"]["r1"]),
+             f2(t["hnsw"]["r5"]), f2(t["hnsw"]["r10"])],
+            [f"search, IVF, calibrated nprobe {t['ivf']['calibrated']['nprobe']}", f2(t["ivf"]["r1"]),
+             f2(t["ivf"]["r5"]), f2(t["ivf"]["r10"])]]
+    note = "1,000 dev photos indexed from their files, the 5,000 dev captions as queries, top 10"
+    return table(["t2i", "R@1", "R@5", "R@10"], body) + "\n\n" + source(
+        "search.json", {**d, "date": d.get("real_date"), "load": d["real"].get("load")}, "real", note)
+
+
+def t_arithmetic() -> str:
+    d = load("search.json")
+    body = []
+    for name, label in (("vse", "`vse` (MiniLM)"), ("bow", "`bow` (bag of words)")):
+        s = d["arithmetic"][name]["summary"]
+        body.append([label, *(f"{100 * s[k]['right']:.1f}% | {s[k]['cos_to_source']:.2f}"
+                              for k in ("arithmetic", "image", "text"))])
+    header = ["model", "photo - A + B: right", "closeness", "photo alone: right", "closeness",
+              "\"B\" alone: right", "closeness"]
+    note = "400 queries over the scene words snow, beach, grass, water, street on Flickr8K dev"
+    return table(header, body) + "\n\n" + source("search.json", {**d, "date": d.get("arithmetic_date")},
+                                                 "arithmetic", note)
+
+
+# ---------------------------------------------------------------------------------------------- scale-out
+
+
+def t_scaling_search() -> str:
+    d = load("scaling_search.json")
+    body = []
+    for r in d["rows"]:
+        body.append([f"{r['n']:,}", f2(r["exact"]["p50_ms"]), f1(r["ivfpq_build_s"]),
+                     f"{r['ivfpq_bytes'] / r['n']:,.0f}",
+                     f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, {r['calibrated']['candidates']}",
+                     f2(r["ivfpq_query"]["p50_ms"]), f3(r["ivfpq_query"]["recall@10_new"])])
+    header = ["vectors", "exact p50 ms", "IVF-PQ build s", "index bytes / vector",
+              "calibrated nprobe / lists, candidates", "IVF-PQ p50 ms", "recall@10 (new)"]
+    note = "clustered synthetic 256-d vectors, float16, memory-mapped; `python bench/bench_scaling.py`"
+    return table(header, body) + "\n\n" + source("scaling_search.json", {**d, "load": d["rows"][0]["load_start"]},
+                                                 "rows", note)
+
+
+def t_ivfpq_10m() -> str:
+    d = load("ivfpq_10m.json")
+    body = [[s["nprobe"], s["candidates"], f3(s["new"]["recall@10"]), f1(s["new"]["p50_ms"]),
+             f1(s["new"]["p99_ms"])] for s in d["sweep_new"]]
+    note = (f"{d['n']:,} x {d['dim']} float16 vectors, {d['index']['kind']}, build {d['build_s']:,.0f} s, "
+            f"{d['index']['bytes_per_vector']:.1f} bytes a vector; `python bench/bench_ivfpq_10m.py`")
+    return table([f"nprobe (of {d['index']['nlist']:,})", "candidates", "recall@10", "p50 ms", "p99 ms"],
+                 body, right_from=0) + "\n\n" + source("ivfpq_10m.json", d, "sweep_new", note)
+
+
+def t_corpus_memory() -> str:
+    d = load("corpus_memory.json")
+    body = []
+    for kind, label in (("karpathy", "Karpathy JSON"), ("coco", "COCO captions JSON")):
+        b, a = d["before"][kind], d["after"][kind]
+        body.append([f"{label} ({b['file_mb']:.0f} MB)", f"{b['peak_rss_mb']:,.0f}", f"{a['peak_rss_mb']:,.0f}",
+                     f"{b['load_s']:.0f}", f"{a['load_s']:.0f}"])
+    note = "synthetic files the size of COCO (123,287 images, 616,435 captions); before = `json.load`, after = streamed"
+    return table(["file", "peak RSS MB before", "after", "load s before", "after"], body) + "\n\n" + source(
+        "corpus_memory.json", d["after"], None, note)
+
+
+def t_projections() -> str:
+    d = load("scaling.json")
+    p = d["projections"]
+    body = []
+    for key, label in (("10M_photos", "10M photos"), ("100M_photos", "100M photos")):
+        for r in p[key]:
+            body.append([label, r["machines"], f1(r["extraction_h"]), f1(r["store_disk_gb_per_machine"]),
+                         f2(r["ivfpq_ram_gb_per_machine"])])
+    header = ["collection", "machines", "extraction h", "float16 store GB a machine", "IVF-PQ RAM GB a machine"]
+    return table(header, body) + "\n\n" + source("scaling.json", d, "projections", p["note"])
+
+
+def t_ddp() -> str:
+    d = load("ddp.json")
+    out = []
+    for runs, meta, key in ((d["runs"], d, "runs"), (d["loaded_run"]["runs"], d["loaded_run"], "loaded_run")):
+        body = [[r["procs"], *(f1(x) for x in r["epoch_s"]), f1(r["cpu_s"]), f1(r["wall_s"]),
+                 f"{r['loss'][-1]:.6f}", f2(r["dev_rsum"][-1])] for r in runs]
+        header = ["processes", *(f"epoch {i + 1} s" for i in range(len(runs[0]["epoch_s"]))), "CPU s", "wall s",
+                  "loss, last epoch", "dev rsum, last epoch"]
+        note = f"recipe `{meta['recipe']}` on {meta['backbone']} features, {meta['epochs']} epochs; {meta['note']}"
+        out.append(table(header, body, right_from=0) + "\n\n" + source("ddp.json", meta, key, note))
+    return "\n\n".join(out)
+
+
+def t_ray() -> str:
+    d = load("ray.json")
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for r in d["runs"]:
+        configs.setdefault(r["config"], []).append(r)
+    body = []
+    for config, rs in configs.items():
+        init = " / ".join(f1(r["ray_init_s"]) for r in rs) if "ray_init_s" in rs[0] else "-"
+        body.append([config, init, " / ".join(f1(r["extract_s"]) for r in rs),
+                     " / ".join(f1(r["img_per_s_extract"]) for r in rs), " / ".join(f1(r["total_s"]) for r in rs)])
+    header = ["configuration", "cluster start s", "extract s, round 1 / 2", "img/s", "whole process s"]
+    note = f"{d['data']}, {d['backbone']}; Ray {d['versions']['ray']}; `python bench/bench_ray.py --rounds 2`"
+    return table(header, body) + "\n\n" + source("ray.json", d, "runs", note)
+
+
+# ---------------------------------------------------------------------------------------------- reliability
+
+KINDS = {"search": "`GET /api/search` (a dev caption, k = 10)", "search_image": "`POST /api/search/image`",
+         "caption": "`POST /api/caption` (upload)", "caption_id": "`GET /api/caption/{id}`"}
+
+
+def t_serve_load() -> str:
+    d = load("serve_load.json")
+    body = [[KINDS[k], f"{v['requests']:,}", f"{v['p50_ms']:,.0f}", f"{v['p99_ms']:,.0f}"]
+            for k, v in d["per_kind"].items()]
+    body.append([f"all ({d['errors']} errors, {d['requests_per_s']:.1f} requests/s)", f"{d['all']['requests']:,}",
+                 f"{d['all']['p50_ms']:,.0f}", f"{d['all']['p99_ms']:,.0f}"])
+    rss = d["rss_mib"]
+    note = (f"{d['photos']}, concurrency {d['concurrency']}; server RSS MiB: {rss['before_warmup']} idle, "
+            f"{rss['after_warmup']} after the warm-up, {rss['after_last']} after the last answer; "
+            "`python bench/bench_serve_load.py`")
+    return table(["endpoint", "requests", "p50 ms", "p99 ms"], body) + "\n\n" + source("serve_load.json", d, None, note)
+
+
+def t_kill_campaign() -> str:
+    d = load("kill_campaign.json")
+    body = [[f"`{job}`", v["trials"], v["killed_running"], v["identical"], v["unreadable_leftovers"],
+             f1(v["uninterrupted_s"])] for job, v in d["jobs"].items()]
+    header = ["job", "trials", "killed while running", "rerun identical", "unreadable leftovers",
+              "uninterrupted run s"]
+    note = f"seed {d['seed']}, {d['minutes']} minutes; `python bench/kill_campaign.py --trials 6`"
+    return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "models": t_models,
+    "ranking-grid": t_ranking_grid,
+    "ranking-pretrained": t_ranking_pretrained,
+    "tree-lstm": t_tree_lstm,
+    "captioning": t_captioning,
+    "alignment": t_alignment,
+    "fusion-held-out": t_fusion_held_out,
+    "region-captions": t_region_captions,
+    "extract": t_extract,
+    "extract-memory": t_extract_memory,
+    "search-engines": t_search_engines,
+    "search-1m": t_search_1m,
+    "search-dev": t_search_dev,
+    "arithmetic": t_arithmetic,
+    "scaling-search": t_scaling_search,
+    "ivfpq-10m": t_ivfpq_10m,
+    "corpus-memory": t_corpus_memory,
+    "projections": t_projections,
+    "ddp": t_ddp,
+    "ray": t_ray,
+    "serve-load": t_serve_load,
+    "kill-campaign": t_kill_campaign,
+}
+
+
+def regenerate(text: str, rendered: dict[str, str]) -> str:
+    """``text`` with every marked block replaced by its table (an unknown name is an error)."""
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        if name not in rendered:
+            rendered[name] = TABLES[name]()
+        return f"{m.group(1)}{rendered[name]}\n{m.group(4)}"
+
+    return MARKER.sub(fill, text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a page's tables differ from the JSON")
+    args = parser.parse_args()
+    rendered: dict[str, str] = {}
+    stale = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = regenerate(text, rendered)
+        if new != text:
+            stale.append(page)
+            if not args.check:
+                page.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print("tables differ from bench/results: " + ", ".join(str(p.relative_to(ROOT)) for p in stale)
+              + " (run python docs/gen_tables.py)", file=sys.stderr)
+        return 1
+    unused = set(TABLES) - set(rendered)
+    if unused:
+        print(f"tables no page asks for: {', '.join(sorted(unused))}", file=sys.stderr)
+        return 1
+    if not args.check:
+        print(f"{len(rendered)} tables, {len(stale)} page(s) rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
