@@ -144,8 +144,15 @@ def _ranking_table(labels: dict[str, str]) -> str:
     d = load("ranking.json")
     rows = {r["recipe"]: r for r in d["rows"]}
     body = [
-        [labels[k], _features(rows[k]), *recall_cells(rows[k]["dev"]), f1(rows[k]["dev"]["rsum"]),
-         _train_min(rows[k]), _epochs(rows[k]), rows[k].get("threads", "-")]
+        [
+            labels[k],
+            _features(rows[k]),
+            *recall_cells(rows[k]["dev"]),
+            f1(rows[k]["dev"]["rsum"]),
+            _train_min(rows[k]),
+            _epochs(rows[k]),
+            rows[k].get("threads", "-"),
+        ]
         for k in labels
     ]
     header = ["model", "features", *RECALL_HEADER, "train min", "best / run epochs", "threads"]
@@ -162,7 +169,7 @@ def t_ranking_pretrained() -> str:
 
 
 TREE = {
-    "tree-lstm-vs": "T-LSTM \"VS\" as in the paper (`tree-lstm-vs`: hidden 300, p = 2, twin 300, Adam 2e-4)",
+    "tree-lstm-vs": 'T-LSTM "VS" as in the paper (`tree-lstm-vs`: hidden 300, p = 2, twin 300, Adam 2e-4)',
     "tree-lstm-linear": "T-LSTM, our best (`tree-lstm-best`: the VS encoder, linear head, Adam 5e-4)",
     "tree-lstm-linear-p1": "the same with p = 1 (`tree-lstm-p1`, shipped as `tree-lstm`)",
     "tree-lstm-linear-2e-4": "VS encoder, linear head, Adam 2e-4 (stopped at epoch 5)",
@@ -179,12 +186,39 @@ def t_tree_lstm() -> str:
     for k, label in TREE.items():
         r = rows[k]
         cpu = f" ({f1(r['train_cpu_min'])})" if r.get("train_cpu_min") else ""
-        body.append([label, r["head"], r["loss"], *recall_cells(r["dev"], ("r1", "r5", "r10", "r20", "r50")),
-                     f1(r["dev"]["rsum"]), f"{f1(r['train_min'])}{cpu}", f"{r['best_epoch']}/{r['epochs_run']}",
-                     f"{r['params'] / 1e6:.1f} M"])
-    header = ["model", "head", "loss", "i2t R@1", "R@5", "R@10", "R@20", "R@50", "Med r",
-              "t2i R@1", "R@5", "R@10", "R@20", "R@50", "Med r", "rsum", "train wall min (CPU min)",
-              "best / run epochs", "parameters"]
+        body.append(
+            [
+                label,
+                r["head"],
+                r["loss"],
+                *recall_cells(r["dev"], ("r1", "r5", "r10", "r20", "r50")),
+                f1(r["dev"]["rsum"]),
+                f"{f1(r['train_min'])}{cpu}",
+                f"{r['best_epoch']}/{r['epochs_run']}",
+                f"{r['params'] / 1e6:.1f} M",
+            ]
+        )
+    header = [
+        "model",
+        "head",
+        "loss",
+        "i2t R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "Med r",
+        "t2i R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "Med r",
+        "rsum",
+        "train wall min (CPU min)",
+        "best / run epochs",
+        "parameters",
+    ]
     note = "MobileNetV2 one-layer features, 10-epoch cap, one seed; `python bench/bench_tree_lstm.py`"
     return table(header, body, right_from=3) + "\n\n" + source("tree_lstm.json", d, "rows", note)
 
@@ -215,21 +249,64 @@ def t_captioning() -> str:
     for k, label in CAPTIONERS.items():
         r = rows[k]
         feats = "joint space" if r["method"] == "scnlm" else _features(r)
-        body.append([label, feats, r.get("beam") or "-", *(f1(r[m]) for m in
-                     ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")),
-                     f1(r["in_training_set"]), f"{r['captions_per_s']:g} ({r['threads']})"])
-    header = ["method", "features", "beam", "B-1", "B-2", "B-3", "B-4", "METEOR", "ROUGE-L", "CIDEr-D",
-              "in train %", "captions/s (threads)"]
-    note = ("Flickr8K dev, 1,000 photos x 5 references, pycocoevalcap x100, PTB tokenizer; "
-            "`python bench/bench_captioning.py`")
+        body.append(
+            [
+                label,
+                feats,
+                r.get("beam") or "-",
+                *(f1(r[m]) for m in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")),
+                f1(r["in_training_set"]),
+                f"{r['captions_per_s']:g} ({r['threads']})",
+            ]
+        )
+    header = [
+        "method",
+        "features",
+        "beam",
+        "B-1",
+        "B-2",
+        "B-3",
+        "B-4",
+        "METEOR",
+        "ROUGE-L",
+        "CIDEr-D",
+        "in train %",
+        "captions/s (threads)",
+    ]
+    note = (
+        "Flickr8K dev, 1,000 photos x 5 references, pycocoevalcap x100, PTB tokenizer; "
+        "`python bench/bench_captioning.py`"
+    )
     return table(header, body, right_from=2) + "\n\n" + source("captioning.json", d, "rows", note)
 
 
 # ---------------------------------------------------------------------------------------------- alignment
 
 PAPER_ALIGNMENT = [  # Karpathy & Fei-Fei 2015, supplementary Table 5 (Flickr8K test; the paper, not us)
-    ["Karpathy 2015 DeFrag (paper, test)", "12.6", "32.9", "44.0", "14", "9.7", "29.6", "42.5", "15", "171.3"],
-    ["Karpathy 2015 BRNN (paper, test)", "16.5", "40.6", "54.2", "7.6", "11.8", "32.1", "44.7", "12.4", "199.9"],
+    [
+        "Karpathy 2015 DeFrag (paper, test)",
+        "12.6",
+        "32.9",
+        "44.0",
+        "14",
+        "9.7",
+        "29.6",
+        "42.5",
+        "15",
+        "171.3",
+    ],
+    [
+        "Karpathy 2015 BRNN (paper, test)",
+        "16.5",
+        "40.6",
+        "54.2",
+        "7.6",
+        "11.8",
+        "32.1",
+        "44.7",
+        "12.4",
+        "199.9",
+    ],
 ]
 
 
@@ -238,18 +315,42 @@ def t_alignment() -> str:
     runs = d["minilm_grid"]["runs"]["minilm-grid (lr 5e-4, x0.1 after 6 epochs)"]
     fusion = d["fusion"]["all"]
     body = [*PAPER_ALIGNMENT]
-    body.append(["ours, `brnn-grid` (BRNN from GloVe 50-d, h = 512)", *recall_cells(d["dev"]), f1(d["dev"]["rsum"])])
-    body.append(["ours, `minilm-grid` (MiniLM-token words, h = 512)", *recall_cells(runs["best_dev"]),
-                 f1(runs["best_dev"]["rsum"])])
-    body.append(["**shipped `aligner`** (3 MiniLM-token snapshots packed, h = 1536, float16)",
-                 *recall_cells(d["shipped"]), f1(d["shipped"]["rsum"])])
-    body.append(["shipped `vse` alone (cosine)", *recall_cells(fusion["joint alone"]),
-                 f1(fusion["joint alone"]["rsum"])])
+    body.append(
+        ["ours, `brnn-grid` (BRNN from GloVe 50-d, h = 512)", *recall_cells(d["dev"]), f1(d["dev"]["rsum"])]
+    )
+    body.append(
+        [
+            "ours, `minilm-grid` (MiniLM-token words, h = 512)",
+            *recall_cells(runs["best_dev"]),
+            f1(runs["best_dev"]["rsum"]),
+        ]
+    )
+    body.append(
+        [
+            "**shipped `aligner`** (3 MiniLM-token snapshots packed, h = 1536, float16)",
+            *recall_cells(d["shipped"]),
+            f1(d["shipped"]["rsum"]),
+        ]
+    )
+    body.append(
+        [
+            "shipped `vse` alone (cosine)",
+            *recall_cells(fusion["joint alone"]),
+            f1(fusion["joint alone"]["rsum"]),
+        ]
+    )
     w = d["fusion"]["weight"]
-    body.append([f"**`vse+aligner`** (cosine + {w:g} S_kl, normalised)", *recall_cells(fusion[f"fused w={w:g}"]),
-                 f1(fusion[f"fused w={w:g}"]["rsum"])])
-    note = ("ours: Flickr8K dev, MobileNetV2 grid regions; the paper's rows: its Flickr8K test numbers with VGG "
-            "and 19 RCNN detections; `python bench/bench_alignment.py --skip-regions --model aligner --fuse`")
+    body.append(
+        [
+            f"**`vse+aligner`** (cosine + {w:g} S_kl, normalised)",
+            *recall_cells(fusion[f"fused w={w:g}"]),
+            f1(fusion[f"fused w={w:g}"]["rsum"]),
+        ]
+    )
+    note = (
+        "ours: Flickr8K dev, MobileNetV2 grid regions; the paper's rows: its Flickr8K test numbers with VGG "
+        "and 19 RCNN detections; `python bench/bench_alignment.py --skip-regions --model aligner --fuse`"
+    )
     return table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, None, note)
 
 
@@ -258,7 +359,9 @@ def t_fusion_held_out() -> str:
     held = d["fusion"]["held_out"]
     body = [[name, *recall_cells(m), f1(m["rsum"])] for name, m in held.items()]
     note = "the odd-numbered 500 dev images x 2,500 captions, which chose nothing (w and the statistics come from the even half)"
-    return table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
+    return (
+        table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
+    )
 
 
 def t_region_captions() -> str:
@@ -267,13 +370,21 @@ def t_region_captions() -> str:
     body = []
     for recipe, run in rc["runs"].items():
         proxy = run["dev_proxy"]
-        for who, label in (("region_captioner", f"region captioner `{recipe}`"),
-                           ("crop_baseline", "baseline: the full-frame captioner on the region's crop")):
+        for who, label in (
+            ("region_captioner", f"region captioner `{recipe}`"),
+            ("crop_baseline", "baseline: the full-frame captioner on the region's crop"),
+        ):
             if who == "crop_baseline" and recipe != "region-lstm":
                 continue
             m = proxy[who]
-            body.append([label, f"{m['n_items']:,}", f2(m["mean_words"]),
-                         *(f1(m[k]) for k in ("bleu1", "bleu2", "bleu3", "rouge_l", "cider"))])
+            body.append(
+                [
+                    label,
+                    f"{m['n_items']:,}",
+                    f2(m["mean_words"]),
+                    *(f1(m[k]) for k in ("bleu1", "bleu2", "bleu3", "rouge_l", "cider")),
+                ]
+            )
     header = ["captioner", "items", "mean words", "BLEU-1", "BLEU-2", "BLEU-3", "ROUGE-L", "CIDEr-D"]
     note = "proxy references: the aligner's MRF snippets of the dev captions; first 300 dev images, beam 3"
     return table(header, body) + "\n\n" + source("alignment.json", rc, "region_captions.runs", note)
@@ -289,32 +400,69 @@ def t_models() -> str:
     align = load("alignment.json")
 
     def r(dev: dict[str, Any]) -> str:
-        return (f"R@1 {f1(dev['i2t']['r1'])} / {f1(dev['t2i']['r1'])}, R@10 {f1(dev['i2t']['r10'])} / "
-                f"{f1(dev['t2i']['r10'])}, rsum {f1(dev['rsum'])}")
+        return (
+            f"R@1 {f1(dev['i2t']['r1'])} / {f1(dev['t2i']['r1'])}, R@10 {f1(dev['i2t']['r10'])} / "
+            f"{f1(dev['t2i']['r10'])}, rsum {f1(dev['rsum'])}"
+        )
 
     c = cap["cap-effnet-ship beam 7 + rerank"]
     fused = align["fusion"]["all"][f"fused w={align['fusion']['weight']:g}"]
     rc = align["region_captions"]["shipped"]["dev_proxy_fp16"]
     body = [
-        ["`vse` (default)", "search, rank, demo: sentences and photos in one space",
-         "EfficientNet-Lite0 + frozen MiniLM, 2 seeds", r(rank["vse-best-effnet"]["dev"])],
-        ["`bow`", "photo search with `--minus` / `--plus` word arithmetic", "MobileNetV2 + bag of words",
-         r(rank["kiros-bow"]["dev"])],
-        ["`tree-lstm`", "a parse-aware sentence encoder, to compare encoders", "MobileNetV2 + dependency Tree-LSTM",
-         r(tree["tree-lstm-linear-p1"]["dev"])],
-        ["`captioner`", "describe photos (`vsekit caption`, the page)", "m-RNN LSTM, beam 7, reranked by `vse`",
-         f"BLEU-4 {f1(c['bleu4'])}, METEOR {f1(c['meteor'])}, CIDEr-D {f1(c['cider'])}"],
-        ["`aligner`", "which words refer to which region (`vsekit align`)", "MobileNetV2 grid regions + MiniLM tokens",
-         r(align["shipped"])],
-        ["`vse+aligner`", "re-rank a short list when the last points of recall matter", "`vse` cosine + aligner S_kl",
-         r(fused)],
-        ["`region-captioner`", "snippets for image regions (`vsekit regions`)", "m-RNN on MRF region snippets",
-         f"proxy BLEU-1 {f1(rc['bleu1'])}, CIDEr-D {f1(rc['cider'])}"],
+        [
+            "`vse` (default)",
+            "search, rank, demo: sentences and photos in one space",
+            "EfficientNet-Lite0 + frozen MiniLM, 2 seeds",
+            r(rank["vse-best-effnet"]["dev"]),
+        ],
+        [
+            "`bow`",
+            "photo search with `--minus` / `--plus` word arithmetic",
+            "MobileNetV2 + bag of words",
+            r(rank["kiros-bow"]["dev"]),
+        ],
+        [
+            "`tree-lstm`",
+            "a parse-aware sentence encoder, to compare encoders",
+            "MobileNetV2 + dependency Tree-LSTM",
+            r(tree["tree-lstm-linear-p1"]["dev"]),
+        ],
+        [
+            "`captioner`",
+            "describe photos (`vsekit caption`, the page)",
+            "m-RNN LSTM, beam 7, reranked by `vse`",
+            f"BLEU-4 {f1(c['bleu4'])}, METEOR {f1(c['meteor'])}, CIDEr-D {f1(c['cider'])}",
+        ],
+        [
+            "`aligner`",
+            "which words refer to which region (`vsekit align`)",
+            "MobileNetV2 grid regions + MiniLM tokens",
+            r(align["shipped"]),
+        ],
+        [
+            "`vse+aligner`",
+            "re-rank a short list when the last points of recall matter",
+            "`vse` cosine + aligner S_kl",
+            r(fused),
+        ],
+        [
+            "`region-captioner`",
+            "snippets for image regions (`vsekit regions`)",
+            "m-RNN on MRF region snippets",
+            f"proxy BLEU-1 {f1(rc['bleu1'])}, CIDEr-D {f1(rc['cider'])}",
+        ],
     ]
-    note = ("held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), never used for training; "
-            "the test split is held back")
-    return table(["model", "use it for", "what it is", "Flickr8K dev"], body, right_from=4) + "\n\n" + (
-        f"*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, `alignment.json`; {note}.*")
+    note = (
+        "held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), never used for training; "
+        "the test split is held back"
+    )
+    return (
+        table(["model", "use it for", "what it is", "Flickr8K dev"], body, right_from=4)
+        + "\n\n"
+        + (
+            f"*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, `alignment.json`; {note}.*"
+        )
+    )
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -326,14 +474,34 @@ def t_extract() -> str:
     for r in d["engine_rows"]:
         s = r["stages_ms"]
         feats = "one-layer" if r["features"] == "one-layer" else f"FNE ({r['dim']:,})"
-        body.append([r["backbone"], feats, f2(s["decode_ms"]), f2(s["resize_crop_ms"]),
-                     f2(s["normalise_torch_only_ms"]), f1(s["network_torch_ms"]), f1(s["network_onnxruntime_ms"]),
-                     f2(s["cache_write_ms"]),
-                     f"{f1(r['end_to_end_img_s_default'])} / {f1(r['end_to_end_img_s_torch'])}",
-                     f1(r["onnxruntime_network_img_s"]), f"{r['default_time_over_ort_network']:.2f}x"])
-    header = ["backbone", "features", "decode ms", "resize + crop ms", "normalise (torch only) ms",
-              "network torch ms", "network ORT ms", "cache write ms", "end to end default / torch img/s",
-              "ORT network-only img/s", "default e2e / ORT network-only"]
+        body.append(
+            [
+                r["backbone"],
+                feats,
+                f2(s["decode_ms"]),
+                f2(s["resize_crop_ms"]),
+                f2(s["normalise_torch_only_ms"]),
+                f1(s["network_torch_ms"]),
+                f1(s["network_onnxruntime_ms"]),
+                f2(s["cache_write_ms"]),
+                f"{f1(r['end_to_end_img_s_default'])} / {f1(r['end_to_end_img_s_torch'])}",
+                f1(r["onnxruntime_network_img_s"]),
+                f"{r['default_time_over_ort_network']:.2f}x",
+            ]
+        )
+    header = [
+        "backbone",
+        "features",
+        "decode ms",
+        "resize + crop ms",
+        "normalise (torch only) ms",
+        "network torch ms",
+        "network ORT ms",
+        "cache write ms",
+        "end to end default / torch img/s",
+        "ORT network-only img/s",
+        "default e2e / ORT network-only",
+    ]
     note = f"{d['images']} Flickr8K photos, batch {d['batch_size']}; `python bench/bench_extract.py --images 256`"
     return table(header, body, right_from=2) + "\n\n" + source("extract.json", d, "engine_rows", note)
 
@@ -342,8 +510,11 @@ def t_extract_memory() -> str:
     d = load("extract.json")
     m = d["memory"]
     body = [[r["suspect"], f"{r['images']:,}", f"{r['peak_rss_mb']:,.0f}"] for r in m["rows"]]
-    return table(["run", "photos", "peak RSS MB"], body) + "\n\n" + source(
-        "extract.json", m, "memory", "`python bench/bench_extract_memory.py`")
+    return (
+        table(["run", "photos", "peak RSS MB"], body)
+        + "\n\n"
+        + source("extract.json", m, "memory", "`python bench/bench_extract_memory.py`")
+    )
 
 
 # ---------------------------------------------------------------------------------------------- search
@@ -354,64 +525,155 @@ def t_search_engines() -> str:
     body = []
     for e in d["engines"]:
         n = f"{e['n']:,}"
-        body.append([n, "exact", f"exact/flat {e['exact_over_flat_p50']:.2f}x", f1(e["exact"]["build_s"]),
-                     f"{e['exact']['bytes_per_vector']:,.0f}", f2(e["exact"]["p50_ms"]), f2(e["exact"]["p99_ms"]),
-                     "1.000"])
+        body.append(
+            [
+                n,
+                "exact",
+                f"exact/flat {e['exact_over_flat_p50']:.2f}x",
+                f1(e["exact"]["build_s"]),
+                f"{e['exact']['bytes_per_vector']:,.0f}",
+                f2(e["exact"]["p50_ms"]),
+                f2(e["exact"]["p99_ms"]),
+                "1.000",
+            ]
+        )
         fl = e["flat"]
-        body.append([n, "flat", "IndexFlatIP", f1(fl["build_s"]), f"{fl['bytes_per_vector']:,.0f}",
-                     f2(fl["p50_ms"]), f2(fl["p99_ms"]), f3(fl["recall@10"])])
+        body.append(
+            [
+                n,
+                "flat",
+                "IndexFlatIP",
+                f1(fl["build_s"]),
+                f"{fl['bytes_per_vector']:,.0f}",
+                f2(fl["p50_ms"]),
+                f2(fl["p99_ms"]),
+                f3(fl["recall@10"]),
+            ]
+        )
         for eng, knob in (("hnsw", "efSearch"), ("ivf", "nprobe")):
             x = e[eng]
             chosen = x["calibrated"][knob]
             for s in x["sweep"]:
                 if s[knob] == chosen:
-                    body.append([n, eng, f"{knob} {chosen} (calibrated)", f1(x["build_s"]),
-                                 f"{x['bytes_per_vector']:,.0f}", f2(s["p50_ms"]), f2(s["p99_ms"]),
-                                 f3(s["recall@10"])])
+                    body.append(
+                        [
+                            n,
+                            eng,
+                            f"{knob} {chosen} (calibrated)",
+                            f1(x["build_s"]),
+                            f"{x['bytes_per_vector']:,.0f}",
+                            f2(s["p50_ms"]),
+                            f2(s["p99_ms"]),
+                            f3(s["recall@10"]),
+                        ]
+                    )
             fast = next((s for s in x["sweep"] if s["recall@10"] >= 0.95), None)
             if fast is not None and fast[knob] != chosen:
-                body.append([n, eng, f"{knob} {fast[knob]} (fastest >= 0.95)", f1(x["build_s"]),
-                             f"{x['bytes_per_vector']:,.0f}", f2(fast["p50_ms"]), f2(fast["p99_ms"]),
-                             f3(fast["recall@10"])])
-    header = ["N (synthetic, 2048-d)", "engine", "setting", "build s", "bytes/vector", "p50 ms", "p99 ms",
-              "recall@10"]
-    note = ("synthetic unit vectors with the spectrum of the shipped model's photo embeddings; 200 photo-like "
-            "queries, k = 10; `python bench/bench_search.py`")
-    return table(header, body, right_from=3) + "\n\n" + source("search.json", {**d, "date": d.get("engines_date"),
-                                                                                 "load": d["engines"][0].get("load")},
-                                                                "engines", note)
+                body.append(
+                    [
+                        n,
+                        eng,
+                        f"{knob} {fast[knob]} (fastest >= 0.95)",
+                        f1(x["build_s"]),
+                        f"{x['bytes_per_vector']:,.0f}",
+                        f2(fast["p50_ms"]),
+                        f2(fast["p99_ms"]),
+                        f3(fast["recall@10"]),
+                    ]
+                )
+    header = [
+        "N (synthetic, 2048-d)",
+        "engine",
+        "setting",
+        "build s",
+        "bytes/vector",
+        "p50 ms",
+        "p99 ms",
+        "recall@10",
+    ]
+    note = (
+        "synthetic unit vectors with the spectrum of the shipped model's photo embeddings; 200 photo-like "
+        "queries, k = 10; `python bench/bench_search.py`"
+    )
+    return (
+        table(header, body, right_from=3)
+        + "\n\n"
+        + source(
+            "search.json",
+            {**d, "date": d.get("engines_date"), "load": d["engines"][0].get("load")},
+            "engines",
+            note,
+        )
+    )
 
 
 def t_search_1m() -> str:
     d = load("search.json")
     e = d["engines_1m"]
     ev = e["exact_vs_flat"]
-    body = [["vsekit exact (float16 memmap)", f1(ev["exact"]["p50_ms"]), f1(ev["exact"]["p99_ms"]), "1.000"],
-            ["FAISS exact (QT_fp16)", f1(ev["flat"]["p50_ms"]), f1(ev["flat"]["p99_ms"]),
-             f3(ev["flat"]["top10_overlap_with_exact"])]]
+    body = [
+        ["vsekit exact (float16 memmap)", f1(ev["exact"]["p50_ms"]), f1(ev["exact"]["p99_ms"]), "1.000"],
+        [
+            "FAISS exact (QT_fp16)",
+            f1(ev["flat"]["p50_ms"]),
+            f1(ev["flat"]["p99_ms"]),
+            f3(ev["flat"]["top10_overlap_with_exact"]),
+        ],
+    ]
     for s in e["ivf_sq"]["sweep"]:
-        body.append([f"{e['ivf_sq']['engine']}, nprobe {s['nprobe']}", f1(s["pushed"]["p50_ms"]),
-                     f1(s["pushed"]["p99_ms"]), f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}"])
-    note = (f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions; "
-            "`python bench/bench_search_1m.py`")
-    return table(["engine", "p50 ms", "p99 ms", "recall@10"], body) + "\n\n" + source(
-        "search.json", {**d, "date": d.get("engines_1m_date"), "load_before": e.get("load_before")}, "engines_1m", note)
+        body.append(
+            [
+                f"{e['ivf_sq']['engine']}, nprobe {s['nprobe']}",
+                f1(s["pushed"]["p50_ms"]),
+                f1(s["pushed"]["p99_ms"]),
+                f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}",
+            ]
+        )
+    note = (
+        f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions; "
+        "`python bench/bench_search_1m.py`"
+    )
+    return (
+        table(["engine", "p50 ms", "p99 ms", "recall@10"], body)
+        + "\n\n"
+        + source(
+            "search.json",
+            {**d, "date": d.get("engines_1m_date"), "load_before": e.get("load_before")},
+            "engines_1m",
+            note,
+        )
+    )
 
 
 def t_search_dev() -> str:
     d = load("search.json")
     t = d["real"]["t2i"]
     ev = d["real"]["eval_t2i"]
-    body = [["`vsekit eval --split dev`", f2(ev["r1"]), f2(ev["r5"]), f2(ev["r10"])],
-            ["search, exact", f2(t["exact"]["r1"]), f2(t["exact"]["r5"]), f2(t["exact"]["r10"])],
-            ["search, FAISS flat", f2(t["flat"]["r1"]), f2(t["flat"]["r5"]), f2(t["flat"]["r10"])],
-            [f"search, HNSW, calibrated efSearch {t['hnsw']['calibrated']['efSearch']}", f2(t["hnsw"]["r1"]),
-             f2(t["hnsw"]["r5"]), f2(t["hnsw"]["r10"])],
-            [f"search, IVF, calibrated nprobe {t['ivf']['calibrated']['nprobe']}", f2(t["ivf"]["r1"]),
-             f2(t["ivf"]["r5"]), f2(t["ivf"]["r10"])]]
+    body = [
+        ["`vsekit eval --split dev`", f2(ev["r1"]), f2(ev["r5"]), f2(ev["r10"])],
+        ["search, exact", f2(t["exact"]["r1"]), f2(t["exact"]["r5"]), f2(t["exact"]["r10"])],
+        ["search, FAISS flat", f2(t["flat"]["r1"]), f2(t["flat"]["r5"]), f2(t["flat"]["r10"])],
+        [
+            f"search, HNSW, calibrated efSearch {t['hnsw']['calibrated']['efSearch']}",
+            f2(t["hnsw"]["r1"]),
+            f2(t["hnsw"]["r5"]),
+            f2(t["hnsw"]["r10"]),
+        ],
+        [
+            f"search, IVF, calibrated nprobe {t['ivf']['calibrated']['nprobe']}",
+            f2(t["ivf"]["r1"]),
+            f2(t["ivf"]["r5"]),
+            f2(t["ivf"]["r10"]),
+        ],
+    ]
     note = "1,000 dev photos indexed from their files, the 5,000 dev captions as queries, top 10"
-    return table(["t2i", "R@1", "R@5", "R@10"], body) + "\n\n" + source(
-        "search.json", {**d, "date": d.get("real_date"), "load": d["real"].get("load")}, "real", note)
+    return (
+        table(["t2i", "R@1", "R@5", "R@10"], body)
+        + "\n\n"
+        + source(
+            "search.json", {**d, "date": d.get("real_date"), "load": d["real"].get("load")}, "real", note
+        )
+    )
 
 
 def t_arithmetic() -> str:
@@ -419,13 +681,30 @@ def t_arithmetic() -> str:
     body = []
     for name, label in (("vse", "`vse` (MiniLM)"), ("bow", "`bow` (bag of words)")):
         s = d["arithmetic"][name]["summary"]
-        body.append([label, *(f"{100 * s[k]['right']:.1f}% | {s[k]['cos_to_source']:.2f}"
-                              for k in ("arithmetic", "image", "text"))])
-    header = ["model", "photo - A + B: right", "closeness", "photo alone: right", "closeness",
-              "\"B\" alone: right", "closeness"]
+        body.append(
+            [
+                label,
+                *(
+                    f"{100 * s[k]['right']:.1f}% | {s[k]['cos_to_source']:.2f}"
+                    for k in ("arithmetic", "image", "text")
+                ),
+            ]
+        )
+    header = [
+        "model",
+        "photo - A + B: right",
+        "closeness",
+        "photo alone: right",
+        "closeness",
+        '"B" alone: right',
+        "closeness",
+    ]
     note = "400 queries over the scene words snow, beach, grass, water, street on Flickr8K dev"
-    return table(header, body) + "\n\n" + source("search.json", {**d, "date": d.get("arithmetic_date")},
-                                                 "arithmetic", note)
+    return (
+        table(header, body)
+        + "\n\n"
+        + source("search.json", {**d, "date": d.get("arithmetic_date")}, "arithmetic", note)
+    )
 
 
 # ---------------------------------------------------------------------------------------------- scale-out
@@ -435,25 +714,59 @@ def t_scaling_search() -> str:
     d = load("scaling_search.json")
     body = []
     for r in d["rows"]:
-        body.append([f"{r['n']:,}", f2(r["exact"]["p50_ms"]), f1(r["ivfpq_build_s"]),
-                     f"{r['ivfpq_bytes'] / r['n']:,.0f}",
-                     f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, {r['calibrated']['candidates']}",
-                     f2(r["ivfpq_query"]["p50_ms"]), f3(r["ivfpq_query"]["recall@10_new"])])
-    header = ["vectors", "exact p50 ms", "IVF-PQ build s", "index bytes / vector",
-              "calibrated nprobe / lists, candidates", "IVF-PQ p50 ms", "recall@10 (new)"]
+        body.append(
+            [
+                f"{r['n']:,}",
+                f2(r["exact"]["p50_ms"]),
+                f1(r["ivfpq_build_s"]),
+                f"{r['ivfpq_bytes'] / r['n']:,.0f}",
+                f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, {r['calibrated']['candidates']}",
+                f2(r["ivfpq_query"]["p50_ms"]),
+                f3(r["ivfpq_query"]["recall@10_new"]),
+            ]
+        )
+    header = [
+        "vectors",
+        "exact p50 ms",
+        "IVF-PQ build s",
+        "index bytes / vector",
+        "calibrated nprobe / lists, candidates",
+        "IVF-PQ p50 ms",
+        "recall@10 (new)",
+    ]
     note = "clustered synthetic 256-d vectors, float16, memory-mapped; `python bench/bench_scaling.py`"
-    return table(header, body) + "\n\n" + source("scaling_search.json", {**d, "load": d["rows"][0]["load_start"]},
-                                                 "rows", note)
+    return (
+        table(header, body)
+        + "\n\n"
+        + source("scaling_search.json", {**d, "load": d["rows"][0]["load_start"]}, "rows", note)
+    )
 
 
 def t_ivfpq_10m() -> str:
     d = load("ivfpq_10m.json")
-    body = [[s["nprobe"], s["candidates"], f3(s["new"]["recall@10"]), f1(s["new"]["p50_ms"]),
-             f1(s["new"]["p99_ms"])] for s in d["sweep_new"]]
-    note = (f"{d['n']:,} x {d['dim']} float16 vectors, {d['index']['kind']}, build {d['build_s']:,.0f} s, "
-            f"{d['index']['bytes_per_vector']:.1f} bytes a vector; `python bench/bench_ivfpq_10m.py`")
-    return table([f"nprobe (of {d['index']['nlist']:,})", "candidates", "recall@10", "p50 ms", "p99 ms"],
-                 body, right_from=0) + "\n\n" + source("ivfpq_10m.json", d, "sweep_new", note)
+    body = [
+        [
+            s["nprobe"],
+            s["candidates"],
+            f3(s["new"]["recall@10"]),
+            f1(s["new"]["p50_ms"]),
+            f1(s["new"]["p99_ms"]),
+        ]
+        for s in d["sweep_new"]
+    ]
+    note = (
+        f"{d['n']:,} x {d['dim']} float16 vectors, {d['index']['kind']}, build {d['build_s']:,.0f} s, "
+        f"{d['index']['bytes_per_vector']:.1f} bytes a vector; `python bench/bench_ivfpq_10m.py`"
+    )
+    return (
+        table(
+            [f"nprobe (of {d['index']['nlist']:,})", "candidates", "recall@10", "p50 ms", "p99 ms"],
+            body,
+            right_from=0,
+        )
+        + "\n\n"
+        + source("ivfpq_10m.json", d, "sweep_new", note)
+    )
 
 
 def t_corpus_memory() -> str:
@@ -461,11 +774,21 @@ def t_corpus_memory() -> str:
     body = []
     for kind, label in (("karpathy", "Karpathy JSON"), ("coco", "COCO captions JSON")):
         b, a = d["before"][kind], d["after"][kind]
-        body.append([f"{label} ({b['file_mb']:.0f} MB)", f"{b['peak_rss_mb']:,.0f}", f"{a['peak_rss_mb']:,.0f}",
-                     f"{b['load_s']:.0f}", f"{a['load_s']:.0f}"])
+        body.append(
+            [
+                f"{label} ({b['file_mb']:.0f} MB)",
+                f"{b['peak_rss_mb']:,.0f}",
+                f"{a['peak_rss_mb']:,.0f}",
+                f"{b['load_s']:.0f}",
+                f"{a['load_s']:.0f}",
+            ]
+        )
     note = "synthetic files the size of COCO (123,287 images, 616,435 captions); before = `json.load`, after = streamed"
-    return table(["file", "peak RSS MB before", "after", "load s before", "after"], body) + "\n\n" + source(
-        "corpus_memory.json", d["after"], None, note)
+    return (
+        table(["file", "peak RSS MB before", "after", "load s before", "after"], body)
+        + "\n\n"
+        + source("corpus_memory.json", d["after"], None, note)
+    )
 
 
 def t_projections() -> str:
@@ -474,9 +797,22 @@ def t_projections() -> str:
     body = []
     for key, label in (("10M_photos", "10M photos"), ("100M_photos", "100M photos")):
         for r in p[key]:
-            body.append([label, r["machines"], f1(r["extraction_h"]), f1(r["store_disk_gb_per_machine"]),
-                         f2(r["ivfpq_ram_gb_per_machine"])])
-    header = ["collection", "machines", "extraction h", "float16 store GB a machine", "IVF-PQ RAM GB a machine"]
+            body.append(
+                [
+                    label,
+                    r["machines"],
+                    f1(r["extraction_h"]),
+                    f1(r["store_disk_gb_per_machine"]),
+                    f2(r["ivfpq_ram_gb_per_machine"]),
+                ]
+            )
+    header = [
+        "collection",
+        "machines",
+        "extraction h",
+        "float16 store GB a machine",
+        "IVF-PQ RAM GB a machine",
+    ]
     return table(header, body) + "\n\n" + source("scaling.json", d, "projections", p["note"])
 
 
@@ -484,10 +820,25 @@ def t_ddp() -> str:
     d = load("ddp.json")
     out = []
     for runs, meta, key in ((d["runs"], d, "runs"), (d["loaded_run"]["runs"], d["loaded_run"], "loaded_run")):
-        body = [[r["procs"], *(f1(x) for x in r["epoch_s"]), f1(r["cpu_s"]), f1(r["wall_s"]),
-                 f"{r['loss'][-1]:.6f}", f2(r["dev_rsum"][-1])] for r in runs]
-        header = ["processes", *(f"epoch {i + 1} s" for i in range(len(runs[0]["epoch_s"]))), "CPU s", "wall s",
-                  "loss, last epoch", "dev rsum, last epoch"]
+        body = [
+            [
+                r["procs"],
+                *(f1(x) for x in r["epoch_s"]),
+                f1(r["cpu_s"]),
+                f1(r["wall_s"]),
+                f"{r['loss'][-1]:.6f}",
+                f2(r["dev_rsum"][-1]),
+            ]
+            for r in runs
+        ]
+        header = [
+            "processes",
+            *(f"epoch {i + 1} s" for i in range(len(runs[0]["epoch_s"]))),
+            "CPU s",
+            "wall s",
+            "loss, last epoch",
+            "dev rsum, last epoch",
+        ]
         note = f"recipe `{meta['recipe']}` on {meta['backbone']} features, {meta['epochs']} epochs; {meta['note']}"
         out.append(table(header, body, right_from=0) + "\n\n" + source("ddp.json", meta, key, note))
     return "\n\n".join(out)
@@ -501,8 +852,15 @@ def t_ray() -> str:
     body = []
     for config, rs in configs.items():
         init = " / ".join(f1(r["ray_init_s"]) for r in rs) if "ray_init_s" in rs[0] else "-"
-        body.append([config, init, " / ".join(f1(r["extract_s"]) for r in rs),
-                     " / ".join(f1(r["img_per_s_extract"]) for r in rs), " / ".join(f1(r["total_s"]) for r in rs)])
+        body.append(
+            [
+                config,
+                init,
+                " / ".join(f1(r["extract_s"]) for r in rs),
+                " / ".join(f1(r["img_per_s_extract"]) for r in rs),
+                " / ".join(f1(r["total_s"]) for r in rs),
+            ]
+        )
     header = ["configuration", "cluster start s", "extract s, round 1 / 2", "img/s", "whole process s"]
     note = f"{d['data']}, {d['backbone']}; Ray {d['versions']['ray']}; `python bench/bench_ray.py --rounds 2`"
     return table(header, body) + "\n\n" + source("ray.json", d, "runs", note)
@@ -510,29 +868,62 @@ def t_ray() -> str:
 
 # ---------------------------------------------------------------------------------------------- reliability
 
-KINDS = {"search": "`GET /api/search` (a dev caption, k = 10)", "search_image": "`POST /api/search/image`",
-         "caption": "`POST /api/caption` (upload)", "caption_id": "`GET /api/caption/{id}`"}
+KINDS = {
+    "search": "`GET /api/search` (a dev caption, k = 10)",
+    "search_image": "`POST /api/search/image`",
+    "caption": "`POST /api/caption` (upload)",
+    "caption_id": "`GET /api/caption/{id}`",
+}
 
 
 def t_serve_load() -> str:
     d = load("serve_load.json")
-    body = [[KINDS[k], f"{v['requests']:,}", f"{v['p50_ms']:,.0f}", f"{v['p99_ms']:,.0f}"]
-            for k, v in d["per_kind"].items()]
-    body.append([f"all ({d['errors']} errors, {d['requests_per_s']:.1f} requests/s)", f"{d['all']['requests']:,}",
-                 f"{d['all']['p50_ms']:,.0f}", f"{d['all']['p99_ms']:,.0f}"])
+    body = [
+        [KINDS[k], f"{v['requests']:,}", f"{v['p50_ms']:,.0f}", f"{v['p99_ms']:,.0f}"]
+        for k, v in d["per_kind"].items()
+    ]
+    body.append(
+        [
+            f"all ({d['errors']} errors, {d['requests_per_s']:.1f} requests/s)",
+            f"{d['all']['requests']:,}",
+            f"{d['all']['p50_ms']:,.0f}",
+            f"{d['all']['p99_ms']:,.0f}",
+        ]
+    )
     rss = d["rss_mib"]
-    note = (f"{d['photos']}, concurrency {d['concurrency']}; server RSS MiB: {rss['before_warmup']} idle, "
-            f"{rss['after_warmup']} after the warm-up, {rss['after_last']} after the last answer; "
-            "`python bench/bench_serve_load.py`")
-    return table(["endpoint", "requests", "p50 ms", "p99 ms"], body) + "\n\n" + source("serve_load.json", d, None, note)
+    note = (
+        f"{d['photos']}, concurrency {d['concurrency']}; server RSS MiB: {rss['before_warmup']} idle, "
+        f"{rss['after_warmup']} after the warm-up, {rss['after_last']} after the last answer; "
+        "`python bench/bench_serve_load.py`"
+    )
+    return (
+        table(["endpoint", "requests", "p50 ms", "p99 ms"], body)
+        + "\n\n"
+        + source("serve_load.json", d, None, note)
+    )
 
 
 def t_kill_campaign() -> str:
     d = load("kill_campaign.json")
-    body = [[f"`{job}`", v["trials"], v["killed_running"], v["identical"], v["unreadable_leftovers"],
-             f1(v["uninterrupted_s"])] for job, v in d["jobs"].items()]
-    header = ["job", "trials", "killed while running", "rerun identical", "unreadable leftovers",
-              "uninterrupted run s"]
+    body = [
+        [
+            f"`{job}`",
+            v["trials"],
+            v["killed_running"],
+            v["identical"],
+            v["unreadable_leftovers"],
+            f1(v["uninterrupted_s"]),
+        ]
+        for job, v in d["jobs"].items()
+    ]
+    header = [
+        "job",
+        "trials",
+        "killed while running",
+        "rerun identical",
+        "unreadable leftovers",
+        "uninterrupted run s",
+    ]
     note = f"seed {d['seed']}, {d['minutes']} minutes; `python bench/kill_campaign.py --trials 6`"
     return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
 
@@ -591,8 +982,12 @@ def main() -> int:
             if not args.check:
                 page.write_text(new, encoding="utf-8")
     if args.check and stale:
-        print("tables differ from bench/results: " + ", ".join(str(p.relative_to(ROOT)) for p in stale)
-              + " (run python docs/gen_tables.py)", file=sys.stderr)
+        print(
+            "tables differ from bench/results: "
+            + ", ".join(str(p.relative_to(ROOT)) for p in stale)
+            + " (run python docs/gen_tables.py)",
+            file=sys.stderr,
+        )
         return 1
     unused = set(TABLES) - set(rendered)
     if unused:
