@@ -156,7 +156,10 @@ def _ranking_table(labels: dict[str, str]) -> str:
         for k in labels
     ]
     header = ["model", "features", *RECALL_HEADER, "train min", "best / run epochs", "threads"]
-    note = "Flickr8K dev, 1,000 images x 5,000 captions, `flickr` protocol; `python bench/bench_ranking.py RECIPE`"
+    note = (
+        "Flickr8K dev, 1,000 images x 5,000 captions, `flickr` protocol; "
+        "`python bench/bench_ranking.py RECIPE`"
+    )
     return table(header, body, right_from=2) + "\n\n" + source("ranking.json", d, "rows", note)
 
 
@@ -358,7 +361,10 @@ def t_fusion_held_out() -> str:
     d = load("alignment.json")
     held = d["fusion"]["held_out"]
     body = [[name, *recall_cells(m), f1(m["rsum"])] for name, m in held.items()]
-    note = "the odd-numbered 500 dev images x 2,500 captions, which chose nothing (w and the statistics come from the even half)"
+    note = (
+        "the odd-numbered 500 dev images x 2,500 captions, which chose nothing "
+        "(w and the statistics come from the even half)"
+    )
     return (
         table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
     )
@@ -390,7 +396,7 @@ def t_region_captions() -> str:
     return table(header, body) + "\n\n" + source("alignment.json", rc, "region_captions.runs", note)
 
 
-# ---------------------------------------------------------------------------------------------- the model table
+# ------------------------------------------------------------------------------------------ the model table
 
 
 def t_models() -> str:
@@ -460,7 +466,8 @@ def t_models() -> str:
         table(["model", "use it for", "what it is", "Flickr8K dev"], body, right_from=4)
         + "\n\n"
         + (
-            f"*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, `alignment.json`; {note}.*"
+            "*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, "
+            f"`alignment.json`; {note}.*"
         )
     )
 
@@ -502,7 +509,10 @@ def t_extract() -> str:
         "ORT network-only img/s",
         "default e2e / ORT network-only",
     ]
-    note = f"{d['images']} Flickr8K photos, batch {d['batch_size']}; `python bench/bench_extract.py --images 256`"
+    note = (
+        f"{d['images']} Flickr8K photos, batch {d['batch_size']}; "
+        "`python bench/bench_extract.py --images 256`"
+    )
     return table(header, body, right_from=2) + "\n\n" + source("extract.json", d, "engine_rows", note)
 
 
@@ -720,7 +730,8 @@ def t_scaling_search() -> str:
                 f2(r["exact"]["p50_ms"]),
                 f1(r["ivfpq_build_s"]),
                 f"{r['ivfpq_bytes'] / r['n']:,.0f}",
-                f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, {r['calibrated']['candidates']}",
+                f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, "
+                f"{r['calibrated']['candidates']}",
                 f2(r["ivfpq_query"]["p50_ms"]),
                 f3(r["ivfpq_query"]["recall@10_new"]),
             ]
@@ -783,7 +794,10 @@ def t_corpus_memory() -> str:
                 f"{a['load_s']:.0f}",
             ]
         )
-    note = "synthetic files the size of COCO (123,287 images, 616,435 captions); before = `json.load`, after = streamed"
+    note = (
+        "synthetic files the size of COCO (123,287 images, 616,435 captions); "
+        "before = `json.load`, after = streamed"
+    )
     return (
         table(["file", "peak RSS MB before", "after", "load s before", "after"], body)
         + "\n\n"
@@ -839,7 +853,10 @@ def t_ddp() -> str:
             "loss, last epoch",
             "dev rsum, last epoch",
         ]
-        note = f"recipe `{meta['recipe']}` on {meta['backbone']} features, {meta['epochs']} epochs; {meta['note']}"
+        note = (
+            f"recipe `{meta['recipe']}` on {meta['backbone']} features, {meta['epochs']} epochs; "
+            f"{meta['note']}"
+        )
         out.append(table(header, body, right_from=0) + "\n\n" + source("ddp.json", meta, key, note))
     return "\n\n".join(out)
 
