@@ -26,7 +26,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 MARKER = re.compile(r"(<!-- table:([a-z0-9-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
 
 
@@ -945,6 +945,157 @@ def t_kill_campaign() -> str:
     return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
 
 
+# ---------------------------------------------------------------------------------------------- the papers
+# The papers' own numbers (their tables, as printed: constants, not measurements of ours) beside our rows from
+# the JSON, with the command that makes each of ours.
+
+
+def _paper(label: str, numbers: str) -> list[str]:
+    return [label, *numbers.split()]
+
+
+PAPER_RANKING = {  # Flickr8K test: i2t R@1 R@5 R@10 Med r, t2i R@1 R@5 R@10 Med r
+    "kiros": [
+        _paper("Kiros 2014, AlexNet-class features (paper, test)", "13.5 36.2 45.7 13 10.4 31.0 43.7 14"),
+        _paper("Kiros 2014, VGG features (paper, test)", "18.0 40.9 55.0 8 12.5 37.0 51.5 10"),
+    ],
+    "vilalta": [
+        _paper(
+            "Vilalta 2017 CNN-MME* (VGG16 fc7, GRU 2048; paper, test)", "21.0 45.7 60.4 7 14.0 35.8 48.6 11"
+        ),
+        _paper(
+            "Vilalta 2017 FN-MME (VGG16 FNE, GRU 2048; paper, test)", "23.3 50.8 66.8 5 15.0 38.2 51.6 10"
+        ),
+    ],
+}
+OURS_RANKING = {
+    "kiros": [
+        ("kiros-gru", "ours: CNN-MME `kiros-gru` (GRU from scratch, sum of hinges)"),
+        ("kiros-bow", "ours: linear bag-of-words encoder (the recipe of the shipped `bow`)"),
+        ("kiros-bow-hardest", "ours: bag of words + hardest negative"),
+        ("vse-best-effnet", "ours: shipped `vse` (frozen MiniLM, 2 seeds)"),
+    ],
+    "vilalta": [
+        ("kiros-gru", "ours: CNN-MME (`kiros-gru`)"),
+        ("fne-gru-10ep", "ours: FN-MME (`fne-gru`, 10 epochs)"),
+        ("fne-bow", "ours: FN-MME with bag of words"),
+        ("fne-mini-r256", "ours: FN-MME + frozen MiniLM, rank-256 projection (`fne-minilm`)"),
+    ],
+}
+BENCH_RECIPE = {"fne-mini-r256": "fne-minilm"}  # ranking.json rows whose recipe ships under another name
+
+
+def _bench_command(recipe: str) -> str:
+    """The command that makes a ranking.json row: a shipped recipe by name, else the bench grid's file."""
+    name = BENCH_RECIPE.get(recipe, recipe)
+    shipped = (ROOT / "src" / "vsekit" / "recipes" / f"{name}.json").is_file()
+    return f"`python bench/bench_ranking.py {name if shipped else f'bench/recipes/{name}.json'}`"
+
+
+def _with_rsum(row: list[str]) -> list[str]:
+    """A paper's row with its rsum (the sum of its six recalls) appended."""
+    return [*row, f"{sum(float(row[i]) for i in (1, 2, 3, 5, 6, 7)):.1f}"]
+
+
+def _paper_ranking(key: str) -> str:
+    d = load("ranking.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [[*_with_rsum(r), "-"] for r in PAPER_RANKING[key]]
+    for recipe, label in OURS_RANKING[key]:
+        r = rows[recipe]
+        body.append(
+            [
+                f"{label}, {_features(r)}",
+                *recall_cells(r["dev"]),
+                f1(r["dev"]["rsum"]),
+                _bench_command(recipe),
+            ]
+        )
+    note = "ours: Flickr8K dev (the test split is held back); the paper's rows: Flickr8K test, as printed"
+    return (
+        table(["model", *RECALL_HEADER, "our command"], body)
+        + "\n\n"
+        + source("ranking.json", d, "rows", note)
+    )
+
+
+def t_paper_kiros() -> str:
+    return _paper_ranking("kiros")
+
+
+def t_paper_vilalta() -> str:
+    return _paper_ranking("vilalta")
+
+
+PAPER_CAPTIONS = [  # Flickr8K test, as printed: BLEU-1..4, METEOR, CIDEr
+    _paper("Karpathy & Fei-Fei 2015 m-RNN, VGG (paper, test)", "57.9 38.3 24.5 16.0 16.7 31.8"),
+    _paper("Google NIC (as cited by Karpathy 2015, test)", "63 41 27 - - -"),
+]
+OURS_CAPTIONS = [
+    ("nearest neighbour", "ours: nearest neighbour (the paper's baseline)", "caption --data DIR --method nn"),
+    ("cap-rnn beam 3", "ours: vanilla RNN as in the paper, beam 3", "train-captioner --recipe mrnn-rnn"),
+    ("cap-lstm-ship beam 3", "ours: LSTM, beam 3", "train-captioner --recipe mrnn-lstm"),
+    ("cap-effnet-ship beam 7 + rerank", "ours: shipped `captioner`, beam 7 + rerank", "caption --data DIR"),
+]
+
+
+def t_paper_karpathy_captions() -> str:
+    d = load("captioning.json")
+    rows = {r["name"]: r for r in d["rows"]}
+    body = [[*r, "-"] for r in PAPER_CAPTIONS]
+    for name, label, command in OURS_CAPTIONS:
+        r = rows[name]
+        metrics = (f1(r[m]) for m in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "cider"))
+        body.append([f"{label}, {_features(r)}", *metrics, f"`vsekit {command}`"])
+    note = (
+        "ours: Flickr8K dev (`--split dev`), pycocoevalcap x100; the paper's rows: Flickr8K test, as printed"
+    )
+    header = ["model", "B-1", "B-2", "B-3", "B-4", "METEOR", "CIDEr", "our command"]
+    return table(header, body) + "\n\n" + source("captioning.json", d, "rows", note)
+
+
+# the T-LSTM seed's "VS" on 1,000 test pairs of MSCOCO + Flickr30K, as printed: i2t and t2i R@1, 5, 10, 20, 50
+PAPER_TREE = _paper(
+    "T-LSTM seed, VS (paper: MSCOCO + Flickr30K test pairs)", "3.3 14.0 24.2 37.4 61.0 2.4 9.5 16.2 28.5 49.7"
+)
+
+
+def t_paper_tree_lstm() -> str:
+    d = load("tree_lstm.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [[*PAPER_TREE, "-", "-"]]
+    for recipe, label in (
+        ("tree-lstm-vs", "ours: VS as in the paper (`tree-lstm-vs`)"),
+        ("tree-lstm-linear", "ours: `tree-lstm-best`"),
+        ("tree-lstm-linear-p1", "ours: shipped `tree-lstm` (p = 1)"),
+    ):
+        r = rows[recipe]
+        cells = [f1(r["dev"][side][k]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10", "r20", "r50")]
+        body.append([label, *cells, f1(r["dev"]["rsum"]), _bench_tree(recipe)])
+    header = [
+        "model",
+        "i2t R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "t2i R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "rsum",
+        "our recipe",
+    ]
+    note = "ours: Flickr8K dev, 10-epoch cap, `python bench/bench_tree_lstm.py`; the paper: its own test set"
+    return table(header, body) + "\n\n" + source("tree_lstm.json", d, "rows", note)
+
+
+def _bench_tree(recipe: str) -> str:
+    shipped = (ROOT / "src" / "vsekit" / "recipes" / f"{recipe}.json").is_file()
+    return f"`{recipe}`" if shipped else f"`bench/recipes/{recipe}.json`"
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "models": t_models,
     "ranking-grid": t_ranking_grid,
@@ -968,6 +1119,10 @@ TABLES: dict[str, Callable[[], str]] = {
     "ray": t_ray,
     "serve-load": t_serve_load,
     "kill-campaign": t_kill_campaign,
+    "paper-kiros": t_paper_kiros,
+    "paper-vilalta": t_paper_vilalta,
+    "paper-karpathy-captions": t_paper_karpathy_captions,
+    "paper-tree-lstm": t_paper_tree_lstm,
 }
 
 
