@@ -459,7 +459,8 @@ def t_models() -> str:
         ],
     ]
     note = (
-        "held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), never used for training; "
+        "held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), not trained on but used "
+        "to choose epochs and recipes (so slightly optimistic); "
         "the test split is held back"
     )
     return (
