@@ -60,7 +60,7 @@ browser-deps:
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py
 
-# The documentation site: tables from bench/results/*.json and the CLI reference from the typer app are
+# The documentation site: tables and plots from bench/results/*.json and the CLI reference from the typer app are
 # regenerated, then mkdocs builds site/ offline with --strict (a broken link or a missing page fails), and
 # docs/check_offline.py fails if a built page would load a font, script or style from the network.
 $(DOCS_STAMP): $(DEV_STAMP)
@@ -69,6 +69,7 @@ $(DOCS_STAMP): $(DEV_STAMP)
 
 docs: $(DOCS_STAMP)
 	$(PY) docs/gen_tables.py
+	$(PY) docs/gen_plots.py
 	$(PY) docs/gen_cli.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(PY) docs/check_offline.py site

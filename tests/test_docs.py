@@ -127,3 +127,11 @@ def test_the_built_site_loads_nothing_from_the_network(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (site / "cli.html").is_file() and (site / "api.html").is_file()
     assert check_offline.external_loads(site) == []
+
+
+def test_every_plot_is_what_its_json_draws():
+    pytest.importorskip("matplotlib", reason="the docs extra is not installed (make docs installs it)")
+    gen_plots = _module("gen_plots")
+    for name in gen_plots.PLOTS:
+        path = gen_plots.OUT / f"{name}.svg"
+        assert path.read_bytes() == gen_plots.render(name), f"{path.name}: run python docs/gen_plots.py"
