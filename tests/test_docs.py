@@ -15,7 +15,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from vsekit.cli import app
-from vsekit.cli._help import PANELS
+from vsekit.cli._help import EXAMPLES, PANELS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -89,7 +89,11 @@ def test_every_help_reads_at_80_columns_with_its_brackets_and_no_cut_words():
             for bracketed in re.findall(r"\[[^\]\s]+\]", text):
                 assert bracketed in flat, f"vsekit {' '.join(path)}: {bracketed} lost in the help"
         if len(path) == 1:
-            assert "Example: vsekit" in flat, f"vsekit {path[0]} --help shows no example"
+            example = EXAMPLES[path[0]]
+            assert len(example) <= 78, f"vsekit {path[0]}: the example wraps at 80 columns"
+            assert f" {example} " in shown.output.replace("\n", " "), (
+                f"vsekit {path[0]} --help: example missing"
+            )
 
 
 def test_the_readme_is_short_and_its_links_resolve():

@@ -29,7 +29,8 @@ PANELS = {
     "train-region-captioner": TRAINING,
 }
 
-# One example per command, shown under its options (Markdown: a code span keeps spaces and brackets).
+# One example per command, shown under its options on a line of its own (Markdown: a code span keeps spaces
+# and brackets); at most 78 characters, so that it never wraps in an 80-column terminal.
 EXAMPLES = {
     "demo": "vsekit demo",
     "index": "vsekit index build photos/ --out photos.index",
@@ -37,18 +38,15 @@ EXAMPLES = {
     "serve": "vsekit serve photos.index --port 8000",
     "caption": "vsekit caption photos/",
     "eval": "vsekit eval --data flickr8k/ --split dev --json dev.json",
-    "rank": 'vsekit rank --sentence "a dog runs through the snow" --data flickr8k/ --split dev',
-    "align": 'vsekit align --image photo.jpg --sentence "a dog runs on the grass" --out fig.png',
+    "rank": 'vsekit rank --sentence "a dog runs through the snow" --data flickr8k/',
+    "align": 'vsekit align --image photo.jpg --sentence "a dog on the grass" --out fig.png',
     "regions": "vsekit regions --image photo.jpg --out fig.png --top 5",
     "extract": "vsekit extract --data flickr8k/ --backbone efficientnet_lite0",
     "train": "vsekit train --data flickr8k/ --recipe vse-best --out runs/best",
     "train-captioner": "vsekit train-captioner --data flickr8k/ --recipe mrnn-lstm --out runs/cap",
     "train-scnlm": "vsekit train-scnlm --data flickr8k/ --out runs/scnlm",
     "train-aligner": "vsekit train-aligner --data flickr8k/ --recipe minilm-grid --out runs/align",
-    "train-region-captioner": (
-        "vsekit train-region-captioner --data flickr8k/ --recipe region-lstm --aligner aligner "
-        "--out runs/regions"
-    ),
+    "train-region-captioner": "vsekit train-region-captioner --data flickr8k/ --out runs/regions",
 }
 
 
@@ -62,7 +60,7 @@ RECIPE_DIRS = {
 
 def help_for(name: str) -> dict[str, Any]:
     """The ``app.command`` / ``app.add_typer`` keywords that place command ``name`` and show its example."""
-    epilog = f"Example: `{EXAMPLES[name]}`"
+    epilog = f"Example:\n\n`{EXAMPLES[name]}`"
     if name in RECIPE_DIRS:
         from vsekit import resources
 
