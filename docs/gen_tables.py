@@ -831,6 +831,48 @@ def t_projections() -> str:
     return table(header, body) + "\n\n" + source("scaling.json", d, "projections", p["note"])
 
 
+def t_projection_coco() -> str:
+    d = load("scaling.json")
+    c = d["projections"]["coco"]
+    body = [
+        [
+            f"COCO, {c['images']:,} images, {c['captions']:,} captions",
+            f"{60 * c['extraction_h_1_machine']:.0f} min on 1 machine",
+            f"{c['feature_cache_gb_1280d_float16']:.2f} GB features (1,280-d float16); "
+            f"{c['index_store_gb_2048d_float16']:.2f} GB index (2048-d float16)",
+            f"corpus {c['corpus_read_peak_rss_gb']:.2f} GB + page cache for the features",
+            f"first epoch {c['training_first_epoch_min']:.0f} min (the MiniLM pass, once), then "
+            f"{c['training_epoch_min']:.1f} min an epoch",
+        ]
+    ]
+    header = ["collection", "extraction", "on disk", "RAM", "training the shipped recipe"]
+    return (
+        table(header, body, right_from=5)
+        + "\n\n"
+        + source("scaling.json", d, "projections.coco", d["projections"]["note"])
+    )
+
+
+def t_word_magnitudes() -> str:
+    d = load("alignment.json")
+    w = d["word_magnitudes"]
+    large = ", ".join(f"{word} {norm:.2f}" for word, norm, _ in w["largest"][:20])
+    small = ", ".join(f"{word} {norm:.2f}" for word, norm, _ in w["smallest"][:20])
+    header = [
+        f"largest ‖s_t‖ (first 20 of {len(w['largest'])})",
+        f"smallest ‖s_t‖ (first 20 of {len(w['smallest'])})",
+    ]
+    note = (
+        f"the mean ‖s_t‖ over the dev captions of each of the {w['n_words']} words seen at least "
+        f"{w['min_count']} times"
+    )
+    return (
+        table(header, [[large, small]], right_from=2)
+        + "\n\n"
+        + source("alignment.json", d, "word_magnitudes", note)
+    )
+
+
 def t_ddp() -> str:
     d = load("ddp.json")
     out = []
@@ -1116,6 +1158,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "ivfpq-10m": t_ivfpq_10m,
     "corpus-memory": t_corpus_memory,
     "projections": t_projections,
+    "projection-coco": t_projection_coco,
+    "word-magnitudes": t_word_magnitudes,
     "ddp": t_ddp,
     "ray": t_ray,
     "serve-load": t_serve_load,
