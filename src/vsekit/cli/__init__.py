@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from vsekit.cli import alignment, captioning, demo, embedding, features, search, serve
+from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, search, serve
 from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
 from vsekit.cli._help import help_for
 from vsekit.version import __version__
@@ -43,6 +43,7 @@ def _options(
 
 # in the order `vsekit --help` shows the groups (cli/_help.py): start, photos, models, training
 app.command("demo", **help_for("demo"))(demo.demo)
+search.index_app.command("duplicates")(duplicates.duplicates)
 app.add_typer(search.index_app, name="index", **help_for("index"))
 app.command("search", **help_for("search"))(search.search)
 app.command("serve", **help_for("serve"))(serve.serve)
