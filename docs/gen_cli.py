@@ -13,8 +13,8 @@ import argparse
 import inspect
 import sys
 from pathlib import Path
+from typing import Any
 
-import click
 from typer.main import get_command
 
 from vsekit.cli import app
@@ -27,22 +27,29 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _default(param: click.Parameter) -> str:
+# typer ships its own copy of click, so parameters and groups are recognised by what they have, not by class
+
+
+def _is_argument(param: Any) -> bool:
+    return param.param_type_name == "argument"
+
+
+def _default(param: Any) -> str:
     if getattr(param, "required", False):
         return "required"
     value = param.default
     if value is None or value == () or value == [] or callable(value):
         return ""
-    if isinstance(param, click.Option) and param.is_flag and param.secondary_opts:
+    if getattr(param, "is_flag", False) and param.secondary_opts:
         return param.opts[0] if value else param.secondary_opts[0]
-    if isinstance(param, click.Option) and param.is_flag:
+    if getattr(param, "is_flag", False):
         return ""
     return f"`{value}`"
 
 
-def _param_row(param: click.Parameter) -> str:
-    if isinstance(param, click.Argument):
-        name = f"`{param.human_readable_name}`"
+def _param_row(param: Any) -> str:
+    if _is_argument(param):
+        name = f"`{param.name.upper()}`"
         if param.nargs == -1:
             name += " ..."
     else:
@@ -51,8 +58,8 @@ def _param_row(param: click.Parameter) -> str:
     return f"| {name} | {_cell(help_text)} | {_default(param)} |"
 
 
-def _command_section(path: list[str], command: click.Command, level: int) -> list[str]:
-    ctx = click.Context(command, info_name=" ".join(["vsekit", *path]))
+def _command_section(path: list[str], command: Any, level: int) -> list[str]:
+    ctx = command.context_class(command, info_name=" ".join(["vsekit", *path]))
     lines = [f"{'#' * level} `vsekit {' '.join(path)}`", ""]
     usage = " ".join(command.collect_usage_pieces(ctx))
     lines += ["```text", f"vsekit {' '.join(path)} {usage}".rstrip(), "```", ""]
@@ -65,7 +72,7 @@ def _command_section(path: list[str], command: click.Command, level: int) -> lis
         lines.append("")
     if command.epilog:
         lines += [" ".join(p.split()) + "\n" for p in command.epilog.split("\n\n")]
-    if isinstance(command, click.Group):
+    if hasattr(command, "commands"):
         for name, sub in command.commands.items():
             lines += _command_section([*path, name], sub, level + 1)
     return lines

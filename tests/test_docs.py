@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
@@ -65,10 +64,11 @@ def test_the_cli_reference_is_generated_from_the_app():
     assert (DOCS / "cli.md").read_text(encoding="utf-8") == gen_cli.render(), "run python docs/gen_cli.py"
 
 
-def _commands(group: click.Group, path: list[str]):
+def _commands(group, path: list[str]):
+    """Every command and subcommand (typer ships its own click: a group is what has commands)."""
     for name, command in group.commands.items():
         yield [*path, name], command
-        if isinstance(command, click.Group):
+        if hasattr(command, "commands"):
             yield from _commands(command, [*path, name])
 
 
@@ -79,6 +79,8 @@ def test_every_help_reads_at_80_columns_with_its_brackets_and_no_cut_words():
     for panel in set(PANELS.values()):
         assert panel in top.output
     assert set(PANELS) == set(root.commands), "every command belongs to a help group"
+    seen = [path for path, _ in _commands(root, [])]
+    assert ["index", "build"] in seen  # subcommands are walked too
     for path, command in _commands(root, []):
         shown = runner.invoke(app, [*path, "--help"], terminal_width=80, prog_name="vsekit")
         assert shown.exit_code == 0, path
