@@ -3,7 +3,8 @@
 ``GET /`` the page; ``GET /api/search?q=&k=``; ``POST /api/search/image`` (multipart ``file``, query
 ``k``); ``POST /api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``,
 ``resort``); ``GET /api/similar/{id}``; ``POST /api/caption`` (multipart ``file``); ``GET
-/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``. Results are ``{"results": [{"id",
+/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/photo/{id}`` (the page's full-size view); ``GET
+/api/info``. Results are ``{"results": [{"id",
 "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
 
 Safety: photos are addressed by row id only (never by a path from the request), uploads are bounded in
@@ -30,9 +31,10 @@ from PIL import Image
 from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
-from vsekit.errors import VsekitError
+from vsekit.errors import ImageError, VsekitError
 from vsekit.serve.timeouts import BodyDeadline
 from vsekit.serve.uploads import UploadError, decode_upload
+from vsekit.vision.preprocess import load_image
 
 __all__ = ["ServeSettings", "create_app", "run"]
 
@@ -53,6 +55,7 @@ class ServeSettings:
     thumb_side: int = 256
     captions: int = 3
     body_timeout_s: float = 60.0
+    photo_side: int = 2048  # the page's full-size view (GET /api/photo/{id}): long side in pixels
 
 
 class _Captioner:
@@ -145,10 +148,12 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         details = index.info()
-        return {"count": details["count"], "model": details["model"], "engine": details["engine"]}
+        fields = {"count": details["count"], "model": details["model"], "engine": details["engine"]}
+        return {**fields, **_page_info(index, settings)}
 
     _add_search_routes(app, index, settings)
     _add_photo_routes(app, index, settings, _Captioner(captioner_factory))
+    _add_page_routes(app, index, settings)
     return app
 
 
@@ -218,6 +223,42 @@ def _thumbnail(path: Path, side: int) -> bytes:
             return out.getvalue()
     except (OSError, ValueError, SyntaxError) as exc:
         raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
+
+
+# --- The page's read-only additions (page helper): what the static page needs beyond the search API. ---
+
+
+def _page_info(index: Index, settings: ServeSettings) -> dict[str, Any]:
+    """``/api/info`` fields for the page's header and paging: the index's and the photo folder's names
+    (not a filesystem path) and the largest ``k`` a request may ask for."""
+    return {"name": index.path.name, "folder": index.photos_dir.name, "max_k": settings.max_k}
+
+
+def _add_page_routes(app: FastAPI, index: Index, settings: ServeSettings) -> None:
+    @app.get("/api/photo/{photo_id}")
+    def photo(photo_id: int) -> Response:
+        """The indexed photo upright, as a JPEG of at most ``photo_side`` pixels on its long side."""
+        path = _photo_path(index, photo_id)
+        try:
+            stat = path.stat()
+        except OSError:
+            raise HTTPException(404, f"photo {path.name} can no longer be read (file not found)") from None
+        data = _full_size(path, stat.st_mtime_ns, stat.st_size, settings.photo_side)
+        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=60"})
+
+
+@functools.lru_cache(maxsize=32)
+def _full_size(path: Path, mtime_ns: int, size: int, side: int) -> bytes:
+    """The lightbox's JPEG, decoded by the one decode path (EXIF upright, RGB); keyed by the file's
+    modification time and size so a photo changed in place is re-read."""
+    try:
+        img = load_image(path)
+    except ImageError as exc:
+        raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
+    img.thumbnail((side, side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=88)
+    return out.getvalue()
 
 
 def run(index_path: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
