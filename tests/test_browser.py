@@ -40,6 +40,7 @@ import vsekit  # noqa: E402
 from vsekit.serve import create_app  # noqa: E402
 from vsekit.serve.uploads import decode_upload  # noqa: E402
 
+expect.set_options(timeout=15_000)  # a loaded 2-core CI machine: the first caption loads the captioner
 QUERY = "a dog runs on the grass"
 N_PHOTOS = 9  # make_photo_folder's 8 readable photos + the sideways phone photo
 
