@@ -8,6 +8,9 @@ writes, in ``out``::
     embeddings-<digest>.npy     unit-norm vectors [n, K] (float32 or float16), row i = entry i, memory-mapped
     ann-<engine>-<digest>.faiss an HNSW / IVF / IVF-PQ structure (large collections; see retrieval.search)
     pending/                    work in progress: one committed .npy + .json per chunk of photos
+    .vsekit-owned.json          the files the index wrote: the only files it ever deletes
+                                (:mod:`vsekit.retrieval.owned`); an --out holding other files and no index
+                                is refused
 
 **Incremental**: building again (or :meth:`Index.update`) embeds new files, re-embeds changed ones
 (size or mtime changed and different bytes), drops deleted ones and copies every other row unchanged.
@@ -43,6 +46,7 @@ from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.fileio import atomic_npy_memmap, atomic_save_npy, atomic_write_bytes, atomic_write_json
 from vsekit.resources import is_shipped_joint_model, sample_data_path
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.retrieval.owned import LEDGER, Ownership, check_out_dir
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
 from vsekit.retrieval.search import (
     ANN_ENGINES,
@@ -135,6 +139,18 @@ def _read_manifest(out: Path) -> dict[str, Any] | None:
     return manifest
 
 
+def _read_manifest_or_rebuild(out: Path) -> dict[str, Any] | None:
+    """The manifest; for an index this vsekit wrote (it has a ledger), a damaged manifest means a
+    rebuild (every photo re-embedded) rather than an error: nothing in it can be trusted."""
+    try:
+        return _read_manifest(out)
+    except VsekitError as exc:
+        if not (out / LEDGER).is_file():
+            raise
+        logger.warning("%s; rebuilding the index", exc)
+        return None
+
+
 def _entries(manifest: dict[str, Any] | None) -> dict[str, PhotoEntry]:
     rows = manifest["entries"] if manifest else []
     return {row[0]: PhotoEntry(*row) for row in rows}
@@ -150,6 +166,13 @@ def _index_lock(out: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _manifest_files(manifest: dict[str, Any] | None) -> list[str]:
+    """The files an index manifest names (the index's own, whatever wrote them)."""
+    if manifest is None:
+        return []
+    return [MANIFEST] + [str(manifest[key]) for key in ("embeddings", "ann") if manifest.get(key)]
 
 
 def _digest(*parts: Any) -> str:
@@ -213,6 +236,7 @@ class _Builder:
     engine: str
     chunk_size: int
     progress: bool
+    owned: Ownership
     runner: ChunkRunner | None = None
 
     def run(self) -> BuildReport:
@@ -241,10 +265,9 @@ class _Builder:
         return _digest(self.identity["sha256"], self.dtype, files)
 
     def _drop_stale_chunks(self, keep: set[str]) -> None:
-        if self.pending.is_dir():
-            for path in self.pending.iterdir():
-                if path.name.split(".")[0] not in keep or path.name.startswith("."):
-                    path.unlink(missing_ok=True)
+        """Forget the finished chunks of another plan (only files the ledger lists are deleted)."""
+        chunk_files = {n for n in self.owned.names if n.startswith("pending/")}
+        self.owned.release(n for n in chunk_files if Path(n).name.split(".")[0] not in keep)
 
     def _embed_chunks(
         self, chunks: list[list[PhotoFile]], keys: list[str]
@@ -294,6 +317,7 @@ class _Builder:
         entries, failed, vectors = result
         if vectors.shape != (len(entries), self.model.embed_dim):
             raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
+        self.owned.own(f"pending/{key}.npy", f"pending/{key}.json")
         atomic_save_npy(self.pending / f"{key}.npy", vectors)
         atomic_write_json(
             self.pending / f"{key}.json",
@@ -307,6 +331,9 @@ class _Builder:
         self._old_entries = _entries(self.old)
         self._old_file = old.get("embeddings", "")
         self._old_vectors = np.load(self.out / self._old_file, mmap_mode="r") if self._old_file else None
+        expected = (len(self._old_row), self.model.embed_dim)
+        if self._old_vectors is not None and self._old_vectors.shape != expected:
+            raise ValueError(f"shape {self._old_vectors.shape}, expected {expected}")
 
     # -- the commit: embeddings, ANN structure, manifest last ------------------------------------
     def _commit(self, plan: UpdatePlan, keys: list[str], done: list) -> dict[str, Any]:
@@ -321,6 +348,7 @@ class _Builder:
         rows = [[e.id, e.size, e.mtime_ns, e.sha256] for e in entries]
         digest = _digest(self.identity["sha256"], self.dtype, rows)
         embeddings = f"embeddings-{digest}.npy"
+        self.owned.own(embeddings)
         if not (self.out / embeddings).is_file():
             self._write_embeddings(self.out / embeddings, [sources[e.id] for e in entries])
         ann, ann_params = self._write_ann(embeddings, digest, len(entries))
@@ -357,28 +385,23 @@ class _Builder:
         if engine not in ANN_ENGINES:
             return None, {}
         name = f"ann-{engine}-{digest}.faiss"
+        partial = f".{name}.partial"  # ivfpq's resumable progress; _cleanup removes it
+        self.owned.own(name, partial)
         vectors = np.load(self.out / embeddings, mmap_mode="r")
         if (self.out / name).is_file():
             index = deserialize_ann((self.out / name).read_bytes())
         else:
-            partial = self.out / f".{name}.partial"  # ivfpq's resumable progress; _cleanup removes it
-            index = build_ann(vectors, engine, checkpoint=partial)
+            index = build_ann(vectors, engine, checkpoint=self.out / partial)
             atomic_write_bytes(self.out / name, serialize_ann(index))
         return name, calibrate(index, vectors, calibration_sentences(self.model))
 
     def _cleanup(self, manifest: dict[str, Any]) -> None:
-        """Remove what the manifest does not name: older generations, finished chunks, temp files."""
-        keep = {manifest["embeddings"], manifest.get("ann")}
-        for path in self.out.iterdir():
-            stale = path.name.startswith((".embeddings-", ".ann-", ".index.json")) or (
-                path.name.startswith(("embeddings-", "ann-")) and path.name not in keep
-            )
-            if stale and path.is_file():
-                path.unlink(missing_ok=True)
-        if self.pending.is_dir():
-            for path in self.pending.iterdir():
-                path.unlink(missing_ok=True)
-            self.pending.rmdir()
+        """Remove the files the index wrote that the manifest no longer names: older generations,
+        finished chunks, temp files. Files it did not write are never touched (see :mod:`.owned`)."""
+        keep = {MANIFEST, manifest["embeddings"], manifest.get("ann")}
+        self.owned.release(sorted(self.owned.names - keep))
+        self.owned.drop_temp_files(keep - {None})
+        self.owned.remove_dir_if_empty("pending")
 
     def _report(
         self, plan: UpdatePlan, old: dict[str, PhotoEntry], new: list[PhotoEntry], failed: dict[str, dict]
@@ -446,24 +469,35 @@ class Index:
         resolve_engine(engine or "auto", 0)
         if chunk_size < 1:
             raise VsekitError(f"chunk_size must be >= 1, got {chunk_size}")
+        if not photos.is_dir():
+            raise VsekitError(f"{photos}: not a folder of photos")
+        check_out_dir(out, MANIFEST)  # before the model loads and before anything is written
         loaded, name = _load_model(model, device)
         identity = _model_identity(loaded, name)
         with _index_lock(out):
-            old = _read_manifest(out)
+            check_out_dir(out, MANIFEST)
+            old = _read_manifest_or_rebuild(out)
+            owned = Ownership(out, legacy=_manifest_files(old))
+            owned.own(MANIFEST)
             if old is not None:
                 _check_same(out, old, photos, identity, dtype, engine)
-            builder = _Builder(
-                out=out,
-                photos_dir=photos,
-                model=loaded,
-                identity=identity,
-                old=old,
-                dtype=dtype or (old or {}).get("dtype", "float32"),
-                engine=engine or (old or {}).get("engine", "auto"),
-                chunk_size=chunk_size,
-                progress=progress,
-                runner=runner,
-            )
+            settings = {
+                "out": out,
+                "photos_dir": photos,
+                "model": loaded,
+                "identity": identity,
+                "dtype": dtype or (old or {}).get("dtype", "float32"),
+                "engine": engine or (old or {}).get("engine", "auto"),
+                "chunk_size": chunk_size,
+                "progress": progress,
+                "owned": owned,
+                "runner": runner,
+            }
+            try:
+                builder = _Builder(old=old, **settings)
+            except (OSError, ValueError) as exc:  # damaged vectors are re-embedded, never merged
+                logger.warning("%s: damaged index embeddings (%s); re-embedding every photo", out, exc)
+                builder = _Builder(old=None, **settings)
             report = builder.run()
         index = cls.open(out, model=loaded)
         index.report = report
