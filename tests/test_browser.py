@@ -42,7 +42,7 @@ from vsekit.serve.uploads import decode_upload  # noqa: E402
 
 expect.set_options(timeout=15_000)  # a loaded 2-core CI machine: the first caption loads the captioner
 QUERY = "a dog runs on the grass"
-N_PHOTOS = 9  # make_photo_folder's 8 readable photos + the sideways phone photo
+N_PHOTOS = 10  # make_photo_folder's 8 readable photos, the sideways phone photo, a re-saved copy
 
 
 def sideways_jpeg(src: Path) -> tuple[Image.Image, bytes]:
@@ -95,6 +95,8 @@ def photos(tmp_path_factory):
     folder = make_photo_folder(tmp_path_factory.mktemp("browser") / "photos", n=8)
     (folder / "phone").mkdir()
     (folder / "phone" / "sideways.jpg").write_bytes(SIDEWAYS)
+    (folder / "copies").mkdir()  # a near-duplicate: the first photo saved again at JPEG quality 60
+    Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(folder / "copies" / "resaved.jpg", quality=60)
     return folder
 
 
@@ -365,22 +367,20 @@ def test_weak_answers_and_stored_captions_are_shown(page, shots):
 
 
 def test_why_boxes_are_drawn_over_the_photo(page, shots):
-    # GET /api/explain/{id}?q= (issue 22's contract): boxes in pixels of the upright original.
-    page.route(
-        "**/api/explain/**",
-        lambda route: route.fulfill(
-            json={
-                "width": 224,
-                "height": 224,
-                "words": [
-                    {"word": "dog", "box": [0, 0, 112, 56], "score": 0.61},
-                    {"word": "grass", "box": [56, 112, 224, 224], "score": 0.42},
-                ],
-            }
-        ),
-    )
+    # The page's drawing of GET /api/explain/{id}?q= (issue 22's contract), on a fixed answer: boxes in
+    # pixels of the upright original, phrases (the MRF's segments) or each word's region.
+    words = [
+        {"word": "dog", "box": [0, 0, 112, 56], "score": 0.61},
+        {"word": "grass", "box": [56, 112, 224, 224], "score": 0.42},
+    ]
+    segments = [{"text": "a dog runs", "box": [0, 0, 112, 56], "score": 1.2}]
+    answer = {"width": 224, "height": 224, "words": words, "segments": segments}
+    page.route("**/api/explain/**", lambda route: route.fulfill(json=answer))
     search(page, QUERY)
     page.locator("#grid .hit").first.click()
+    expect(page.locator("#lb-boxes .box")).to_have_count(1)
+    expect(page.locator("#lb-boxes .box")).to_have_text("a dog runs 1.20")
+    page.get_by_label("Why this photo").select_option("words")
     expect(page.locator("#lb-boxes .box")).to_have_count(2)
     page.wait_for_function(ready("lb-img"))
     img = page.locator("#lb-img").bounding_box()
@@ -388,9 +388,70 @@ def test_why_boxes_are_drawn_over_the_photo(page, shots):
     assert abs(dog["x"] - img["x"]) < 3 and abs(dog["y"] - img["y"]) < 3
     assert abs(dog["width"] - img["width"] / 2) < 3 and abs(dog["height"] - img["height"] / 4) < 3
     expect(page.locator("#lb-boxes .box").first).to_have_text("dog 0.61")
-    page.screenshot(path=str(shots / "why.png"))
-    page.get_by_label("show why this photo (words on regions)").uncheck()
+    page.screenshot(path=str(shots / "why-routed.png"))
+    page.keyboard.press("ArrowRight")  # the next photo asks for its own alignment
+    expect(page.locator("#lb-boxes .box")).to_have_count(2)
+    page.get_by_label("Why this photo").select_option("off")
     expect(page.locator("#lb-boxes .box")).to_have_count(0)
+
+
+def test_why_boxes_from_the_shipped_aligner(page, shots):
+    search(page, QUERY)
+    page.locator("#grid .hit").first.click()
+    boxes = page.locator("#lb-boxes .box")
+    expect(boxes.first).to_be_visible(timeout=90_000)  # the aligner loads on the first explain
+    expect(page.locator("#lb-why-state")).to_have_text("")
+    for box in boxes.all():  # every box lies on the photo
+        img, b = page.locator("#lb-img").bounding_box(), box.bounding_box()
+        assert img["x"] - 1 <= b["x"] and b["x"] + b["width"] <= img["x"] + img["width"] + 1
+        assert img["y"] - 1 <= b["y"] and b["y"] + b["height"] <= img["y"] + img["height"] + 1
+    assert " ".join(boxes.all_inner_texts()).split()[0] in QUERY.split()
+    page.screenshot(path=str(shots / "why.png"))
+
+
+def test_near_duplicate_groups(page, shots):
+    page.get_by_role("button", name="Near-duplicates").click()
+    expect(page.locator("#results-title")).to_have_text("Near-duplicates: 1 group")
+    assert url_params(page) == {"mode": "duplicates"}
+    group = page.locator("#grid .group").first
+    expect(group.locator(".hit")).to_have_count(2)
+    expect(group).to_contain_text("copies/resaved.jpg")
+    expect(group).to_contain_text(SAMPLE_IMAGES[0].name)
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "duplicates.png"), full_page=True)
+    group.locator(".hit").nth(1).click()
+    expect(page.locator("#lb-title")).to_have_text(group.locator(".hit .path").nth(1).inner_text())
+    page.keyboard.press("Escape")
+    page.reload()
+    expect(page.locator("#grid .group .hit")).to_have_count(2)
+
+
+def test_filters_go_to_the_server_and_into_the_url(page, server):
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/search?" in r.url else None)
+    page.get_by_text("Filters: folder, date taken").click()
+    page.get_by_label("folder").fill("trip")
+    page.get_by_label("taken on or after").fill("2020-01-01")
+    search_title = f"Results for \u201c{QUERY}\u201d (in trip/, taken 2020-01-01 to \u2026)"
+    page.get_by_label("Describe the photos to find").fill(QUERY)
+    page.get_by_label("Describe the photos to find").press("Enter")
+    expect(page.locator("#results-title")).to_have_text(search_title)
+    sent = parse_qs(urlparse(asked[-1]).query)
+    assert sent["folder"] == ["trip"] and sent["taken_after"] == ["2020-01-01"] and "taken_before" not in sent
+    assert url_params(page) == {"mode": "text", "q": QUERY, "folder": "trip", "taken_after": "2020-01-01"}
+    page.goto(f"{server}/?q=people&folder=trip")  # a shared link restores its filters
+    expect(page.get_by_label("folder")).to_have_value("trip")
+    expect(page.locator("#results-title")).to_contain_text("(in trip/)")
+
+
+def test_the_folder_filter_keeps_only_that_folder(page, server):
+    answer = page.request.get(f"{server}/api/search?q=people&k=50&folder=trip").json()["results"]
+    if any(not hit["path"].startswith("trip/") for hit in answer):
+        pytest.xfail("the API's folder filter arrives with the serve helper's routes (issue 22, item 7)")
+    page.goto(f"{server}/?q=people&folder=trip")
+    expect(page.locator("#results-title")).to_contain_text("(in trip/)")
+    paths = page.locator("#grid .hit .path").all_inner_texts()
+    assert paths and all(p.startswith("trip/") for p in paths)
 
 
 def test_dark_mode_follows_the_system(browser, server, shots):
@@ -447,6 +508,6 @@ def test_the_open_page_finds_a_photo_added_under_it(browser, tmp_path):
         while time.monotonic() < deadline and page.locator("#grid .hit", has_text="new.jpg").count() == 0:
             page.get_by_role("button", name="Search").click()
             page.wait_for_timeout(500)
-        expect(page.locator("#grid .hit", has_text="new.jpg")).to_have_count(1)
-        expect(page.locator("#info")).to_contain_text("3 photos")
+        expect(page.locator("#grid .hit", has_text="new.jpg")).to_have_count(1, timeout=1000)
+        expect(page.locator("#info")).to_contain_text("3 photos", timeout=1000)
         page.context.close()

@@ -3,9 +3,10 @@
 ``GET /`` the page; ``GET /api/search?q=&k=``; ``POST /api/search/image`` (multipart ``file``, query
 ``k``); ``POST /api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``,
 ``resort``); ``GET /api/similar/{id}``; ``POST /api/caption`` (multipart ``file``); ``GET
-/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/photo/{id}`` (the page's full-size view); ``GET
-/api/info``. Results are ``{"results": [{"id",
-"path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
+/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page: ``GET /api/photo/{id}`` (the
+full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET /api/duplicates?threshold=``.
+Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx
+status.
 
 Safety: photos are addressed by row id only (never by a path from the request), uploads are bounded in
 bytes (413), in time (a body that trickles in past ``body_timeout_s`` is a 408) and in pixels and are
@@ -32,6 +33,7 @@ from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
 from vsekit.errors import ImageError, VsekitError
+from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
 from vsekit.serve.timeouts import BodyDeadline
 from vsekit.serve.uploads import UploadError, decode_upload
 from vsekit.vision.preprocess import load_image
@@ -229,9 +231,16 @@ def _thumbnail(path: Path, side: int) -> bytes:
 
 
 def _page_info(index: Index, settings: ServeSettings) -> dict[str, Any]:
-    """``/api/info`` fields for the page's header and paging: the index's and the photo folder's names
-    (not a filesystem path) and the largest ``k`` a request may ask for."""
-    return {"name": index.path.name, "folder": index.photos_dir.name, "max_k": settings.max_k}
+    """``/api/info`` fields for the page's header, paging and folder filter: the index's and the photo
+    folder's names (not a filesystem path), the largest ``k`` a request may ask for, and the folders that
+    hold photos (relative to the photo folder, at most 500)."""
+    folders = sorted({str(PurePosixPath(p).parent) for p in index.paths} - {"."})
+    return {
+        "name": index.path.name,
+        "folder": index.photos_dir.name,
+        "max_k": settings.max_k,
+        "folders": folders[:500],
+    }
 
 
 def _add_page_routes(app: FastAPI, index: Index, settings: ServeSettings) -> None:
@@ -245,6 +254,22 @@ def _add_page_routes(app: FastAPI, index: Index, settings: ServeSettings) -> Non
             raise HTTPException(404, f"photo {path.name} can no longer be read (file not found)") from None
         data = _full_size(path, stat.st_mtime_ns, stat.st_size, settings.photo_side)
         return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=60"})
+
+    @app.get("/api/explain/{photo_id}")
+    def explain(photo_id: int, q: str = Query(..., min_length=1, max_length=MAX_QUERY)) -> dict[str, Any]:
+        """Why this photo matches ``q`` (:meth:`vsekit.Index.explain`): ``{"width", "height", "words":
+        [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``, boxes ``[x0, y0, x1, y1]``
+        in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12)."""
+        _photo_path(index, photo_id)
+        return index.explain(photo_id, q)
+
+    @app.get("/api/duplicates")
+    def duplicates(threshold: float = Query(DEFAULT_THRESHOLD, ge=-1.0, le=1.0)) -> dict[str, Any]:
+        """Groups of near-duplicate photos, largest first: ``{"groups": [[{"id", "path"}, ...], ...]}``."""
+        paths = list(index.paths)
+        row = {path: i for i, path in enumerate(paths)}
+        groups = duplicate_groups(index.vectors, paths, threshold)
+        return {"groups": [[{"id": row[p], "path": p} for p in group] for group in groups]}
 
 
 @functools.lru_cache(maxsize=32)
