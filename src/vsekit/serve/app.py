@@ -20,6 +20,7 @@ import functools
 import io
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -155,7 +156,7 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
 
     _add_search_routes(app, index, settings)
     _add_photo_routes(app, index, settings, _Captioner(captioner_factory))
-    _add_page_routes(app, index, settings)
+    _add_page_routes(app, lambda: index, settings)
     return app
 
 
@@ -236,18 +237,20 @@ def _page_info(index: Index, settings: ServeSettings) -> dict[str, Any]:
     hold photos (relative to the photo folder, at most 500)."""
     folders = sorted({str(PurePosixPath(p).parent) for p in index.paths} - {"."})
     return {
-        "name": index.path.name,
+        "index": index.path.name,
         "folder": index.photos_dir.name,
         "max_k": settings.max_k,
         "folders": folders[:500],
     }
 
 
-def _add_page_routes(app: FastAPI, index: Index, settings: ServeSettings) -> None:
+def _add_page_routes(app: FastAPI, current: Callable[[], Index], settings: ServeSettings) -> None:
+    """The page's routes; ``current()`` is the index a request answers from."""
+
     @app.get("/api/photo/{photo_id}")
     def photo(photo_id: int) -> Response:
         """The indexed photo upright, as a JPEG of at most ``photo_side`` pixels on its long side."""
-        path = _photo_path(index, photo_id)
+        path = _photo_path(current(), photo_id)
         try:
             stat = path.stat()
         except OSError:
@@ -260,13 +263,14 @@ def _add_page_routes(app: FastAPI, index: Index, settings: ServeSettings) -> Non
         """Why this photo matches ``q`` (:meth:`vsekit.Index.explain`): ``{"width", "height", "words":
         [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``, boxes ``[x0, y0, x1, y1]``
         in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12)."""
+        index = current()
         _photo_path(index, photo_id)
         return index.explain(photo_id, q)
 
     @app.get("/api/duplicates")
     def duplicates(threshold: float = Query(DEFAULT_THRESHOLD, ge=-1.0, le=1.0)) -> dict[str, Any]:
         """Groups of near-duplicate photos, largest first: ``{"groups": [[{"id", "path"}, ...], ...]}``."""
-        paths = list(index.paths)
+        paths = list((index := current()).paths)
         row = {path: i for i, path in enumerate(paths)}
         groups = duplicate_groups(index.vectors, paths, threshold)
         return {"groups": [[{"id": row[p], "path": p} for p in group] for group in groups]}
