@@ -40,7 +40,7 @@ def setup(tmp_path_factory):
     upright = big_sideways(photos / "trip" / "wide.jpg")
     Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(photos / "trip" / "copy.jpg", quality=60)
     index = vsekit.Index.build(photos, photos.parent / "my-index", progress=False)
-    client = TestClient(create_app(index, ServeSettings(photo_side=SIDE)))
+    client = TestClient(create_app(index, ServeSettings(photo_side=SIDE)), base_url="http://127.0.0.1")
     return index, client, upright
 
 
