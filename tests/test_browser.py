@@ -193,6 +193,7 @@ def test_search_is_in_the_url_reload_and_back_restore_it(page, shots):
     expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
     expect(page.locator("#notice")).to_be_hidden()  # no "weak" answer from this server
     assert url_params(page) == {"mode": "text", "q": QUERY}
+    expect(page).to_have_title(f"Results for \u201c{QUERY}\u201d \u2014 vsekit photo search")
     thumbnails_loaded(page)
     page.screenshot(path=str(shots / "search.png"), full_page=True)
 
@@ -397,6 +398,10 @@ def test_why_boxes_are_drawn_over_the_photo(page, shots):
     page.screenshot(path=str(shots / "why-routed.png"))
     page.keyboard.press("ArrowRight")  # the next photo asks for its own alignment
     expect(page.locator("#lb-boxes .box")).to_have_count(2)
+    page.get_by_label("Why this photo").focus()  # arrows on the select change it, not the photo
+    title = page.locator("#lb-title").inner_text()
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#lb-title")).to_have_text(title)
     page.get_by_label("Why this photo").select_option("off")
     expect(page.locator("#lb-boxes .box")).to_have_count(0)
 
