@@ -256,7 +256,8 @@ def _add_page_routes(app: FastAPI, current: Callable[[], Index], settings: Serve
         except OSError:
             raise HTTPException(404, f"photo {path.name} can no longer be read (file not found)") from None
         data = _full_size(path, stat.st_mtime_ns, stat.st_size, settings.photo_side)
-        return Response(data, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=60"})
+        # no caching header: ids are rows, and a live index may give an id another photo after an update
+        return Response(data, media_type="image/jpeg")
 
     @app.get("/api/explain/{photo_id}")
     def explain(photo_id: int, q: str = Query(..., min_length=1, max_length=MAX_QUERY)) -> dict[str, Any]:
