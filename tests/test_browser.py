@@ -465,6 +465,36 @@ def test_the_folder_filter_keeps_only_that_folder(page, server):
     assert paths and all(p.startswith("trip/") for p in paths)
 
 
+def test_rerank_toggle_when_the_server_offers_it(page, server):
+    # /api/search?rerank=N (issue 22, item 4) is offered by a server whose /api/info says rerank_max.
+    if "rerank_max" not in page.request.get(f"{server}/api/info").json():
+        expect(page.locator("#rerank-row")).to_be_hidden()
+
+    def offer(route):
+        response = route.fetch()
+        route.fulfill(response=response, json={**response.json(), "rerank_max": 50})
+
+    asked = []
+    page.route("**/api/info", offer)
+    page.on("request", lambda r: asked.append(r.url) if "/api/search?" in r.url else None)
+    page.reload()
+    box = page.get_by_label("re-rank by how words align with regions")
+    expect(box).to_be_visible()
+    search(page, QUERY)
+    assert "rerank" not in parse_qs(urlparse(asked[-1]).query)
+    box.check()
+    expect(page.locator("#results-title")).to_have_text(
+        f"Results for \u201c{QUERY}\u201d \u00b7 top 50 re-ranked"
+    )
+    assert parse_qs(urlparse(asked[-1]).query)["rerank"] == ["50"]
+    assert url_params(page) == {"mode": "text", "q": QUERY, "rerank": "50"}
+    page.go_back()
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    expect(box).not_to_be_checked()
+    page.go_forward()
+    expect(box).to_be_checked()
+
+
 def test_dark_mode_follows_the_system(browser, server, shots):
     def background(scheme: str) -> float:
         page = new_page(browser, f"{server}/?q={QUERY.replace(' ', '+')}", scheme)
