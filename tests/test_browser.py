@@ -135,6 +135,7 @@ def new_page(browser, url: str, scheme: str = "light"):
 def page(browser, server):
     page = new_page(browser, server)
     yield page
+    page.unroute_all(behavior="ignoreErrors")  # a test's route handler must not outlive its page
     page.context.close()
 
 
