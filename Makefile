@@ -55,7 +55,7 @@ $(BENCH_STAMP): $(DEV_STAMP)
 # Chromium for the browser tests (tests/test_browser.py skips, saying so, without it); Playwright drives
 # the system browser because it cannot download its own here.
 browser-deps:
-	apt-get install -y chromium
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py
