@@ -129,7 +129,7 @@ def test_caption_an_image_file_with_the_real_backbone(tmp_path):
     [
         (["caption"], "give images to describe"),
         (["caption", "--image", "x.jpg", "--method", "magic"], "unknown --method"),
-        (["caption", "--image", "x.jpg", "--json", "s.json"], "--json and --out need --data"),
+        (["caption", "--image", "x.jpg", "--json", "s.json"], "--json needs --data"),
         (["caption", "--image", "x.jpg", "--decoding", "best"], "unknown --decoding"),
         (["train-captioner", "--data", "d", "--recipe", "nope", "--out", "o"], "unknown captioning recipe"),
     ],

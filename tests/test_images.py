@@ -18,7 +18,15 @@ def test_folder_of_photos_is_scanned_recursively_case_insensitively(tmp_path):
         (tmp_path / rel).write_bytes(b"x")
     photos = ImageCollection.from_folder(tmp_path, name="mine")
     assert photos.name == "mine" and photos.root == tmp_path
-    assert photos.image_ids() == ["a.jpg", "b.JPEG", "e.bmp", "f.Gif", "g.tiff", "sub/c.png", "sub/deeper/d.WebP"]
+    assert photos.image_ids() == [
+        "a.jpg",
+        "b.JPEG",
+        "e.bmp",
+        "f.Gif",
+        "g.tiff",
+        "sub/c.png",
+        "sub/deeper/d.WebP",
+    ]
     assert photos.images["sub/c.png"] == tmp_path / "sub" / "c.png"
     assert ImageCollection.from_folder(tmp_path).name == tmp_path.name
     assert photos.subset(["e.bmp", "a.jpg"]).image_ids() == ["e.bmp", "a.jpg"]

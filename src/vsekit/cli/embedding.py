@@ -28,7 +28,6 @@ from vsekit.cli._common import (
     write_json,
 )
 from vsekit.errors import VsekitError
-from vsekit.fileio import file_sha256
 from vsekit.resources import RECIPES_DIR, recipe_names
 
 _RECIPES = ", ".join(recipe_names(RECIPES_DIR))  # the shipped recipes, for --help
@@ -160,7 +159,7 @@ def evaluate(
         result = {
             **result,
             "split": split,
-            "model": {"name": model or "vse", "path": str(path), "sha256": file_sha256(path)},
+            "model": {"name": model or "vse", "path": str(path), "sha256": _sha256(path)},
         }
         if json_out is not None:
             write_json(json_out, rounded(result))
@@ -341,3 +340,9 @@ def _rank_table(image: Path | None, sentence: str | None, rows: list[dict]) -> T
         for r in rows:
             table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["image"], r["caption"])
     return table
+
+
+def _sha256(path: Path) -> str:
+    from vsekit.fileio import file_sha256  # torch comes with fileio: imported here, --help stays fast
+
+    return file_sha256(path)

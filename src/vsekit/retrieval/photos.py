@@ -36,7 +36,7 @@ from pathlib import Path
 from PIL import Image, UnidentifiedImageError
 
 from vsekit.data.images import OPTIONAL_PHOTO_EXTENSIONS, photo_extensions
-from vsekit.errors import CorpusError, ImageError
+from vsekit.errors import CorpusError, ImageError, printable
 from vsekit.vision.preprocess import load_image
 
 __all__ = [
@@ -146,21 +146,6 @@ def _plugin_hint(scan: PhotoScan, readable: frozenset[str]) -> str:
 def _counts(counter: Counter[str]) -> str:
     ranked = sorted(counter.items(), key=lambda kv: (-kv[1], kv[0]))
     return ", ".join(f"{n} {printable(ext) or '(no suffix)'}" for ext, n in ranked)
-
-
-def printable(name: str) -> str:
-    """``name`` as valid UTF-8 text: each byte a file name held that is not UTF-8 (a lone surrogate from
-    :func:`os.fsdecode`) written as ``\\xNN``, e.g. ``bad\\xff\\xfename.jpg``. Valid names are unchanged."""
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        pass
-    try:
-        raw = name.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate that no file name decoding made: escape it as \udNNN
-        return name.encode("utf-8", "backslashreplace").decode("utf-8")
-    return raw.decode("utf-8", "backslashreplace")
 
 
 def _kind(mode: int) -> str:
