@@ -237,7 +237,7 @@ def test_help_imports_no_torch_and_engines_match_the_library():
     assert SEARCH_ENGINES == ENGINES
 
 
-# ----------------------------------------------------------------------------- the command line, shipped model
+# ------------------------------------------------------------------------ the command line, shipped model
 @pytest.fixture(scope="module")
 def odd_index(tmp_path_factory):
     """The odd folder (plus a corrupt photo) indexed through the CLI, progress bars on."""
