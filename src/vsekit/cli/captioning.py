@@ -169,12 +169,12 @@ def caption(
             )
         if json_out is not None and data is None:
             raise VsekitError("--json needs --data (it holds the scores of a split)")
+        settings = DecodeSettings(decoding, beam, temperature, length_penalty, max_len).validate()
         photos = _gather_photos(image) if image else []  # paths checked before any model loads
         if image and method == "nn" and train_data is None:
             raise VsekitError("--method nn needs the training images to search: --train-data DIR")
         if image and out is not None and out.suffix.lower() not in (".jsonl", ".csv"):
             raise VsekitError(f"{printable(str(out))}: --out must end in .jsonl or .csv")
-        settings = DecodeSettings(decoding, beam, temperature, length_penalty, max_len).validate()
         generator = CaptionGenerator(
             method, model, settings, rerank, joint_model, nn_features=(backbone, features), device=device
         )
