@@ -33,8 +33,10 @@ from vsekit.cli._distributed import (
 from vsekit.errors import VsekitError, printable
 
 if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
+    from vsekit.retrieval.confidence import Confidence
     from vsekit.retrieval.index import BuildReport, Index, SearchHit
     from vsekit.retrieval.photos import PhotoScan
+    from vsekit.retrieval.shards import ShardedIndex
 
 index_app = typer.Typer(no_args_is_help=True, help="Index a folder of photos (no captions needed).")
 
@@ -143,10 +145,39 @@ def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
             console.print(plain(f"{'':>14}{error}"), highlight=False, soft_wrap=True)
 
 
-def _rows(query: str, hits: list[SearchHit]) -> dict:
-    """A query's JSON line; paths through :func:`printable` (valid UTF-8 whatever the file names)."""
+def _rows(query: str, hits: list[SearchHit], confidence: Confidence | None = None) -> dict:
+    """A query's JSON line; paths through :func:`printable` (valid UTF-8 whatever the file names);
+    ``weak`` where the model has a calibrated threshold and the query is a sentence."""
+    from vsekit.retrieval.confidence import is_weak
+
     results = [{"path": printable(h.path), "score": round(h.score, 6)} for h in hits]
-    return {"query": printable(query), "results": results}
+    row = {"query": printable(query), "results": results}
+    if confidence is not None:
+        row["weak"] = is_weak([h.score for h in hits], confidence.weak_below)
+    return row
+
+
+def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
+    """The calibration shipped for the index's model (None for a model without one)."""
+    from vsekit.retrieval.confidence import load_confidence
+
+    first = opened.shards[0] if hasattr(opened, "shards") else opened
+    details = first.info()
+    return load_confidence(details["model"], details["model_sha256"])
+
+
+def _say_confidence(query: str, hits: list[SearchHit], confidence: Confidence | None) -> None:
+    """Above the results: that nothing matches well, and that the query does not read as English."""
+    from vsekit.retrieval.confidence import is_weak, language_warning
+
+    if confidence is None:
+        return
+    hint = language_warning(query, confidence.english_words)
+    if hint is not None:
+        warn(hint, "warning")
+    if hits and is_weak([h.score for h in hits], confidence.weak_below):
+        best = max(h.score for h in hits)
+        console.print(plain(f"no photo matches well (best score {best:.3f})", "yellow"), soft_wrap=True)
 
 
 def _print_hits(title: str, hits: list[SearchHit], why_empty: str) -> None:
@@ -223,7 +254,8 @@ def search(
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
             texts = _read_queries(queries)
             results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
-            rows = [_rows(q, hits) for q, hits in zip(texts, results, strict=True)]
+            confidence = _confidence(opened)
+            rows = [_rows(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
         else:
             picture = _query_photo(image) if image is not None else None
             hits = opened.search(
@@ -236,7 +268,9 @@ def search(
                 resort=resort,
                 engine=engine,
             )
-            rows = [_rows(text if text is not None else str(image), hits)]
+            # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
+            confidence = _confidence(opened) if text is not None and not (plus or minus) else None
+            rows = [_rows(text if text is not None else str(image), hits, confidence)]
         if json_out is not None:
             write_jsonl(json_out, rows)
             console.print(plain(f"wrote {len(rows)} result line(s) to {json_out}"), soft_wrap=True)
@@ -245,4 +279,5 @@ def search(
                 console.print(json.dumps(row), highlight=False, soft_wrap=True, markup=False)
         else:
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
+            _say_confidence(text or "", hits, confidence)
             _print_hits(f"{rows[0]['query']}{arithmetic}", hits, _why_empty(len(opened), min_score))
