@@ -266,9 +266,9 @@ def _caption_photos(generator, photos: list[tuple[str, PhotoFile]], n: int, out:
     from vsekit.retrieval.photos import read_photo
 
     failed = 0
-    bar = tqdm(
-        total=len(photos), desc="captioning", unit="img", disable=not show_progress() or len(photos) < 2
-    )
+    # a bar with --out; on the terminal the captions themselves show the progress
+    quiet_bar = out is None or not show_progress() or len(photos) < 2
+    bar = tqdm(total=len(photos), desc="captioning", unit="img", disable=quiet_bar)
     with bar, _CaptionSink.open(out, n) as sink:
         for start in range(0, len(photos), STREAM_GROUP):
             group, pictures = [], []
