@@ -277,7 +277,7 @@ def _caption_photos(generator, photos: list[tuple[str, PhotoFile]], n: int, out:
                 if picture is None:
                     failed += 1
                     with bar.external_write_mode():
-                        warn(error)
+                        warn(error, "unreadable")
                 else:
                     group.append(shown)
                     pictures.append(picture)
