@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 
 import pytest
 import torch
@@ -129,7 +131,7 @@ def test_caption_an_image_file_with_the_real_backbone(tmp_path):
     [
         (["caption"], "give images to describe"),
         (["caption", "--image", "x.jpg", "--method", "magic"], "unknown --method"),
-        (["caption", "--image", "x.jpg", "--json", "s.json"], "--json and --out need --data"),
+        (["caption", "--image", "x.jpg", "--json", "s.json"], "--json needs --data"),
         (["caption", "--image", "x.jpg", "--decoding", "best"], "unknown --decoding"),
         (["train-captioner", "--data", "d", "--recipe", "nope", "--out", "o"], "unknown captioning recipe"),
     ],
@@ -162,3 +164,79 @@ def test_shipped_captioner_fits_the_budget_and_describes_the_sample(tmp_path, mo
     assert payload["n_images"] == 100 and payload["rerank"] is not None
     # 100 dev photos the captioner never trained on; an untrained network scores about 0 CIDEr-D
     assert payload["cider"] >= 35.0 and payload["bleu4"] >= 12.0
+
+
+@pytest.fixture
+def tiny_captioner(tmp_path):
+    """An untrained m-RNN on the real backbone's features: real decoding, arbitrary words."""
+    vocab = Vocabulary("a dog runs on the grass".split())
+    torch.manual_seed(0)
+    model = MultimodalRNN(
+        MultimodalRNNConfig(image_dim=DIM, vocab_size=len(vocab), word_dim=8, hidden_dim=16)
+    )
+    captioner = MRNNCaptioner(
+        model, vocab, {"backbone": "mobilenet_v2", "kind": "one-layer", "image_dim": DIM}
+    )
+    return save_captioner(captioner, tmp_path / "c.safetensors")
+
+
+def _photo_folder(root):
+    photos = root / "photos"
+    (photos / "trip").mkdir(parents=True)
+    for k, src in enumerate(sorted((sample_data_path() / "Images").glob("*.jpg"))[:5]):
+        shutil.copyfile(src, photos / ("trip" if k % 2 else ".") / f"p{k}.jpg")
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    (photos / "notes.txt").write_text("not a photo")
+    return photos
+
+
+def test_caption_a_folder_streams_jsonl_and_csv_as_photos_are_done(tiny_captioner, tmp_path, monkeypatch):
+    import vsekit.cli.captioning as caption_cli
+    from vsekit.captioning.generator import CaptionGenerator
+
+    photos = _photo_folder(tmp_path)
+    out = tmp_path / "out" / "captions.jsonl"
+    lines_when_called, describe = [], CaptionGenerator.describe
+
+    def watching(self, images, n=1):  # what the file holds each time a group starts: earlier groups
+        lines_when_called.append(len(out.read_text().splitlines()) if out.exists() else None)
+        return describe(self, images, n)
+
+    monkeypatch.setattr(CaptionGenerator, "describe", watching)
+    monkeypatch.setattr(caption_cli, "STREAM_GROUP", 2)
+    args = ["caption", str(photos), "--model", str(tiny_captioner), "--beam", "2"]
+    result = runner.invoke(app, [*args, "--n", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    # sorted ids: broken.jpg, p0, p2, p4, trip/p1, trip/p3 -> groups [broken, p0] [p2, p4] [p1, p3]
+    assert lines_when_called == [0, 1, 3]
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["path"] for r in rows] == ["p0.jpg", "p2.jpg", "p4.jpg", "trip/p1.jpg", "trip/p3.jpg"]
+    assert all(set(r) == {"path", "captions"} and 1 <= len(r["captions"]) <= 2 for r in rows)
+    assert all(isinstance(c, str) and c for r in rows for c in r["captions"])
+    assert (
+        "broken.jpg: cannot read image" in result.output
+        and "1 of 6 image(s) could not be read" in result.output
+    )
+
+    table = tmp_path / "captions.csv"
+    result = runner.invoke(app, [*args, "--out", str(table)])
+    assert result.exit_code == 0, result.output
+    with open(table, newline="", encoding="utf-8") as f:
+        csv_rows = list(csv.reader(f))
+    assert csv_rows[0] == ["path", "caption"] and [r[0] for r in csv_rows[1:]] == [r["path"] for r in rows]
+    assert [r[1] for r in csv_rows[1:]] == [r["captions"][0] for r in rows]  # the same best caption
+
+    result = runner.invoke(app, args)  # no --out: the same captions on the terminal
+    assert result.exit_code == 0 and all(f"{r['path']}\n  {r['captions'][0]}" in result.output for r in rows)
+
+
+def test_caption_refuses_an_empty_folder_and_a_bad_out_before_loading(tiny_captioner, tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(app, ["caption", str(tmp_path / "empty"), "--model", str(tiny_captioner)])
+    assert result.exit_code == 2 and f"no photos in {tmp_path / 'empty'}" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    photos = _photo_folder(tmp_path)
+    result = runner.invoke(app, ["caption", str(photos), "--out", str(tmp_path / "c.txt")])
+    assert result.exit_code == 2 and "--out must end in .jsonl or .csv" in result.output
+    result = runner.invoke(app, ["caption", str(photos / "broken.jpg"), "--model", str(tiny_captioner)])
+    assert result.exit_code == 2 and "broken.jpg: cannot read image" in result.output

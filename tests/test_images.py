@@ -10,15 +10,23 @@ from vsekit.resources import sample_data_path
 
 
 def test_folder_of_photos_is_scanned_recursively_case_insensitively(tmp_path):
-    for rel in ("a.jpg", "b.JPEG", "sub/c.png", "sub/deeper/d.WebP", "e.bmp", "f.Gif"):
+    for rel in ("a.jpg", "b.JPEG", "sub/c.png", "sub/deeper/d.WebP", "e.bmp", "f.Gif", "g.tiff"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"x")
-    for rel in ("notes.txt", "g.tiff", ".hidden.jpg", ".thumbs/h.jpg", "sub/raw.cr2"):
+    for rel in ("notes.txt", "h.docx", ".hidden.jpg", ".thumbs/h.jpg", "sub/raw.cr2"):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(b"x")
     photos = ImageCollection.from_folder(tmp_path, name="mine")
     assert photos.name == "mine" and photos.root == tmp_path
-    assert photos.image_ids() == ["a.jpg", "b.JPEG", "e.bmp", "f.Gif", "sub/c.png", "sub/deeper/d.WebP"]
+    assert photos.image_ids() == [
+        "a.jpg",
+        "b.JPEG",
+        "e.bmp",
+        "f.Gif",
+        "g.tiff",
+        "sub/c.png",
+        "sub/deeper/d.WebP",
+    ]
     assert photos.images["sub/c.png"] == tmp_path / "sub" / "c.png"
     assert ImageCollection.from_folder(tmp_path).name == tmp_path.name
     assert photos.subset(["e.bmp", "a.jpg"]).image_ids() == ["e.bmp", "a.jpg"]

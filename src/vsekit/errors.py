@@ -1,4 +1,5 @@
-"""Errors a user can act on. Every message names the file, line, field or split at fault."""
+"""Errors a user can act on. Every message names the file, line, field or split at fault, and
+:func:`printable` is how a file name appears in one."""
 
 
 class VsekitError(Exception):
@@ -19,3 +20,22 @@ class ConfigMismatchError(VsekitError):
 
 class WeightsError(VsekitError):
     """Backbone weights cannot be found or do not match the architecture."""
+
+
+def printable(name: str) -> str:
+    """``name`` as valid UTF-8 text: each byte of a file name that is not UTF-8 (a lone surrogate from
+    :func:`os.fsdecode`) written as ``\\xNN``, e.g. ``bad\\xff\\xfename.jpg``; valid names are unchanged.
+
+    A terminal under a strict UTF-8 locale, a JSON file and an HTTP answer all refuse lone surrogates, so
+    every path shown to a person or another program goes through here (the id inside vsekit keeps the
+    surrogates: it maps back to the file)."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    try:
+        raw = name.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no file-name decoding made: write it as \\udNNN
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")

@@ -4,6 +4,8 @@ package."""
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, search, serve
@@ -61,4 +63,9 @@ app.command("train-region-captioner", **help_for("train-region-captioner"))(alig
 
 
 def main() -> None:
+    # A file name that is not UTF-8 is printed as \xNN by every command (vsekit.errors.printable); should
+    # one slip through (a library message), a strict UTF-8 locale escapes it instead of a traceback.
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     app()

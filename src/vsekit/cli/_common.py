@@ -16,8 +16,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, printable
 
 console = Console()
 err_console = Console(stderr=True)
@@ -65,13 +66,30 @@ _quiet = False
 
 
 def configure_logging(verbose: bool, quiet: bool) -> None:
-    """Library messages (``logging``) on stderr: warnings by default, info with -v, errors only with -q."""
+    """Library messages (``logging``) on stderr: warnings by default, info with -v, errors only with -q
+    (which also turns progress bars off: commands pass ``progress=show_progress()`` to the library)."""
     global _quiet
     _quiet = quiet
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", force=True)
     if quiet:
         warnings.simplefilter("ignore")
+
+
+def show_progress(requested: bool = True) -> bool:
+    """Whether a command shows progress bars: ``requested`` (its --progress flag) unless -q was given."""
+    return requested and not _quiet
+
+
+def plain(value: object, style: str = "") -> Text:
+    """User text (a file name, caption or query) for a rich table cell or line: printed literally, never
+    as markup (``[bold red]boom.jpg`` stays that name), file-name bytes that are not UTF-8 as ``\\xNN``."""
+    return Text(printable(str(value)), style=style)
+
+
+def warn(message: str, label: str = "skipped") -> None:
+    """``label: message`` on stderr, the label in yellow, the message (user text) literally."""
+    err_console.print(Text.assemble((f"{label}:", "yellow"), " ", plain(message)), soft_wrap=True)
 
 
 def hide_flag_metavars() -> None:
@@ -101,7 +119,7 @@ def say(message: str) -> None:
 
 def fail(exc: Exception) -> None:
     """Print ``exc`` as one red line and exit with status 2 (its text verbatim: ``[x]`` is no markup)."""
-    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)
     raise typer.Exit(code=2)
 
 
@@ -114,7 +132,7 @@ def user_errors(interrupted: str | None = None) -> Iterator[None]:
     except VsekitError as exc:
         fail(exc)
     except OSError as exc:
-        where = exc.filename if exc.filename is not None else "a file"
+        where = printable(str(exc.filename)) if exc.filename is not None else "a file"
         fail(VsekitError(f"{where}: {exc.strerror or exc} (check the path and its permissions)"))
     except KeyboardInterrupt:
         if interrupted is None:
@@ -158,23 +176,6 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             f.writelines(json.dumps(row) + "\n" for row in rows)
     except OSError as exc:
         raise VsekitError(f"{path}: cannot write ({exc.strerror or exc})") from None
-
-
-def expand_image_paths(paths: list[Path]) -> list[Path]:
-    """The image files named on the command line, folders expanded to the photos inside them (recursive,
-    sorted); a path that does not exist is an error naming it."""
-    from vsekit.data.images import ImageCollection
-
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            found = ImageCollection.from_folder(path)
-            files.extend(found.images[i] for i in found.image_ids())
-        elif path.exists():
-            files.append(path)
-        else:
-            raise VsekitError(f"{path}: no such image file or folder")
-    return files
 
 
 def read_caption_lines(path: Path) -> list[str]:

@@ -20,7 +20,9 @@ from vsekit.cli._common import (
     TrainDataOption,
     console,
     metrics_table,
+    plain,
     say,
+    show_progress,
     user_errors,
     with_overrides,
     write_json,
@@ -54,12 +56,14 @@ def train_aligner(
             f"{corpus!r}\nrecipe {config.name}: {config.regions} regions, {config.backbone}, "
             f"h={config.embed_dim}"
         )
-        options = dict(resume=resume, progress=progress, device=device, cache_root=cache_root, log=say)
+        options = dict(
+            resume=resume, progress=show_progress(progress), device=device, cache_root=cache_root, log=say
+        )
         summary = run_training(corpus, config, out, **options)
     if summary["best_dev"] is not None:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"
         console.print(metrics_table(title, summary["best_dev"]))
-    console.print(f"aligner: {summary['model_path']}", soft_wrap=True)
+    console.print(plain(f"aligner: {summary['model_path']}"), soft_wrap=True)
 
 
 def align(
@@ -90,7 +94,7 @@ def align(
             f"region {seg['region']:>2} {result['boxes'][seg['region']]}: {seg['text']!r} "
             f"({seg['score']:.2f})"
         )
-    console.print(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else ""), soft_wrap=True)
+    console.print(plain(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else "")), soft_wrap=True)
 
 
 def train_region_captioner(
@@ -122,13 +126,15 @@ def train_region_captioner(
         corpus = load_corpus(data)
         model = Aligner.load(aligner, device=device)
         console.print(f"{corpus!r}\nrecipe {config.name}: aligner {model.path}, beta {config.beta}")
-        options = dict(resume=resume, progress=progress, device=device, cache_root=cache_root, log=say)
+        options = dict(
+            resume=resume, progress=show_progress(progress), device=device, cache_root=cache_root, log=say
+        )
         summary = run_training(model, corpus, config, out, **options)
     console.print(
         f"{summary['n_train_snippets']} training snippets; best dev epoch {summary['best_epoch']}: "
         f"{summary['best_dev']}"
     )
-    console.print(f"region captioner: {summary['model_path']}", soft_wrap=True)
+    console.print(plain(f"region captioner: {summary['model_path']}"), soft_wrap=True)
 
 
 def regions(
@@ -159,5 +165,5 @@ def regions(
         if json_out is not None:
             write_json(json_out, result)
     for r in result["regions"]:
-        console.print(f"region {r['region']:>2} {r['box']}: {r['snippet']!r} ({r['score']:.2f})")
-    console.print(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else ""), soft_wrap=True)
+        console.print(plain(f"region {r['region']:>2} {r['box']}: {r['snippet']!r} ({r['score']:.2f})"))
+    console.print(plain(f"picture: {out}" + (f"; JSON: {json_out}" if json_out else "")), soft_wrap=True)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import csv
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 
@@ -14,17 +21,22 @@ from vsekit.cli._common import (
     SPLIT_HELP,
     console,
     err_console,
-    expand_image_paths,
+    plain,
     say,
     scores_table,
     set_cnn_engine,
+    show_progress,
     user_errors,
+    warn,
     with_overrides,
     write_json,
     write_jsonl,
 )
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, printable
 from vsekit.resources import CAPTION_RECIPES_DIR, recipe_names
+
+if TYPE_CHECKING:
+    from vsekit.retrieval.photos import PhotoFile
 
 _CAPTION_RECIPES = ", ".join(recipe_names(CAPTION_RECIPES_DIR))  # the shipped recipes, for --help
 
@@ -62,13 +74,15 @@ def train_captioner(
             f"{corpus!r}\nrecipe {config.name}: m-RNN ({config.cell}, hidden {config.hidden_dim}) on "
             f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
         )
-        summary = run_training(corpus, config, out, resume=resume, progress=progress, device=device, log=say)
+        summary = run_training(
+            corpus, config, out, resume=resume, progress=show_progress(progress), device=device, log=say
+        )
     best = summary["best_dev"]
     if best is None:
         console.print(f"no dev evaluation yet; checkpoint in {out}")
         return
     console.print(scores_table(f"best dev epoch {summary['best_epoch']} (greedy captions)", best))
-    console.print(f"captioner: {summary['model_path']}", soft_wrap=True)
+    console.print(plain(f"captioner: {summary['model_path']}"), soft_wrap=True)
 
 
 def caption(
@@ -119,7 +133,13 @@ def caption(
     json_out: Path | None = typer.Option(
         None, "--json", help="With --data: write the scores to this JSON" + JSON_HELP_SUFFIX + "."
     ),
-    out: Path | None = typer.Option(None, "--out", help="With --data: write one JSON line per image here."),
+    out: Path | None = typer.Option(
+        None,
+        "--out",
+        help="Write the captions here as they are done: F.jsonl ({path, captions} per photo, path relative "
+        "to the folder given) or F.csv (path, caption or caption_1..caption_N); with --data, JSON lines "
+        "of the split's captions.",
+    ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
@@ -147,18 +167,21 @@ def caption(
                 "give images to describe (vsekit caption photo.jpg, a folder, or --image IMG) or a corpus "
                 "split (--data DIR --split S)"
             )
-        if (json_out is not None or out is not None) and data is None:
-            raise VsekitError("--json and --out need --data (they hold scores and captions of a split)")
+        if json_out is not None and data is None:
+            raise VsekitError("--json needs --data (it holds the scores of a split)")
         settings = DecodeSettings(decoding, beam, temperature, length_penalty, max_len).validate()
+        photos = _gather_photos(image) if image else []  # paths checked before any model loads
+        if image and method == "nn" and train_data is None:
+            raise VsekitError("--method nn needs the training images to search: --train-data DIR")
+        if image and out is not None and out.suffix.lower() not in (".jsonl", ".csv"):
+            raise VsekitError(f"{printable(str(out))}: --out must end in .jsonl or .csv")
         generator = CaptionGenerator(
             method, model, settings, rerank, joint_model, nn_features=(backbone, features), device=device
         )
         if image:
             if method == "nn":
-                if train_data is None:
-                    raise VsekitError("--method nn needs the training images to search: --train-data DIR")
                 generator.fit_nn(load_corpus(train_data), "train", cache_root)
-            _print_file_captions(generator.describe_files(expand_image_paths(image), n))
+            _caption_photos(generator, photos, n, out)
         else:
             corpus = load_corpus(data)
             split = split or corpus.default_split()
@@ -167,18 +190,109 @@ def caption(
             _caption_split(generator, corpus, split, n, cache_root, json_out, out, skip_bad_images)
 
 
-def _print_file_captions(results: list) -> None:  # list[FileCaptions]
-    for result in results:
-        console.print(f"[bold]{result.path}[/]", soft_wrap=True)  # a path must stay copyable
-        if result.error is not None:
-            err_console.print(f"  [yellow]skipped:[/] {result.error}", highlight=False, soft_wrap=True)
-        for k, text in enumerate(result.captions, start=1):
-            console.print(f"  {k}. {text}" if len(result.captions) > 1 else f"  {text}")
-    failed = sum(r.error is not None for r in results)
+#: Photos decoded and captioned together: lines appear as each group is done, memory stays bounded.
+STREAM_GROUP = 8
+
+
+def _gather_photos(paths: list[Path]) -> list[tuple[str, PhotoFile]]:
+    """The photos named on the command line, each with the path shown for it: a folder's photos
+    (recursive, sorted) relative to that folder, a file as given. A path that does not exist, or a
+    folder without a photo, is an error naming what was found; files left out are reported."""
+    from vsekit.retrieval.photos import PhotoFile, scan_photos
+
+    found: list[tuple[str, PhotoFile]] = []
+    for path in paths:
+        if path.is_dir():
+            scan = scan_photos(path)
+            for image_id, reason in scan.skipped.items():
+                warn(f"{printable(str(path / image_id))}: {reason}")
+            if not scan.photos:
+                raise VsekitError(scan.nothing_to_index())
+            found.extend((photo.id, photo) for photo in scan.photos)
+        elif path.exists() or path.is_symlink():
+            found.append((str(path), PhotoFile(str(path), path, 0, 0)))  # read_photo checks its type
+        else:
+            raise VsekitError(f"{printable(str(path))}: no such image file or folder")
+    return found
+
+
+@dataclass
+class _CaptionSink:
+    """Where captions go as they are done: the terminal, or a JSONL / CSV file (flushed per group)."""
+
+    n: int
+    file: IO[str] | None = None
+    csv_writer: Any = None
+
+    @classmethod
+    @contextmanager
+    def open(cls, out: Path | None, n: int) -> Iterator[_CaptionSink]:
+        if out is None:
+            yield cls(n)
+            return
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            f = open(out, "w", encoding="utf-8", newline="")
+        except OSError as exc:
+            raise VsekitError(f"{printable(str(out))}: cannot write ({exc.strerror or exc})") from None
+        with f:
+            sink = cls(n, f)
+            if out.suffix.lower() == ".csv":
+                sink.csv_writer = csv.writer(f)
+                columns = ["caption"] if n == 1 else [f"caption_{k}" for k in range(1, n + 1)]
+                sink.csv_writer.writerow(["path", *columns])
+            yield sink
+
+    def put(self, path: str, captions: list[str]) -> None:
+        path = printable(path)
+        if self.csv_writer is not None:
+            self.csv_writer.writerow([path, *captions, *[""] * (self.n - len(captions))])
+        elif self.file is not None:
+            self.file.write(json.dumps({"path": path, "captions": captions}, ensure_ascii=False) + "\n")
+        else:
+            console.print(plain(path, "bold"), soft_wrap=True)  # a path must stay copyable
+            for k, text in enumerate(captions, start=1):
+                console.print(plain(f"  {k}. {text}" if len(captions) > 1 else f"  {text}"), soft_wrap=True)
+
+    def flush(self) -> None:
+        (self.file or sys.stdout).flush()
+
+
+def _caption_photos(generator, photos: list[tuple[str, PhotoFile]], n: int, out: Path | None) -> None:  # noqa: ANN001
+    """Caption ``photos`` a group at a time, each group's lines written as soon as it is done; an
+    unreadable photo is reported (and left out of --out) and the others go on."""
+    from tqdm.auto import tqdm
+
+    from vsekit.retrieval.photos import read_photo
+
+    failed = 0
+    # a bar with --out; on the terminal the captions themselves show the progress
+    quiet_bar = out is None or not show_progress() or len(photos) < 2
+    bar = tqdm(total=len(photos), desc="captioning", unit="img", disable=quiet_bar)
+    with bar, _CaptionSink.open(out, n) as sink:
+        for start in range(0, len(photos), STREAM_GROUP):
+            group, pictures = [], []
+            for shown, photo in photos[start : start + STREAM_GROUP]:
+                _, picture, error = read_photo(photo)
+                if picture is None:
+                    failed += 1
+                    with bar.external_write_mode():
+                        warn(error, "unreadable")
+                else:
+                    group.append(shown)
+                    pictures.append(picture)
+            captions = generator.describe(pictures, n) if pictures else []
+            with bar.external_write_mode():
+                for shown, texts in zip(group, captions, strict=True):
+                    sink.put(shown, texts)
+                sink.flush()
+            bar.update(len(photos[start : start + STREAM_GROUP]))
     if failed:
-        err_console.print(f"{failed} of {len(results)} image(s) could not be read")
-        if failed == len(results):
+        err_console.print(f"{failed} of {len(photos)} image(s) could not be read")
+        if failed == len(photos):
             raise typer.Exit(code=2)
+    if out is not None:
+        console.print(plain(f"captions of {len(photos) - failed} photo(s) written to {out}"), soft_wrap=True)
 
 
 def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, out, skip: bool) -> None:  # noqa: ANN001
@@ -205,7 +319,8 @@ def _caption_split(generator, corpus, split: str, n: int, cache_root, json_out, 
         )
     best = done.best
     for i in done.image_ids[:3]:
-        console.print(f"[bold]{i}[/]: {best[i]}  [dim](human: {done.references[i][0]})[/]")
+        human = plain(f"  (human: {done.references[i][0]})", "dim")
+        console.print(plain(i, "bold") + plain(f": {best[i]}") + human, soft_wrap=True)
     if json_out is not None:
         console.print(f"scores written to {json_out}")
 
@@ -246,10 +361,17 @@ def train_scnlm(
         console.print(f"{corpus!r}\nrecipe {config.name}: SC-NLM, {config.epochs} epochs")
         joint = VSEModel.load(joint_model, device=device).network
         summary = train_scnlm_run(
-            corpus, config, out, resume=resume, progress=progress, device=device, joint_model=joint, log=say
+            corpus,
+            config,
+            out,
+            resume=resume,
+            progress=show_progress(progress),
+            device=device,
+            joint_model=joint,
+            log=say,
         )
     console.print(
         f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} "
         f"(dev perplexity {summary['best_dev_ppl']:.2f})"
     )
-    console.print(f"SC-NLM: {summary['model_path']}", soft_wrap=True)
+    console.print(plain(f"SC-NLM: {summary['model_path']}"), soft_wrap=True)

@@ -19,16 +19,17 @@ from vsekit.cli._common import (
     SPLIT_HELP,
     console,
     metrics_table,
+    plain,
     read_caption_lines,
     rounded,
     say,
     set_cnn_engine,
+    show_progress,
     user_errors,
     with_overrides,
     write_json,
 )
 from vsekit.errors import VsekitError
-from vsekit.fileio import file_sha256
 from vsekit.resources import RECIPES_DIR, recipe_names
 
 _RECIPES = ", ".join(recipe_names(RECIPES_DIR))  # the shipped recipes, for --help
@@ -86,7 +87,7 @@ def train(
             config,
             out,
             resume=resume,
-            progress=progress,
+            progress=show_progress(progress),
             device=device,
             cache_root=cache_root,
             log=say,
@@ -107,7 +108,7 @@ def _print_training_summary(summary: dict, out: Path) -> None:
     else:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']}"
         console.print(metrics_table(title, best))
-    console.print(f"model: {summary['model_path']}", soft_wrap=True)
+    console.print(plain(f"model: {summary['model_path']}"), soft_wrap=True)
 
 
 def evaluate(
@@ -160,7 +161,7 @@ def evaluate(
         result = {
             **result,
             "split": split,
-            "model": {"name": model or "vse", "path": str(path), "sha256": file_sha256(path)},
+            "model": {"name": model or "vse", "path": str(path), "sha256": _sha256(path)},
         }
         if json_out is not None:
             write_json(json_out, rounded(result))
@@ -170,7 +171,7 @@ def evaluate(
     )
     console.print(metrics_table(title, result))
     if json_out is not None:
-        console.print(f"metrics written to {json_out}")
+        console.print(plain(f"metrics written to {json_out}"), soft_wrap=True)
 
 
 def rank(
@@ -327,17 +328,23 @@ def _rank_by_pairs(
 
 def _rank_table(image: Path | None, sentence: str | None, rows: list[dict]) -> Table:
     query = str(image) if image is not None else repr(sentence)
-    console.print(f"query: {query}", soft_wrap=True, highlight=False)  # a path must stay copyable
+    console.print(plain(f"query: {query}"), soft_wrap=True, highlight=False)  # a path must stay copyable
     table = Table(header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     if image is not None:
         table.add_column("caption")
         for r in rows:
-            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["caption"])
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", plain(r["caption"]))
     else:
         table.add_column("image")
         table.add_column("first human caption")
         for r in rows:
-            table.add_row(str(r["rank"]), f"{r['score']:.3f}", r["image"], r["caption"])
+            table.add_row(str(r["rank"]), f"{r['score']:.3f}", plain(r["image"]), plain(r["caption"]))
     return table
+
+
+def _sha256(path: Path) -> str:
+    from vsekit.fileio import file_sha256  # torch comes with fileio: imported here, --help stays fast
+
+    return file_sha256(path)

@@ -13,7 +13,9 @@ from vsekit.cli._common import (
     DEVICE_HELP,
     console,
     err_console,
+    plain,
     set_cnn_engine,
+    show_progress,
     user_errors,
 )
 from vsekit.cli._distributed import (
@@ -81,14 +83,15 @@ def extract(
             batch_size=batch_size,
             skip_bad_images=skip_bad_images,
         )
+        local = dict(common, progress=show_progress())  # -q: no bars (the Ray path has its own)
         if options is not None:
             from vsekit.distributed.extract import ray_extract
 
             store = ray_extract(corpus, backbone, fne=fne, fit_split=fit_split, options=options, **common)
         elif fne:
-            store = extract_fne(corpus, backbone, fit_split=fit_split, **common)
+            store = extract_fne(corpus, backbone, fit_split=fit_split, **local)
         else:
-            store = extract_features(corpus, backbone, "one-layer", **common)
+            store = extract_features(corpus, backbone, "one-layer", **local)
         elapsed = time.perf_counter() - start
     n_done = int(store.done_mask().sum())
     engines = ", filled by " + "+".join(store.meta["engines"]) if store.meta.get("engines") else ""
@@ -99,4 +102,4 @@ def extract(
     if store.failed:
         err_console.print(f"[yellow]{len(store.failed)} image(s) could not be read:[/]")
         for message in list(store.failed.values())[:10]:
-            err_console.print(f"  {message}", highlight=False)
+            err_console.print(plain(f"  {message}"), highlight=False, soft_wrap=True)

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from vsekit.cli._common import (
     CNN_ENGINE_HELP,
     DEVICE_HELP,
     console,
     err_console,
+    plain,
     set_cnn_engine,
+    show_progress,
     user_errors,
+    warn,
     write_jsonl,
 )
 from vsekit.cli._distributed import (
@@ -27,23 +30,51 @@ from vsekit.cli._distributed import (
     RAY_WORKERS,
     ray_options,
 )
-from vsekit.errors import VsekitError
-from vsekit.retrieval.index import BuildReport, Index, SearchHit
-from vsekit.retrieval.search import ENGINES
-from vsekit.retrieval.shards import ShardedIndex
+from vsekit.errors import VsekitError, printable
+
+if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
+    from vsekit.retrieval.confidence import Confidence
+    from vsekit.retrieval.index import BuildReport, Index, SearchHit
+    from vsekit.retrieval.photos import PhotoScan
+    from vsekit.retrieval.shards import ShardedIndex
 
 index_app = typer.Typer(no_args_is_help=True, help="Index a folder of photos (no captions needed).")
 
-ENGINE_HELP = f"Search engine: {', '.join(ENGINES)} (auto: exact below 50,000 photos, else HNSW)."
+#: vsekit.retrieval.search.ENGINES, written out so that --help needs no torch (a test keeps them equal)
+SEARCH_ENGINES = ("auto", "exact", "flat", "hnsw", "ivf", "ivfpq")
+ENGINE_HELP = f"Search engine: {', '.join(SEARCH_ENGINES)} (auto: exact below 50,000 photos, else HNSW)."
+
+
+def _scan(photos: Path) -> PhotoScan:
+    """The photo folder's scan, before any model loads: a missing folder, a file, or a folder without a
+    single photo is one line naming what was found; files left out are reported, each with its reason."""
+    from vsekit.retrieval.photos import scan_photos
+
+    scan = scan_photos(photos)
+    for image_id, reason in scan.skipped.items():
+        warn(f"{printable(image_id)}: {reason}")
+    if not scan.photos:
+        raise VsekitError(scan.nothing_to_index())
+    if scan.not_photos:
+        err_console.print(plain(scan.not_photos_summary(), "yellow"), soft_wrap=True)
+    return scan
+
+
+def _check_out(out: Path) -> None:
+    if out.exists() and not out.is_dir():
+        raise VsekitError(f"{printable(str(out))}: --out is a file; give a folder for the index")
 
 
 def _print_report(index: Index, report: BuildReport) -> None:
     for error in report.failed.values():
-        err_console.print(f"[yellow]skipped:[/] {error}", highlight=False, soft_wrap=True)
+        warn(error, "unreadable")
     console.print(
-        f"{index.path}: {len(index)} photos indexed ({len(report.added)} added, {len(report.changed)} "
-        f"changed, {len(report.removed)} removed, {report.unchanged} unchanged, {len(report.failed)} "
-        "unreadable)"
+        plain(
+            f"{index.path}: {len(index)} photos indexed ({len(report.added)} added, {len(report.changed)} "
+            f"changed, {len(report.removed)} removed, {report.unchanged} unchanged, {len(report.failed)} "
+            "unreadable)"
+        ),
+        soft_wrap=True,
     )
 
 
@@ -70,53 +101,112 @@ def build(
 
     With --distributed ray, chunks of photos are embedded by a Ray actor pool; the index is the same."""
     with user_errors(interrupted="re-run the same command to resume"):
+        _scan(photos)
+        _check_out(out)
+        if engine is not None and engine not in SEARCH_ENGINES:
+            raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         set_cnn_engine(cnn_engine)
         options = ray_options(distributed, ray_address, ray_workers, ray_threads, ray_retries)
+        settings = dict(dtype=dtype, engine=engine, device=device, progress=show_progress())
         if options is not None:
             from vsekit.distributed.index import ray_build_index
 
-            index = ray_build_index(
-                photos, out, model, options=options, dtype=dtype, engine=engine, device=device
-            )
+            index = ray_build_index(photos, out, model, options=options, **settings)
         else:
-            index = Index.build(photos, out, model, dtype=dtype, engine=engine, device=device)
+            from vsekit.retrieval.index import Index
+
+            index = Index.build(photos, out, model, **settings)
         _print_report(index, index.report)
 
 
 @index_app.command("update")
 def update(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """Bring an index up to date with its photo folder (new, changed and deleted files)."""
+    from vsekit.retrieval.index import Index
+
     with user_errors(interrupted="re-run the same command to resume"):
         opened = Index.open(index)
-        _print_report(opened, opened.update())
+        _scan(opened.photos_dir)  # an empty folder (a drive not mounted) must not empty the index
+        _print_report(opened, opened.update(progress=show_progress()))
 
 
 @index_app.command("info")
 def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """What an index holds: photo folder, count, unreadable files, model, storage."""
+    from vsekit.retrieval.index import Index
+
     with user_errors():
         details = Index.open(index).info()
         for key, value in details.items():
             if key != "failed":
-                console.print(f"{key:>12}: {value}", highlight=False)
+                console.print(plain(f"{key:>12}: {value}"), highlight=False, soft_wrap=True)
         console.print(f"{'unreadable':>12}: {len(details['failed'])}")
-        for image_id, error in details["failed"].items():
-            console.print(f"{'':>14}{image_id}: {error}", highlight=False)
+        for error in details["failed"].values():  # each error names its file
+            console.print(plain(f"{'':>14}{error}"), highlight=False, soft_wrap=True)
 
 
-def _rows(query: str, hits: list[SearchHit]) -> dict:
-    return {"query": query, "results": [{"path": h.path, "score": round(h.score, 6)} for h in hits]}
+def _rows(query: str, hits: list[SearchHit], confidence: Confidence | None = None) -> dict:
+    """A query's JSON line; paths through :func:`printable` (valid UTF-8 whatever the file names);
+    ``weak`` where the model has a calibrated threshold and the query is a sentence."""
+    from vsekit.retrieval.confidence import is_weak
+
+    results = [{"path": printable(h.path), "score": round(h.score, 6)} for h in hits]
+    row = {"query": printable(query), "results": results}
+    if confidence is not None:
+        row["weak"] = is_weak([h.score for h in hits], confidence.weak_below)
+    return row
 
 
-def _print_hits(title: str, hits: list[SearchHit]) -> None:
-    console.print(Text(title, style="bold"), soft_wrap=True)  # Text: a query's [brackets] are no markup
+def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
+    """The calibration shipped for the index's model (None for a model without one)."""
+    from vsekit.retrieval.confidence import load_confidence
+
+    first = opened.shards[0] if hasattr(opened, "shards") else opened
+    details = first.info()
+    return load_confidence(details["model"], details["model_sha256"])
+
+
+def _say_confidence(query: str, hits: list[SearchHit], confidence: Confidence | None) -> None:
+    """Above the results: that nothing matches well, and that the query does not read as English."""
+    from vsekit.retrieval.confidence import is_weak, language_warning
+
+    if confidence is None:
+        return
+    hint = language_warning(query, confidence.english_words)
+    if hint is not None:
+        warn(hint, "warning")
+    if hits and is_weak([h.score for h in hits], confidence.weak_below):
+        best = max(h.score for h in hits)
+        console.print(plain(f"no photo matches well (best score {best:.3f})", "yellow"), soft_wrap=True)
+
+
+def _print_hits(title: str, hits: list[SearchHit], why_empty: str) -> None:
+    console.print(plain(title, "bold"), soft_wrap=True)  # a query's [brackets] are no markup
     table = Table(header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("photo")
     for rank, hit in enumerate(hits, 1):
-        table.add_row(str(rank), f"{hit.score:.3f}", hit.path)
-    console.print(table if hits else "no photo scores above the threshold")
+        table.add_row(str(rank), f"{hit.score:.3f}", plain(hit.path))  # a file name is no markup either
+    console.print(table if hits else why_empty)
+
+
+def _why_empty(size: int, min_score: float | None) -> str:
+    if size == 0:
+        return "the index holds no photos (vsekit index info shows what its folder holds)"
+    return f"no photo scores above --min-score {min_score:g}" if min_score is not None else "no results"
+
+
+def _query_photo(image: Path):  # noqa: ANN202 - a PIL image; PIL is imported with the library
+    """The photo searched by (--image): read like an indexed photo (a regular file, size-limited)."""
+    from vsekit.retrieval.photos import PhotoFile, read_photo
+
+    if not image.exists():
+        raise VsekitError(f"{printable(str(image))}: photo not found")
+    _, picture, error = read_photo(PhotoFile(str(image), image, 0, 0))
+    if picture is None:
+        raise VsekitError(error)
+    return picture
 
 
 def _read_queries(path: Path) -> list[str]:
@@ -150,29 +240,44 @@ def search(
 ) -> None:
     """Search an index by a sentence, a photo (--image) or many sentences (--queries), with optional
     vector arithmetic: query - minus + plus, normalised (Kiros et al. 2014, Eq. 15)."""
+    from vsekit.retrieval.index import Index
+    from vsekit.retrieval.shards import ShardedIndex
+
     with user_errors():
         if sum(x is not None for x in (text, image, queries)) != 1:
             raise VsekitError("give one of: a sentence, --image PHOTO or --queries FILE")
+        if engine is not None and engine not in SEARCH_ENGINES:
+            raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         opened = ShardedIndex.open([index, *shard]) if shard else Index.open(index)
         if queries is not None:
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
             texts = _read_queries(queries)
             results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
-            rows = [_rows(q, hits) for q, hits in zip(texts, results, strict=True)]
+            confidence = _confidence(opened)
+            rows = [_rows(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
         else:
-            if image is not None and not image.is_file():
-                raise VsekitError(f"{image}: photo not found")
+            picture = _query_photo(image) if image is not None else None
             hits = opened.search(
-                text, image, plus=plus, minus=minus, k=top, min_score=min_score, resort=resort, engine=engine
+                text,
+                picture,
+                plus=plus,
+                minus=minus,
+                k=top,
+                min_score=min_score,
+                resort=resort,
+                engine=engine,
             )
-            rows = [_rows(text if text is not None else str(image), hits)]
+            # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
+            confidence = _confidence(opened) if text is not None and not (plus or minus) else None
+            rows = [_rows(text if text is not None else str(image), hits, confidence)]
         if json_out is not None:
             write_jsonl(json_out, rows)
-            console.print(f"wrote {len(rows)} result line(s) to {json_out}")
+            console.print(plain(f"wrote {len(rows)} result line(s) to {json_out}"), soft_wrap=True)
         elif queries is not None:  # JSON lines on stdout, as --json would write them
             for row in rows:
                 console.print(json.dumps(row), highlight=False, soft_wrap=True, markup=False)
         else:
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
-            _print_hits(f"{rows[0]['query']}{arithmetic}", hits)
+            _say_confidence(text or "", hits, confidence)
+            _print_hits(f"{rows[0]['query']}{arithmetic}", hits, _why_empty(len(opened), min_score))

@@ -11,7 +11,7 @@ from vsekit.data.corpus import (
     load_flickr8k,
     load_karpathy,
 )
-from vsekit.data.images import PHOTO_EXTENSIONS, ImageCollection
+from vsekit.data.images import PHOTO_EXTENSIONS, ImageCollection, photo_extensions
 from vsekit.data.vocab import SPECIALS, Vocabulary, build_vocabulary, tokenize
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "load_corpus",
     "load_csv",
     "load_flickr8k",
+    "photo_extensions",
     "load_karpathy",
     "tokenize",
 ]

@@ -15,10 +15,23 @@ from pathlib import Path
 
 from vsekit.errors import CorpusError
 
-__all__ = ["PHOTO_EXTENSIONS", "ImageCollection"]
+__all__ = ["OPTIONAL_PHOTO_EXTENSIONS", "PHOTO_EXTENSIONS", "ImageCollection", "photo_extensions"]
 
-#: File suffixes (compared case-insensitively) that a folder of photos is scanned for.
-PHOTO_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif"})
+#: File suffixes (compared case-insensitively) that a folder of photos is scanned for: formats every
+#: Pillow build reads.
+PHOTO_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff"})
+#: Suffixes read only when Pillow has an opener for their format: AVIF is built into recent Pillow
+#: wheels, HEIF (every iPhone photo) comes from a plugin (pillow-heif) that registers itself with Pillow.
+OPTIONAL_PHOTO_EXTENSIONS = {".heic": "HEIF", ".heif": "HEIF", ".avif": "AVIF"}
+
+
+def photo_extensions() -> frozenset[str]:
+    """The suffixes vsekit reads as photos now: :data:`PHOTO_EXTENSIONS` plus each optional one whose
+    format Pillow can open in this process (the one place that answers "which files are photos")."""
+    from PIL import Image
+
+    Image.init()  # imports Pillow's own plugins; a third-party opener registered itself on import
+    return PHOTO_EXTENSIONS | {ext for ext, fmt in OPTIONAL_PHOTO_EXTENSIONS.items() if fmt in Image.OPEN}
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,8 +54,9 @@ class ImageCollection:
     def from_folder(cls, folder: str | os.PathLike[str], name: str | None = None) -> ImageCollection:
         """Every photo under ``folder``, recursively (hidden files and folders skipped), sorted by id.
 
-        Photos are files ending in .jpg, .jpeg, .png, .webp, .bmp or .gif, in any letter case. The
-        name defaults to the folder's name.
+        Photos are files with a suffix of :func:`photo_extensions` (.jpg, .jpeg, .png, .webp, .bmp,
+        .gif, .tif, .tiff, and .heic/.heif/.avif when Pillow reads them), in any letter case. The name
+        defaults to the folder's name.
         """
         root = Path(folder).expanduser()
         if not root.exists():
@@ -50,10 +64,11 @@ class ImageCollection:
         if not root.is_dir():
             raise CorpusError(f"{root}: not a folder")
         found: dict[str, Path] = {}
+        extensions = photo_extensions()
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for filename in filenames:
-                if filename.startswith(".") or Path(filename).suffix.lower() not in PHOTO_EXTENSIONS:
+                if filename.startswith(".") or Path(filename).suffix.lower() not in extensions:
                     continue
                 path = Path(dirpath) / filename
                 found[path.relative_to(root).as_posix()] = path

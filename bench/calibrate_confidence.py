@@ -1,0 +1,181 @@
+"""Calibrate the "no photo matches well" threshold of the shipped joint model (issue 22 item 6).
+
+Data: a seeded slice of 1,000 Flickr8K *train* photos (never dev: dev selects models), split in half at
+random: a gallery of 500 photos and 500 held out. Every caption of the 1,000 photos is a query searched
+over the gallery: a caption of a gallery photo has a good match (its own photo is there), a caption of
+a held-out photo has none by construction (other photos may still fit it: generic captions such as "a
+dog runs" make the classes overlap, as a user's collections do). The signal is the best score of the
+search; the threshold is the one that maximises F1 of "has a good match" (best score >= threshold). The
+pair-level score distributions (a caption with its own photo vs with other photos) are kept for reference.
+
+Caveat, written into the JSON: the shipped model was trained on all of Flickr8K train, so a caption's
+score with its own photo is higher here than on photos the model never saw; the threshold is therefore
+on the high side (it flags more searches as weak than an unseen-data calibration would).
+
+Also stores the words of the Flickr8K train captions (seen at least twice) that the non-English warning
+checks queries against.
+
+    python bench/calibrate_confidence.py [--data /work/shared/data/flickr8k] [--seed 0] [--photos 1000]
+
+Writes src/vsekit/pretrained/vse-confidence.json (what `vsekit search` and the server read) and
+bench/results/confidence.json (precision / recall / F1 on the slice, the distributions, probe queries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+import warnings
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from vsekit.data import load_corpus, tokenize
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.fileio import file_sha256
+from vsekit.resources import pretrained_path
+from vsekit.retrieval.confidence import CONFIDENCE_FORMAT, language_warning
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "confidence.json"
+PROBES = (
+    "a dog runs on the grass",
+    "two children play in the water",
+    "a cat",
+    "zzzz qqqq",
+    "a red sports car on a highway",
+    "un chien court dans l'herbe",
+    "草の上を走る犬",
+)
+
+
+def _percentiles(x: np.ndarray) -> dict[str, float]:
+    return {f"p{q}": round(float(np.percentile(x, q)), 4) for q in (5, 25, 50, 75, 95)}
+
+
+def _best_threshold(best: np.ndarray, has_match: np.ndarray) -> tuple[float, dict[str, float]]:
+    """The threshold on ``best`` maximising F1 of ``has_match`` (predicted: best >= threshold)."""
+    order = np.argsort(-best)
+    sorted_best, sorted_pos = best[order], has_match[order]
+    tp = np.cumsum(sorted_pos)  # predicting the top i+1 positive
+    fp = np.cumsum(~sorted_pos)
+    precision = tp / (tp + fp)
+    recall = tp / has_match.sum()
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    i = int(np.argmax(f1))
+    # halfway to the next score down, so the chosen query is in and the next one out
+    threshold = (
+        float((sorted_best[i] + sorted_best[i + 1]) / 2) if i + 1 < len(best) else float(sorted_best[i])
+    )
+    return threshold, {"precision": float(precision[i]), "recall": float(recall[i]), "f1": float(f1[i])}
+
+
+def _scores(model: VSEModel, corpus, photo_ids: list[str], seed: int) -> dict:  # noqa: ANN001
+    rng = np.random.default_rng(seed)
+    gallery_mask = np.zeros(len(photo_ids), dtype=bool)
+    gallery_mask[rng.permutation(len(photo_ids))[: len(photo_ids) // 2]] = True
+    gallery = [i for i, g in zip(photo_ids, gallery_mask, strict=True) if g]
+    images = model.embed_features(model.corpus_features(corpus, photo_ids))
+    gallery_vecs = images[gallery_mask]
+    by_image = corpus.captions_by_image()
+    queries = [(i, text) for i in photo_ids for text in by_image[i]]
+    texts = model.embed_texts([t for _, t in queries], progress=True)
+    scores = texts @ gallery_vecs.T  # [queries, gallery]
+    in_gallery = set(gallery)
+    has_match = np.array([i in in_gallery for i, _ in queries])
+    best = scores.max(axis=1)
+    column = {i: k for k, i in enumerate(gallery)}
+    own = np.array([scores[q, column[i]] for q, (i, _) in enumerate(queries) if i in in_gallery])
+    other = scores[has_match].copy()
+    for q, (i, _) in enumerate(x for x in queries if x[0] in in_gallery):
+        other[q, column[i]] = np.nan
+    other = other[~np.isnan(other)]
+    return {"best": best, "has_match": has_match, "own": own, "other": other, "gallery": len(gallery)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/flickr8k"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--photos", type=int, default=1000)
+    parser.add_argument("--min-word-count", type=int, default=2)
+    args = parser.parse_args()
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the known 5 dropped captions of one missing photo
+        corpus = load_corpus(args.data).split("train")
+    rng = np.random.default_rng(args.seed)
+    all_ids = corpus.image_ids()
+    photo_ids = [all_ids[k] for k in sorted(rng.choice(len(all_ids), size=args.photos, replace=False))]
+    model = VSEModel.load("vse")
+    s = _scores(model, corpus, photo_ids, args.seed + 1)
+    threshold, at = _best_threshold(s["best"], s["has_match"])
+    counts = Counter(w for c in corpus.captions for w in tokenize(c.text))
+    words = sorted(w for w, n in counts.items() if n >= args.min_word_count and not w.isdigit())
+    sha = file_sha256(pretrained_path("vse"))
+    made = {
+        "data": f"Flickr8K train, {args.photos} photos drawn with numpy default_rng({args.seed}) "
+        f"(never dev); a gallery of {s['gallery']} of them (default_rng({args.seed + 1})), every "
+        f"caption of the {args.photos} searched over it",
+        "rule": "weak when the best score of a text search is below weak_below; weak_below maximises F1 of "
+        "'has a good match' (the query's own photo is in the gallery) on that slice",
+        "caveat": "the model was trained on all of Flickr8K train: own-photo scores are higher here than on "
+        "unseen photos, so the threshold errs towards calling searches weak",
+        "script": "bench/calibrate_confidence.py",
+        "words": f"the {len(words)} words seen at least {args.min_word_count} times in Flickr8K train "
+        "captions (vsekit.data.tokenize)",
+    }
+    shipped = {
+        "format": CONFIDENCE_FORMAT,
+        "model": "vse",
+        "model_sha256": sha,
+        "weak_below": round(threshold, 4),
+        "made_with": made,
+        "english_words": words,
+    }
+    out = pretrained_path("vse").with_name("vse-confidence.json")
+    out.write_text(json.dumps(shipped, indent=1) + "\n", encoding="utf-8")
+    probes = {}
+    probe_vecs = model.embed_texts(list(PROBES))
+    gallery_vecs = model.embed_features(model.corpus_features(corpus, photo_ids))
+    for text, vec in zip(PROBES, probe_vecs, strict=True):
+        best = float((gallery_vecs @ vec).max())
+        probes[text] = {
+            "best_score_over_1000": round(best, 4),
+            "weak": best < threshold,
+            "language_warning": language_warning(text, frozenset(words)),
+        }
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    result = {
+        "benchmark": "confidence",
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit.stdout.strip(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared)",
+        "load_1min": round(os.getloadavg()[0], 1),
+        "model": "vse",
+        "model_sha256": sha,
+        "made_with": made,
+        "weak_below": round(threshold, 4),
+        "at_threshold": {k: round(v, 4) for k, v in at.items()},
+        "queries": {"has_match": int(s["has_match"].sum()), "no_match": int((~s["has_match"]).sum())},
+        "best_score": {
+            "has_match": _percentiles(s["best"][s["has_match"]]),
+            "no_match": _percentiles(s["best"][~s["has_match"]]),
+        },
+        "pair_score": {"own_photo": _percentiles(s["own"]), "other_photos": _percentiles(s["other"])},
+        "probes_over_the_1000_photos": probes,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    RESULTS.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(json.dumps({k: result[k] for k in ("weak_below", "at_threshold", "best_score")}, indent=1))
+    print(json.dumps(probes, indent=1, ensure_ascii=False))
+
+
+if __name__ == "__main__":
+    main()
