@@ -51,9 +51,21 @@ from vsekit.retrieval.store import (
     Store,
     StoreChange,
     plan_compaction,
+    writer_lock,
 )
 
-__all__ = ["BuildReport", "Builder", "ChunkResult", "ChunkRunner", "compact", "embed_chunk", "needs_ann"]
+__all__ = [
+    "BuildReport",
+    "Builder",
+    "ChunkResult",
+    "ChunkRunner",
+    "add_vectors",
+    "compact",
+    "compact_store",
+    "embed_chunk",
+    "needs_ann",
+    "new_store",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +204,7 @@ def compact(
 
     n, sha = store.write_segment(blocks(), len(rows), dim, dtype)
     photos = [PhotoRecord(id_text(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
-    total = len(store.photos())
+    total = store.count()
     segment = NewSegment(n, photos, sha)
     engine = needs_ann(settings["engine"], total, len(rows))
     if engine is not None:
@@ -416,7 +428,7 @@ class Builder:
 def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> None:
     """Build the ANN structures the engine rule asks for and no segment has yet (a converted index)."""
     settings = store.settings()
-    total = len(store.photos())
+    total = store.count()
     have = {n for (n,) in store.conn.execute("SELECT segment FROM ann")}
     anns = []
     for n, rows, _ in store.segments():
@@ -442,3 +454,78 @@ def _report(
     every = dict(plan.still_failed) | failed
     report.failed = {i: every[i]["error"] for i in sorted(every)}
     return report
+
+
+# ----------------------------------------------------------------------------- vectors given directly
+def new_store(
+    out: Path,
+    embed_dim: int,
+    *,
+    dtype: str = "float32",
+    engine: str = "auto",
+    photos_dir: str = "",
+    model: dict[str, Any] | None = None,
+) -> None:
+    """Create an empty store for vectors given directly (no CNN: benchmarks, tests, other embedders);
+    ``model`` is the identity recorded (default: a synthetic one of ``embed_dim``)."""
+    identity = model or {"name": "synthetic", "sha256": "0" * 64, "config": {}, "embed_dim": int(embed_dim)}
+    with writer_lock(out):
+        store = Store.open(out, create=True)
+        try:
+            if store.generation():
+                raise VsekitError(f"{out}: already an index")
+            settings = {"format": STORE_FORMAT, "format_version": STORE_VERSION, "photos": photos_dir}
+            store.set_settings(settings | {"model": identity, "dtype": dtype, "engine": engine})
+            store.commit(StoreChange())
+        finally:
+            store.close()
+
+
+def add_vectors(
+    out: Path,
+    photos: Sequence[PhotoRecord] = (),
+    vectors: np.ndarray | None = None,
+    removed: Sequence[str] = (),
+    *,
+    auto_compact: bool = True,
+) -> int:
+    """One generation: ``photos`` (row i has ``vectors[i]``) added or replacing the photo of the same id,
+    ``removed`` ids deleted; a photo whose record (size, mtime, sha256) is already stored is skipped,
+    so running the same call again changes nothing. Returns the committed generation."""
+    with writer_lock(out):
+        store = Store.open(out)
+        try:
+            store.recover()
+            settings = store.settings()
+            stored = store.records_of([p.id for p in photos] + list(removed))
+            keep = [i for i, p in enumerate(photos) if stored.get(p.id) != (p.size, p.mtime_ns, p.sha256)]
+            gone = [i for i in removed if i in stored]
+            change = StoreChange(removed=gone)
+            if keep:
+                dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
+                rows = np.asarray(vectors)[keep].astype(dtype)
+                n, sha = store.write_segment(rows, len(keep), dim, dtype)
+                segment = NewSegment(n, [photos[i] for i in keep], sha)
+                engine = needs_ann(settings["engine"], store.count() + len(keep), len(keep))
+                if engine is not None:
+                    segment.ann = write_ann(store, n, engine, lambda: None)
+                change.segments.append(segment)
+            if not keep and not gone:
+                return store.generation()
+            generation = store.commit(change)
+            if auto_compact and compact(store):
+                generation = store.generation()
+            return generation
+        finally:
+            store.close()
+
+
+def compact_store(out: Path, everything: bool = True) -> bool:
+    """:func:`compact` under the writers' lock (``everything``: merge all segments into one)."""
+    with writer_lock(out):
+        store = Store.open(out)
+        try:
+            store.recover()
+            return compact(store, everything)
+        finally:
+            store.close()

@@ -178,6 +178,10 @@ class Index:
                     text_queries=lambda: calibration_sentences(loaded),
                 )
                 report = builder.run()
+            except sqlite3.Error as exc:
+                raise VsekitError(
+                    f"{out / DB}: cannot write ({exc}); the previous generation is kept"
+                ) from None
             finally:
                 store.close()
         index = cls.open(out, model=loaded)

@@ -283,6 +283,20 @@ class Store:
         rows = self.conn.execute("SELECT id, size, mtime_ns, sha256, segment, row FROM photos")
         return {id_text(r[0]): tuple(r[1:]) for r in rows}
 
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM photos").fetchone()[0])
+
+    def records_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, str]]:
+        """``{id: (size, mtime_ns, sha256)}`` of those of ``ids`` the store holds."""
+        found = {}
+        for photo_id in ids:
+            row = self.conn.execute(
+                "SELECT size, mtime_ns, sha256 FROM photos WHERE id = ?", (id_bytes(photo_id),)
+            ).fetchone()
+            if row is not None:
+                found[photo_id] = tuple(row)
+        return found
+
     def failed(self) -> dict[str, dict]:
         rows = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed ORDER BY id")
         return {id_text(i): {"size": s, "mtime_ns": m, "error": e} for i, s, m, e in rows}
