@@ -32,7 +32,9 @@ def index_content(out: Path) -> dict:
         ]
         failed = conn.execute("SELECT * FROM failed ORDER BY id").fetchall()
         listed = {name for (name,) in conn.execute("SELECT name FROM files WHERE state = 'live'")}
-        counts = conn.execute("SELECT (SELECT count(*) FROM segments), (SELECT count(*) FROM tombstones)").fetchone()
+        counts = conn.execute(
+            "SELECT (SELECT count(*) FROM segments), (SELECT count(*) FROM tombstones)"
+        ).fetchone()
         states = sorted(conn.execute("SELECT state, count(*) FROM files GROUP BY state").fetchall())
     finally:
         conn.close()

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 
 from vsekit.alignment.fusion import FusedModel
 from vsekit.captioning.generator import CaptionGenerator, DecodeSettings
+from vsekit.collection import Index
 from vsekit.embedding.pipeline import ImageInput, VSEModel
-from vsekit.retrieval.index import BuildReport, Index, SearchHit
+from vsekit.retrieval.index import BuildReport, SearchHit
 from vsekit.retrieval.ranking import Hit, rank
 
 __all__ = [

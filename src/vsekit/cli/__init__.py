@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import typer
 
-from vsekit.cli import alignment, captioning, demo, embedding, features, search, serve
+from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, search, serve
 from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
 from vsekit.version import __version__
 
@@ -47,6 +47,7 @@ app.command("rank")(embedding.rank)
 app.command("train-captioner")(captioning.train_captioner)
 app.command("caption")(captioning.caption)
 app.command("train-scnlm")(captioning.train_scnlm)
+search.index_app.command("duplicates")(duplicates.duplicates)
 app.add_typer(search.index_app, name="index")
 app.command("search")(search.search)
 app.command("serve")(serve.serve)

@@ -108,6 +108,9 @@ def _load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) ->
     return loaded, str(Path(loaded.path).resolve())
 
 
+_Builder = Builder  # the name the kill tests hook (``_Builder._write_chunk``: a chunk committed)
+
+
 class Index:
     """A searchable index of a photo folder (see the module docstring).
 
@@ -159,7 +162,9 @@ class Index:
         resolve_engine(engine or "auto", 0)
         if chunk_size < 1:
             raise VsekitError(f"chunk_size must be >= 1, got {chunk_size}")
-        check_out_dir(out)
+        if not photos.is_dir():
+            raise VsekitError(f"{photos}: not a folder of photos")
+        check_out_dir(out)  # before the model loads and before anything is written
         loaded, name = _load_model(model, device)
         identity = _model_identity(loaded, name)
         with writer_lock(out):
@@ -265,6 +270,7 @@ class Index:
         largest = max(view.segments, key=lambda s: s.rows, default=None)
         ann = largest.ann if largest is not None else None
         return dict(view.settings) | {
+            "embeddings": None if largest is None else _segment_file(view, largest),
             "ann": Path(ann[1]).name if ann else None,
             "ann_params": dict(ann[2]) if ann else {},
             "generation": view.generation,
@@ -485,6 +491,12 @@ class Index:
             return self._faiss[key]
 
 
+def _segment_file(view: Snapshot, segment: Segment) -> str:
+    if not view.generation:
+        return (read_manifest(view.out) or {}).get("embeddings", "")
+    return f"{SEGMENTS}/{segment.n}.npy"
+
+
 def _open_view(out: Path) -> Snapshot:
     """The newest generation of the store in ``out``, or a read-only view of an old-format index."""
     if (out / DB).is_file():
@@ -514,8 +526,9 @@ def _store_is_empty(out: Path) -> bool:
 
 
 def _open_store_for_writing(out: Path) -> Store:
-    """The store of ``out`` for a writer; a damaged database is moved aside (``store.sqlite.damaged``)
-    and a new store started, whose build embeds every photo again."""
+    """The store of ``out`` for a writer. A damaged database is moved aside and a new store started
+    (whose build embeds every photo again); the files the damaged one listed, when it can still list
+    them, and the damaged database itself are then deleted as the new store's dead files."""
     try:
         store = Store.open(out, create=True)
         store.settings()
@@ -526,17 +539,42 @@ def _open_store_for_writing(out: Path) -> Store:
         return store
     except (VsekitError, sqlite3.DatabaseError, ValueError) as exc:
         logger.warning(
-            "%s: damaged index database (%s); starting a new one", out / DB, str(exc).split(";")[0]
+            "%s: damaged index database (%s); rebuilding the index", out / DB, str(exc).split(";")[0]
         )
         with contextlib.suppress(NameError, sqlite3.Error):
             store.close()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.replace(out / f"{DB}{suffix}", out / f"{DB}.damaged{suffix}")
-        store = Store.open(out, create=True)
-        numbers = [int(p.stem) for p in (out / SEGMENTS).glob("*.npy") if p.stem.isdigit()]
-        store.set_settings({"next_segment": max(numbers, default=0) + 1})  # never reuse an old file's name
-        return store
+    owned = _salvage_file_names(out / DB)
+    moved = []
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(out / f"{DB}{suffix}", out / f"{DB}.damaged{suffix}")
+            moved.append(f"{DB}.damaged{suffix}")
+    store = Store.open(out, create=True)
+    numbers = [int(p.stem) for p in (out / SEGMENTS).glob("*.npy") if p.stem.isdigit()]
+    store.set_settings({"next_segment": max(numbers, default=0) + 1})  # never reuse an old file's name
+    with store.transaction() as c:
+        c.executemany(
+            "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)", [(n,) for n in owned + moved]
+        )
+    store.collect()
+    if not owned:
+        logger.warning(
+            "%s: the damaged database lists no files; its old segments stay in %s", out, out / SEGMENTS
+        )
+    return store
+
+
+def _salvage_file_names(path: Path) -> list[str]:
+    """The files a damaged store database still lists (best effort; none when it cannot say)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = [str(n) for (n,) in conn.execute("SELECT name FROM files")]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return []
+    return [n for n in names if n.startswith(f"{SEGMENTS}/") and ".." not in Path(n).parts]
 
 
 def _iso(value: str | dt.date | None, name: str) -> str | None:

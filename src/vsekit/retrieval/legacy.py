@@ -5,6 +5,7 @@ database lists)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 from vsekit.errors import VsekitError
 from vsekit.retrieval.segments import Segment, Snapshot
 from vsekit.retrieval.store import (
+    LEGACY_LEDGER,
     LEGACY_MANIFEST,
     SCHEMA,
     STORE_FORMAT,

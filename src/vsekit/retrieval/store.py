@@ -42,6 +42,7 @@ from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_
 
 __all__ = [
     "DB",
+    "LEGACY_LEDGER",
     "LEGACY_MANIFEST",
     "LOCK",
     "MAX_SEGMENTS",
@@ -63,6 +64,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DB, LOCK, LEGACY_MANIFEST, SEGMENTS = "store.sqlite", ".lock", "index.json", "segments"
+#: The list of owned files of the JSON-manifest format's last version (converted like its manifest).
+LEGACY_LEDGER = ".vsekit-owned.json"
 STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 1
 #: Automatic compaction: more live segments than this, or a segment whose tombstoned rows pass this
 #: share of its rows (docs/index-store.md, "Compaction").
@@ -119,19 +122,22 @@ def damaged(path: Path, why: str, out: Path) -> VsekitError:
 
 
 # ----------------------------------------------------------------------------- the directory
-def _is_ours(out: Path) -> bool:
-    names = {p.name for p in out.iterdir()}
-    return not names or DB in names or LEGACY_MANIFEST in names or names <= {LOCK, SEGMENTS}
-
-
 def check_out_dir(out: Path) -> None:
-    """Refuse an ``out`` that holds other files and no index (before anything is created there)."""
-    if out.exists() and not out.is_dir():
-        raise VsekitError(f"{out}: exists and is not a folder; choose another --out")
-    if out.is_dir() and not _is_ours(out):
+    """Refuse an ``out`` that is a file, or holds other files and no index (before anything is
+    created there: not even the lock)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise VsekitError(f"{out}: --out must be a folder for the index, and this is a file")
+    names = {p.name for p in out.iterdir()}
+    if names & {DB, LEGACY_MANIFEST, LEGACY_LEDGER}:
+        return
+    others = sorted(names - {LOCK})
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise VsekitError(
-            f"{out}: this folder holds other files and no vsekit index; refusing to write an index "
-            "there (choose a new or empty folder for --out)"
+            f"{out}: this folder holds other files ({shown}) and no vsekit index; refusing to write an "
+            "index there: give --out a new or empty folder (vsekit never deletes files it did not write)"
         )
 
 

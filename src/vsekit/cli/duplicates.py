@@ -1,0 +1,40 @@
+"""`vsekit index duplicates`: groups of near-duplicate photos in an index (retrieval/duplicates.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from vsekit.cli._common import console, user_errors, write_json
+from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
+from vsekit.retrieval.index import Index
+
+
+def duplicates(
+    index: Path = typer.Argument(..., help="Index directory (vsekit index build)."),
+    threshold: float = typer.Option(
+        DEFAULT_THRESHOLD,
+        "--threshold",
+        help="Cosine at or above which two photos are near-duplicates (lower finds more, looser groups).",
+    ),
+    json_out: Path = typer.Option(None, "--json", help='Write {"groups": [[path, ...], ...]} here.'),
+) -> None:
+    """Find groups of near-duplicate photos: re-saved, resized or slightly cropped copies of one shot.
+
+    Paths are relative to the index's photo folder; groups are listed largest first."""
+    with user_errors():
+        opened = Index.open(index)
+        groups = duplicate_groups(opened.vectors, opened.paths, threshold, progress=True)
+        if json_out is not None:
+            write_json(json_out, {"groups": groups})
+            console.print(f"wrote {len(groups)} group(s) to {json_out}")
+            return
+        if not groups:
+            console.print(f"no near-duplicates among {len(opened)} photos (threshold {threshold})")
+            return
+        for number, group in enumerate(groups, 1):
+            console.print(f"[bold]group {number}[/] ({len(group)} photos)")
+            for path in group:
+                console.print(f"  {escape(path)}", highlight=False, soft_wrap=True)

@@ -1,0 +1,145 @@
+"""The photo index a person uses: :class:`vsekit.retrieval.index.Index` plus what needs a second model.
+
+``vsekit.Index`` is this class. It adds, on top of the index's own search:
+
+* :meth:`Index.explain`: *why this photo* for a sentence: the shipped aligner's alignment of the
+  sentence's words with the photo's regions (Karpathy & Fei-Fei 2015, sec. 3.1: each word's best region
+  by ``v_i . s_t``, Eq. 8, and the MRF's contiguous segments, Eq. 10-12), boxes in pixels of the upright
+  photo. Regions are computed on demand for the photos asked about and kept in a small cache (keyed by
+  file, size and modification time, so a changed photo is recomputed).
+* :meth:`Index.explain_picture`: the same drawn on the photo.
+
+The index package cannot do this itself: retrieval and alignment sit side by side in the layers and know
+nothing of each other; this module sits above both.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from vsekit.alignment.align import DEFAULT_BETA, draw_alignment
+from vsekit.alignment.describe import scale_boxes
+from vsekit.alignment.model import Aligner
+from vsekit.alignment.mrf import mrf_align, segments
+from vsekit.errors import VsekitError
+from vsekit.retrieval.index import Index as _StoreIndex
+from vsekit.vision.preprocess import load_image
+
+__all__ = ["Index"]
+
+logger = logging.getLogger(__name__)
+
+#: Photos whose regions are kept in memory (about 100 KB each for the shipped aligner).
+REGION_CACHE = 256
+
+
+class _RegionCache:
+    """The aligner's regions of recently explained photos (LRU), computed one photo at a time."""
+
+    def __init__(self, size: int = REGION_CACHE) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple, tuple[Any, Any, tuple[int, int]]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._aligner: Aligner | None = None
+
+    def aligner(self) -> Aligner:
+        with self._lock:
+            if self._aligner is None:
+                self._aligner = Aligner.load()
+            return self._aligner
+
+    def regions(self, path: Path) -> tuple[Any, list[list[float]], tuple[int, int]]:
+        """``(features [R, D], boxes in photo pixels, (width, height))`` of the upright photo at ``path``."""
+        st = path.stat()
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        aligner = self.aligner()
+        image = load_image(path)
+        with self._lock:  # one forward pass at a time, like the joint model's
+            found = aligner.regions([image], cache=False, progress=False)
+            value = (found.features[0], scale_boxes(found.boxes[0], image.size), image.size)
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return value
+
+
+class Index(_StoreIndex):
+    """A photo index (see :class:`vsekit.retrieval.index.Index`) that can also say why a photo matched."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._regions = _RegionCache()
+
+    def _photo_path(self, photo: int | str) -> tuple[str, Path]:
+        """``(id, file)`` of a photo given by its row (as in a search hit) or its path in the folder."""
+        if isinstance(photo, int):
+            if not 0 <= photo < len(self.paths):
+                raise VsekitError(f"no photo with id {photo} (the index holds {len(self.paths)})")
+            rel = self.paths[photo]
+        else:
+            rel = str(photo)
+            if rel not in set(self.paths):
+                raise VsekitError(f"{rel}: not a photo of this index")
+        path = self.photos_dir / rel
+        if not path.is_file():
+            raise VsekitError(
+                f"{rel}: the photo is no longer in {self.photos_dir.name}/ (run vsekit index update)"
+            )
+        return rel, path
+
+    def explain(self, photo: int | str, text: str, beta: float = DEFAULT_BETA) -> dict[str, Any]:
+        """Why ``photo`` (a hit's id or its path) matches ``text``: ``{"path", "width", "height",
+        "words": [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``; each word's best
+        region (Eq. 8's max) and the MRF's segments (Eq. 10-12, ``beta``), boxes ``[x0, y0, x1, y1]`` in
+        pixels of the upright photo. Words the aligner does not know are shown as ``<unk>``."""
+        if not isinstance(text, str) or not text.strip():
+            raise VsekitError("empty query: give a sentence to explain")
+        rel, path = self._photo_path(photo)
+        features, boxes, (width, height) = self._regions.regions(path)
+        words, dots = self._regions.aligner().word_region_scores(features, text)  # [n_words, R]
+        best = dots.argmax(axis=1)
+        chain, _ = mrf_align(dots, beta)
+        return {
+            "path": rel,
+            "width": int(width),
+            "height": int(height),
+            "words": [
+                {"word": word, "box": _box(boxes[r]), "score": round(float(dots[t, r]), 4)}
+                for t, (word, r) in enumerate(zip(words, best, strict=True))
+            ],
+            "segments": [
+                {
+                    "text": " ".join(words[a:b]),
+                    "box": _box(boxes[r]),
+                    "score": round(float(dots[a:b, r].sum()), 4),
+                }
+                for a, b, r in segments(chain)
+            ],
+        }
+
+    def explain_picture(
+        self, photo: int | str, text: str, out: str | os.PathLike[str], beta: float = DEFAULT_BETA
+    ) -> Path:
+        """:meth:`explain` drawn on the full-size upright photo (each segment's region boxed and labelled)."""
+        result = self.explain(photo, text, beta)
+        _, path = self._photo_path(photo)
+        distinct: list[list[int]] = []  # the segments' boxes, each once, in order
+        labelled = []
+        for seg in result["segments"]:
+            if seg["box"] not in distinct:
+                distinct.append(seg["box"])
+            labelled.append({"region": distinct.index(seg["box"]), "text": seg["text"]})
+        return draw_alignment(load_image(path), {"boxes": distinct, "segments": labelled}, out)
+
+
+def _box(box: Any) -> list[int]:
+    return [int(round(float(v))) for v in box]

