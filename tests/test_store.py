@@ -128,7 +128,7 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(
-    max_examples=25, stateful_step_count=12, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=15, stateful_step_count=10, deadline=None, suppress_health_check=list(HealthCheck)
 )
 
 
@@ -164,6 +164,18 @@ def test_filters_equal_filtering_in_python(tmp_path):
         assert index.search(vector=query, k=3, **filters) == [h for h in every if keep(h)][:3], filters
     with pytest.raises(VsekitError, match="not a date"):
         index.search(vector=query, taken_after="last week")
+
+
+def test_captions_are_stored_by_photo_and_dropped_when_it_changes(tmp_path):
+    new_store(tmp_path / "i", DIM)
+    add_vectors(tmp_path / "i", [record("a.jpg", 1), record("b.jpg", 2)], np.stack([vector(1), vector(2)]))
+    index = Index.open(tmp_path / "i")
+    assert index.set_captions({"a.jpg": "a dog on a beach", "nowhere.jpg": "x"}) == 1
+    assert index.caption("a.jpg") == "a dog on a beach" and index.caption("b.jpg") is None
+    compact_store(tmp_path / "i")  # moved to a new segment: the caption stays
+    assert Index.open(tmp_path / "i").caption("a.jpg") == "a dog on a beach"
+    add_vectors(tmp_path / "i", [record("a.jpg", 3)], vector(3)[None])  # other bytes: another photo
+    assert Index.open(tmp_path / "i").caption("a.jpg") is None
 
 
 # -- readers while a writer commits -----------------------------------------------------------------

@@ -337,7 +337,6 @@ class Index:
                 done = store.set_captions(captions)
             finally:
                 store.close()
-        self.refresh()
         self._view = open_snapshot(self.path, self._view)  # captions need no new generation
         return done
 

@@ -5,7 +5,6 @@ database lists)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
 from pathlib import Path
@@ -16,7 +15,6 @@ import numpy as np
 from vsekit.errors import VsekitError
 from vsekit.retrieval.segments import Segment, Snapshot
 from vsekit.retrieval.store import (
-    LEGACY_LEDGER,
     LEGACY_MANIFEST,
     SCHEMA,
     STORE_FORMAT,
@@ -27,6 +25,7 @@ from vsekit.retrieval.store import (
     StoreChange,
     folder_of,
     id_bytes,
+    row_crc,
 )
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "legacy_snapshot", "migrate", "read_manifest"]
@@ -87,12 +86,12 @@ def _legacy_snapshot(out: Path, manifest: dict[str, Any]) -> Snapshot:
     conn.executescript(SCHEMA)
     settings = settings_of(manifest)
     conn.executemany("INSERT INTO settings VALUES (?, ?)", [(k, json.dumps(v)) for k, v in settings.items()])
+    records = [
+        (id_bytes(i), s, m, h, id_bytes(folder_of(i)), None, None, 0, row)
+        for row, (i, s, m, h) in enumerate(manifest["entries"])
+    ]
     conn.executemany(
-        "INSERT INTO photos VALUES (?, ?, ?, ?, ?, NULL, NULL, 0, ?)",
-        [
-            (id_bytes(i), s, m, h, id_bytes(folder_of(i)), row)
-            for row, (i, s, m, h) in enumerate(manifest["entries"])
-        ],
+        "INSERT INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(*r, row_crc(*r)) for r in records]
     )
     ann = None
     if manifest.get("ann"):

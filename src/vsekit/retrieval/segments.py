@@ -30,7 +30,17 @@ import numpy as np
 from vsekit.errors import VsekitError
 from vsekit.fileio import file_sha256
 from vsekit.retrieval.search import _best_first, ann_search, exact_search
-from vsekit.retrieval.store import DB, connect, damaged, id_bytes, id_text
+from vsekit.retrieval.store import (
+    DB,
+    PHOTO_COLUMNS,
+    check_row,
+    connect,
+    damaged,
+    id_bytes,
+    id_text,
+    read_settings,
+    row_crc,
+)
 
 __all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
 
@@ -155,25 +165,30 @@ class Snapshot:
 
     def path(self, position: int) -> str:
         segment, row = self.place(position)
-        found = self.query("SELECT id FROM photos WHERE segment = ? AND row = ?", (segment.n, row))
+        found = self.query(
+            f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE segment = ? AND row = ?", (segment.n, row)
+        )
         if not found:
             raise damaged(self.out / DB, f"no photo at segment {segment.n} row {row}", self.out)
-        return id_text(found[0][0])
+        values = check_row(found[0], self.out)
+        if values[7:9] != (segment.n, row):
+            raise damaged(
+                self.out / DB, f"the photo at segment {segment.n} row {row} is recorded elsewhere", self.out
+            )
+        return id_text(values[0])
 
     def all_paths(self) -> list[str]:
-        return [id_text(r[0]) for r in self.query("SELECT id FROM photos ORDER BY segment, row")]
+        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos ORDER BY segment, row")
+        return [id_text(check_row(r, self.out)[0]) for r in rows]
 
     def contains(self, photo_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM photos WHERE id = ?", (id_bytes(photo_id),)))
 
     def record(self, photo_id: str) -> dict[str, Any] | None:
-        rows = self.query(
-            "SELECT size, mtime_ns, sha256, folder, taken, caption FROM photos WHERE id = ?",
-            (id_bytes(photo_id),),
-        )
+        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE id = ?", (id_bytes(photo_id),))
         if not rows:
             return None
-        size, mtime_ns, sha, folder, taken, caption = rows[0]
+        _, size, mtime_ns, sha, folder, taken, caption, _, _ = check_row(rows[0], self.out)
         return {
             "size": size,
             "mtime_ns": mtime_ns,
@@ -187,9 +202,11 @@ class Snapshot:
     def keep_masks(self, where: str, params: Sequence[Any]) -> dict[int, np.ndarray]:
         """Per segment number, the rows of live photos matching ``where`` (an SQL condition on photos)."""
         masks = {s.n: np.zeros(s.rows, dtype=bool) for s in self.segments}
-        for n, row in self.query(f"SELECT segment, row FROM photos WHERE {where}", params):
-            if n in masks and 0 <= row < len(masks[n]):
-                masks[n][row] = True
+        for found in self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE {where}", params):
+            n, row = check_row(found, self.out)[7:9]
+            if n not in masks or not 0 <= row < len(masks[n]):
+                raise damaged(self.out / DB, f"a photo recorded at segment {n} row {row}", self.out)
+            masks[n][row] = True
         return masks
 
     # -- search ----------------------------------------------------------------------------------
@@ -262,8 +279,11 @@ def open_snapshot(out: Path, previous: Snapshot | None = None) -> Snapshot:
         generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
         if generation == 0:
             raise VsekitError(f"{out}: the index has no finished build yet; run `vsekit index build`")
-        settings = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM settings")}
+        settings = read_settings(conn, out)
         segments = _load_segments(out, conn, settings, previous)
+        count = conn.execute("SELECT count(*) FROM photos").fetchone()[0]
+        if count != sum(s.live for s in segments):
+            raise ValueError(f"{count} photo records for {sum(s.live for s in segments)} live rows")
     except (sqlite3.DatabaseError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         conn.close()
         raise damaged(path, str(exc) or type(exc).__name__, out) from None
@@ -278,7 +298,9 @@ def _load_segments(
 ) -> list[Segment]:
     dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
     dead: dict[int, list[int]] = {}
-    for n, row in conn.execute("SELECT segment, row FROM tombstones ORDER BY segment, row"):
+    for n, row, generation, crc in conn.execute("SELECT * FROM tombstones ORDER BY segment, row"):
+        if row_crc(n, row, generation) != crc:
+            raise ValueError("a tombstone does not match its checksum")
         dead.setdefault(n, []).append(row)
     anns = {
         n: (e, f, json.loads(p))

@@ -30,6 +30,7 @@ import logging
 import os
 import sqlite3
 import time
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -51,7 +52,11 @@ __all__ = [
     "PhotoRecord",
     "Store",
     "StoreChange",
+    "PHOTO_COLUMNS",
     "check_out_dir",
+    "check_row",
+    "read_settings",
+    "row_crc",
     "connect",
     "damaged",
     "folder_of",
@@ -75,7 +80,8 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS photos (
     id BLOB PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
-    folder BLOB NOT NULL, taken TEXT, caption TEXT, segment INTEGER NOT NULL, row INTEGER NOT NULL);
+    folder BLOB NOT NULL, taken TEXT, caption TEXT, segment INTEGER NOT NULL, row INTEGER NOT NULL,
+    crc INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS photos_folder ON photos(folder);
 CREATE INDEX IF NOT EXISTS photos_taken ON photos(taken);
 CREATE UNIQUE INDEX IF NOT EXISTS photos_place ON photos(segment, row);
@@ -85,7 +91,7 @@ CREATE TABLE IF NOT EXISTS segments (
     n INTEGER PRIMARY KEY, rows INTEGER NOT NULL, file TEXT NOT NULL, sha256 TEXT NOT NULL,
     generation INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS tombstones (
-    segment INTEGER NOT NULL, row INTEGER NOT NULL, generation INTEGER NOT NULL,
+    segment INTEGER NOT NULL, row INTEGER NOT NULL, generation INTEGER NOT NULL, crc INTEGER NOT NULL,
     PRIMARY KEY (segment, row));
 CREATE TABLE IF NOT EXISTS generations (n INTEGER PRIMARY KEY, committed TEXT NOT NULL,
     photos INTEGER NOT NULL);
@@ -114,8 +120,34 @@ def folder_of(photo_id: str) -> str:
     return "" if parent == "." else parent
 
 
+#: The columns of a photo record that its ``crc`` covers, in order.
+PHOTO_COLUMNS = "id, size, mtime_ns, sha256, folder, taken, caption, segment, row"
+
+
+def row_crc(*values: Any) -> int:
+    """CRC-32 of a record's values: SQLite keeps no checksum of its pages, so a flipped bit in a
+    record would otherwise go unnoticed; readers check the records they use (:func:`check_row`)."""
+    return zlib.crc32(
+        repr(tuple(bytes(v) if isinstance(v, bytes | memoryview) else v for v in values)).encode()
+    )
+
+
+def check_row(row: Sequence[Any], out: Path) -> tuple:
+    """``row`` = values + crc as read; the values, or the damaged-index error."""
+    *values, crc = row
+    if row_crc(*values) != crc:
+        raise damaged(out / DB, "a photo record does not match its checksum", out)
+    return tuple(values)
+
+
+def settings_check(values: dict[str, str]) -> str:
+    """The checksum of the settings (their JSON texts), kept as the ``check`` setting."""
+    return json.dumps(zlib.crc32(json.dumps(sorted(values.items())).encode()))
+
+
 def damaged(path: Path, why: str, out: Path) -> VsekitError:
     """The one line a damaged index file gets."""
+    why = " ".join(str(why).split())[:200]
     return VsekitError(
         f"{path}: damaged index file ({why}); `vsekit index build PHOTOS --out {out}` will rebuild it"
     )
@@ -177,6 +209,18 @@ def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise damaged(path, str(exc), path.parent) from None
     return conn
+
+
+def read_settings(conn: sqlite3.Connection, out: Path) -> dict[str, Any]:
+    """The settings, checked against their checksum (``{}`` for a store with none yet)."""
+    stored = dict(conn.execute("SELECT key, value FROM settings"))
+    check, counter = stored.pop("check", None), stored.pop("next_segment", None)
+    if stored and check != settings_check(stored):
+        raise damaged(out / DB, "the settings do not match their checksum", out)
+    values = {k: json.loads(v) for k, v in stored.items()}
+    if counter is not None:
+        values["next_segment"] = json.loads(counter)
+    return values
 
 
 # ----------------------------------------------------------------------------- what a commit changes
@@ -271,7 +315,7 @@ class Store:
 
     # -- settings --------------------------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM settings")}
+        return read_settings(self.conn, self.out)
 
     def set_settings(self, values: dict[str, Any]) -> None:
         with self.transaction() as c:
@@ -279,6 +323,10 @@ class Store:
                 "INSERT OR REPLACE INTO settings VALUES (?, ?)",
                 [(k, json.dumps(v, sort_keys=True)) for k, v in values.items()],
             )
+            stored = dict(
+                c.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')")
+            )
+            c.execute("INSERT OR REPLACE INTO settings VALUES ('check', ?)", (settings_check(stored),))
 
     def generation(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
@@ -467,10 +515,12 @@ class Store:
                 c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (ann[0],))
                 c.execute("DELETE FROM ann WHERE segment = ?", (n,))
 
-    def _tombstone(self, c: sqlite3.Connection, g: int, key: bytes) -> None:
-        place = c.execute("SELECT segment, row FROM photos WHERE id = ?", (key,)).fetchone()
+    def _tombstone(self, c: sqlite3.Connection, g: int, key: bytes) -> tuple | None:
+        place = c.execute("SELECT segment, row, sha256, caption FROM photos WHERE id = ?", (key,)).fetchone()
         if place is not None:
-            c.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?)", (place[0], place[1], g))
+            s, r = place[0], place[1]
+            c.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?, ?)", (s, r, g, row_crc(s, r, g)))
+        return place
 
     def _add_segment(self, c: sqlite3.Connection, g: int, segment: NewSegment) -> None:
         name = f"{SEGMENTS}/{segment.n}.npy"
@@ -481,24 +531,24 @@ class Store:
         c.execute("UPDATE files SET state = 'live' WHERE name = ?", (name,))
         for row, p in enumerate(segment.photos):
             key = id_bytes(p.id)
-            self._tombstone(c, g, key)
+            old = self._tombstone(c, g, key)
+            caption = p.caption
+            if caption is None and old is not None and old[2] == p.sha256:  # same photo: keep its caption
+                caption = old[3]
+            values = (
+                key,
+                p.size,
+                p.mtime_ns,
+                p.sha256,
+                id_bytes(folder_of(p.id)),
+                p.taken,
+                caption,
+                segment.n,
+                row,
+            )
             c.execute(
-                "INSERT INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "size = excluded.size, mtime_ns = excluded.mtime_ns, folder = excluded.folder, "
-                "taken = excluded.taken, segment = excluded.segment, row = excluded.row, "
-                "caption = CASE WHEN photos.sha256 = excluded.sha256 THEN coalesce(excluded.caption, "
-                "photos.caption) ELSE excluded.caption END, sha256 = excluded.sha256",
-                (
-                    key,
-                    p.size,
-                    p.mtime_ns,
-                    p.sha256,
-                    id_bytes(folder_of(p.id)),
-                    p.taken,
-                    p.caption,
-                    segment.n,
-                    row,
-                ),
+                "INSERT OR REPLACE INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*values, row_crc(*values)),
             )
         if segment.ann is not None:
             engine, file, params = segment.ann
@@ -511,10 +561,19 @@ class Store:
     # -- captions --------------------------------------------------------------------------------
     def set_captions(self, captions: dict[str, str | None]) -> int:
         """Store captions by photo id (no new generation: captions are not part of the search)."""
+        done = 0
         with self.transaction() as c:
-            done = 0
             for photo_id, caption in captions.items():
-                done += c.execute(
-                    "UPDATE photos SET caption = ? WHERE id = ?", (caption, id_bytes(photo_id))
-                ).rowcount
+                row = c.execute(
+                    f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE id = ?", (id_bytes(photo_id),)
+                ).fetchone()
+                if row is None:
+                    continue
+                values = list(check_row(row, self.out))
+                values[6] = caption
+                c.execute(
+                    "UPDATE photos SET caption = ?, crc = ? WHERE id = ?",
+                    (caption, row_crc(*values), values[0]),
+                )
+                done += 1
         return done
