@@ -91,6 +91,23 @@ def update(index: Path = typer.Argument(..., help="Index directory.")) -> None:
         _print_report(opened, opened.update())
 
 
+@index_app.command("compact")
+def compact(index: Path = typer.Argument(..., help="Index directory.")) -> None:
+    """Merge an index's segments into one and drop deleted photos' vectors (also done by itself)."""
+    with user_errors(interrupted="re-run the same command to finish"):
+        opened = Index.open(index)
+        before = opened.info()
+        done = opened.compact()
+        after = opened.info()
+        what = (
+            f"{before['segments']} segments and {before['tombstones']} deleted rows merged into "
+            f"{after['segments']}"
+            if done
+            else "already one segment with nothing deleted"
+        )
+        console.print(f"{index}: {len(opened)} photos; {what}", highlight=False)
+
+
 @index_app.command("info")
 def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """What an index holds: photo folder, count, unreadable files, model, storage."""
@@ -144,6 +161,7 @@ def search(
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
+    folder: str = typer.Option(None, "--folder", help="Only photos in this folder of the index (and below)."),
     shard: list[Path] = typer.Option(
         [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
     ),
@@ -154,6 +172,9 @@ def search(
         if sum(x is not None for x in (text, image, queries)) != 1:
             raise VsekitError("give one of: a sentence, --image PHOTO or --queries FILE")
         opened = ShardedIndex.open([index, *shard]) if shard else Index.open(index)
+        if folder is not None and (shard or queries is not None):
+            raise VsekitError("--folder applies to one index and one sentence or --image")
+        where = {} if folder is None else {"folder": folder}
         if queries is not None:
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
@@ -164,7 +185,15 @@ def search(
             if image is not None and not image.is_file():
                 raise VsekitError(f"{image}: photo not found")
             hits = opened.search(
-                text, image, plus=plus, minus=minus, k=top, min_score=min_score, resort=resort, engine=engine
+                text,
+                image,
+                plus=plus,
+                minus=minus,
+                k=top,
+                min_score=min_score,
+                resort=resort,
+                engine=engine,
+                **where,
             )
             rows = [_rows(text if text is not None else str(image), hits)]
         if json_out is not None:
