@@ -380,9 +380,9 @@ class Builder:
         entries, failed, vectors = result
         if vectors.shape != (len(entries), self.dim):
             raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
-        n, _ = self.store.write_segment(vectors.astype(self.dtype), len(entries), self.dim, self.dtype)
+        n, sha = self.store.write_segment(vectors.astype(self.dtype), len(entries), self.dim, self.dtype)
         rows = [[e.id, e.size, e.mtime_ns, e.sha256] for e in entries]
-        self.store.save_chunk(key, n, rows, failed)
+        self.store.save_chunk(key, n, sha, rows, failed)
         return n, entries, failed
 
     # -- the commit -----------------------------------------------------------------------------

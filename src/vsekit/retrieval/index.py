@@ -38,7 +38,7 @@ from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, legacy_snapshot, read_manifest
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
-from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot, verify_file
+from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
     DB,
     LEGACY_MANIFEST,
@@ -471,19 +471,28 @@ class Index:
         return view.nearest(queries, k, chosen, keep, self._ann_of)
 
     def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
-        """A segment's saved FAISS structure (read and checked once) and its search settings."""
+        """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
+        once) and its search settings."""
         _, name, params = segment.ann
         key = (str(self.path / name), name)
         with self._lock:
             if key not in self._faiss:
                 path = self.path / name
-                found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
-                if found and found[0][0]:
-                    verify_file(path, found[0][0], self.path)
                 try:
-                    data = path.read_bytes()
+                    if segment.ann_file is not None:
+                        fd = segment.ann_file.fileno()
+                        data = os.pread(fd, os.fstat(fd).st_size, 0)
+                    else:
+                        data = path.read_bytes()
+                except OSError as exc:
+                    raise damaged(path, exc.strerror or str(exc), self.path) from None
+                found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
+                sha = found[0][0] if found else None
+                if sha and hashlib.sha256(data).hexdigest() != sha:
+                    raise damaged(path, "sha256 differs from the one the index recorded", self.path)
+                try:
                     self._faiss[key] = (deserialize_ann(data, params), dict(params))
-                except (OSError, RuntimeError) as exc:
+                except RuntimeError as exc:
                     raise damaged(
                         path, str(exc).splitlines()[0] if str(exc) else "unreadable", self.path
                     ) from None

@@ -81,6 +81,7 @@ class Segment:
     vectors: np.ndarray
     dead: np.ndarray
     ann: tuple[str, str, dict[str, int]] | None = None  # (engine, file, params)
+    ann_file: Any = None  # the ANN file, opened with the snapshot (a later compaction may delete it)
 
     @property
     def rows(self) -> int:
@@ -99,8 +100,14 @@ class Segment:
         return position + np.searchsorted(shifted, position, side="right")
 
 
+class _Gone(Exception):
+    """A file of the generation being opened was deleted (a newer generation dropped it)."""
+
+
 def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str) -> np.ndarray:
     path = out / name
+    if not path.exists():
+        raise _Gone(path)
     verify_file(path, sha, out)
     try:
         vectors = np.load(path, mmap_mode="r") if rows else np.zeros((0, dim), dtype=dtype)
@@ -259,7 +266,7 @@ def _segment_top(
 
     if excluded == 0:
         return search(k)
-    if excluded <= _FEW_EXCLUDED:
+    if excluded <= min(_FEW_EXCLUDED, max(k, rows // 16)):  # few left out: search a little deeper
         scores, found = search(k + excluded)
         ok = (found >= 0) & mask[np.maximum(found, 0)]
         return _best_first(np.where(ok, scores, -np.inf), np.where(ok, found, -1), min(k, rows))
@@ -271,6 +278,27 @@ def _segment_top(
 def open_snapshot(out: Path, previous: Snapshot | None = None) -> Snapshot:
     """The newest committed generation of the store in ``out`` (segments shared with ``previous``
     are not mapped or checked again)."""
+    tried = -1
+    for _ in range(5):
+        try:
+            return _open_snapshot(out, previous)
+        except _Gone as gone:  # a writer committed and collected meanwhile: open the newer generation
+            newest = _newest(out / DB)
+            if newest == tried:
+                raise damaged(Path(str(gone)), "missing", out) from None
+            tried = newest
+    raise VsekitError(f"{out}: the index changes too fast to open; try again")
+
+
+def _newest(path: Path) -> int:
+    conn = connect(path)
+    try:
+        return int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
     path = out / DB
     conn = connect(path)
     try:
@@ -313,7 +341,19 @@ def _load_segments(
     ).fetchall():
         old = shared.get(n)
         vectors = old.vectors if old is not None else _map_segment(out, name, sha, rows, dim, dtype)
-        segments.append(Segment(n, vectors, np.asarray(dead.get(n, []), dtype=np.int64), anns.get(n)))
+        ann, ann_file = anns.get(n), None
+        if ann is not None:
+            if old is not None and old.ann is not None and old.ann[1] == ann[1]:
+                ann_file = old.ann_file
+            else:
+                try:
+                    ann_file = open(out / ann[1], "rb")  # noqa: SIM115 - held by the snapshot
+                except FileNotFoundError:
+                    raise _Gone(out / ann[1]) from None
+                except OSError as exc:
+                    raise damaged(out / ann[1], exc.strerror or str(exc), out) from None
+        dead_rows = np.asarray(dead.get(n, []), dtype=np.int64)
+        segments.append(Segment(n, vectors, dead_rows, ann, ann_file))
     return segments
 
 

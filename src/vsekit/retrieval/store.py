@@ -205,7 +205,9 @@ def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
         conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
+        # bookkeeping (files reserved, chunks) is not synced on commit: lost in a power cut, it only
+        # leaves a file to collect; a generation's commit is synced (Store.commit)
+        conn.execute("PRAGMA synchronous=NORMAL")
     except sqlite3.DatabaseError as exc:
         raise damaged(path, str(exc), path.parent) from None
     return conn
@@ -389,6 +391,7 @@ class Store:
     ) -> tuple[int, str]:
         """Write a new segment (``rows`` vectors, an array or blocks of rows) atomically; returns its
         number and sha256 (recorded in ``files``; the segment is live once a commit names it)."""
+        rows, dim = int(rows), int(dim)  # a NumPy integer would write an unreadable .npy header
         n = self.new_segment_number()
         path = self.segment_path(n)
         with atomic_npy_memmap(path, dtype, (rows, dim)) as out:
@@ -398,13 +401,7 @@ class Store:
                 start += len(block)
             if start != rows:
                 raise VsekitError(f"{path}: {start} vectors written for {rows} rows")
-        sha = file_sha256(path)
-        with self.transaction() as c:
-            c.execute(
-                "UPDATE files SET sha256 = ?, size = ? WHERE name = ?",
-                (sha, path.stat().st_size, f"{SEGMENTS}/{n}.npy"),
-            )
-        return n, sha
+        return n, file_sha256(path)  # recorded with the commit (or the chunk) that names the segment
 
     def write_file(self, name: str, data: bytes) -> str:
         """Write an owned file (an ANN structure) atomically, recorded first; returns its sha256."""
@@ -432,6 +429,9 @@ class Store:
     def recover(self, keep_chunks: set[str] | None = None) -> None:
         """After a killed writer: pending files no finished chunk names are dead; so are the chunks of
         another plan (``keep_chunks``: the keys the current build wants; None keeps every chunk)."""
+        pending = self.conn.execute("SELECT count(*) FROM files WHERE state != 'live'").fetchone()[0]
+        if not pending and not self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]:
+            return  # nothing left behind (the usual case: no write needed)
         with self.transaction() as c:
             chunks = c.execute("SELECT key, segment, entries FROM chunks").fetchall()
             stale = [
@@ -454,8 +454,10 @@ class Store:
         ).fetchone()
         return None if row is None else (row[0], json.loads(row[1]), json.loads(row[2]))
 
-    def save_chunk(self, key: str, n: int, entries: list, failed: dict) -> None:
+    def save_chunk(self, key: str, n: int, sha256: str, entries: list, failed: dict) -> None:
+        """Record a finished chunk of a build (its segment file and sha256, its photos)."""
         with self.transaction() as c:
+            c.execute("UPDATE files SET sha256 = ? WHERE name = ?", (sha256, f"{SEGMENTS}/{n}.npy"))
             c.execute(
                 "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?)",
                 (key, n, json.dumps(entries), json.dumps(failed, sort_keys=True)),
@@ -467,13 +469,24 @@ class Store:
     # -- the commit ------------------------------------------------------------------------------
     def commit(self, change: StoreChange) -> int:
         """One transaction: the new generation (see the module docstring); returns its number."""
+        self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            g = self._commit(change)
+        finally:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.collect()
+        return g
+
+    def _commit(self, change: StoreChange) -> int:
         with self.transaction() as c:
-            g = int(c.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0]) + 1
-            self._drop(c, change.drop_segments)
+            last = c.execute("SELECT n, photos FROM generations ORDER BY n DESC LIMIT 1").fetchone() or (0, 0)
+            g, count = last[0] + 1, last[1]
+            count -= self._drop(c, change.drop_segments)
             for segment in change.segments:
-                self._add_segment(c, g, segment)
+                count += self._add_segment(c, g, segment)
             for photo_id in change.removed:
-                self._tombstone(c, g, id_bytes(photo_id))
+                if self._tombstone(c, g, id_bytes(photo_id)) is not None:
+                    count -= 1
                 c.execute("DELETE FROM photos WHERE id = ?", (id_bytes(photo_id),))
             if change.failed is not None:
                 c.execute("DELETE FROM failed")
@@ -496,16 +509,17 @@ class Store:
                 "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)",
                 [(f,) for f in change.dead_files],
             )
-            count = c.execute("SELECT count(*) FROM photos").fetchone()[0]
             c.execute(
                 "INSERT INTO generations VALUES (?, ?, ?)",
                 (g, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), count),
             )
-        self.collect()
         return g
 
-    def _drop(self, c: sqlite3.Connection, segments: Sequence[int]) -> None:
+    def _drop(self, c: sqlite3.Connection, segments: Sequence[int]) -> int:
+        """Forget ``segments`` (their files become dead); returns how many photo records went."""
+        gone = 0
         for n in segments:
+            gone += c.execute("SELECT count(*) FROM photos WHERE segment = ?", (n,)).fetchone()[0]
             c.execute("DELETE FROM tombstones WHERE segment = ?", (n,))
             c.execute("DELETE FROM photos WHERE segment = ?", (n,))
             c.execute("DELETE FROM segments WHERE n = ?", (n,))
@@ -514,6 +528,7 @@ class Store:
             if ann:
                 c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (ann[0],))
                 c.execute("DELETE FROM ann WHERE segment = ?", (n,))
+        return gone
 
     def _tombstone(self, c: sqlite3.Connection, g: int, key: bytes) -> tuple | None:
         place = c.execute("SELECT segment, row, sha256, caption FROM photos WHERE id = ?", (key,)).fetchone()
@@ -522,16 +537,22 @@ class Store:
             c.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?, ?)", (s, r, g, row_crc(s, r, g)))
         return place
 
-    def _add_segment(self, c: sqlite3.Connection, g: int, segment: NewSegment) -> None:
-        name = f"{SEGMENTS}/{segment.n}.npy"
+    def _add_segment(self, c: sqlite3.Connection, g: int, segment: NewSegment) -> int:
+        """Record a new segment and its photos; returns how many of them are new to the store."""
+        name, new = f"{SEGMENTS}/{segment.n}.npy", 0
         c.execute(
             "INSERT INTO segments VALUES (?, ?, ?, ?, ?)",
             (segment.n, len(segment.photos), name, segment.sha256, g),
         )
-        c.execute("UPDATE files SET state = 'live' WHERE name = ?", (name,))
+        size = (self.out / name).stat().st_size
+        c.execute(
+            "UPDATE files SET state = 'live', sha256 = ?, size = ? WHERE name = ?",
+            (segment.sha256, size, name),
+        )
         for row, p in enumerate(segment.photos):
             key = id_bytes(p.id)
             old = self._tombstone(c, g, key)
+            new += old is None
             caption = p.caption
             if caption is None and old is not None and old[2] == p.sha256:  # same photo: keep its caption
                 caption = old[3]
@@ -557,6 +578,7 @@ class Store:
                 (segment.n, engine, file, json.dumps(params)),
             )
             c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
+        return new
 
     # -- captions --------------------------------------------------------------------------------
     def set_captions(self, captions: dict[str, str | None]) -> int:
