@@ -27,7 +27,8 @@ def index_content(out: Path) -> dict:
         photos = [
             (*row[:7], maps[row[7]][row[8]].tobytes())
             for row in conn.execute(
-                "SELECT id, size, mtime_ns, sha256, folder, taken, caption, segment, row FROM photos ORDER BY id"
+                "SELECT id, size, mtime_ns, sha256, folder, taken, caption, segment, row "
+                "FROM photos ORDER BY id"
             )
         ]
         failed = conn.execute("SELECT * FROM failed ORDER BY id").fetchall()

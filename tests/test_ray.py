@@ -195,7 +195,8 @@ def store_state(out: Path) -> tuple[int, int]:
     conn = sqlite3.connect(out / "store.sqlite")
     try:
         return conn.execute(
-            "SELECT (SELECT count(*) FROM generations), (SELECT count(*) FROM chunks WHERE entries IS NOT NULL)"
+            "SELECT (SELECT count(*) FROM generations), "
+            "(SELECT count(*) FROM chunks WHERE entries IS NOT NULL)"
         ).fetchone()
     finally:
         conn.close()
