@@ -75,3 +75,29 @@ def test_picture_and_errors(index, tmp_path):
         index.explain("elsewhere.jpg", SENTENCE)
     with pytest.raises(VsekitError, match="empty query"):
         index.explain(0, "  ")
+
+
+def test_rerank_orders_the_top_n_by_the_fusion_computed_from_scratch(index):
+    fused = vsekit.load_fusion()
+    text = "a dog plays in the water"
+    plain = index.search(text, k=6)
+    reranked = index.search(text, k=6, rerank=6)
+    assert sorted(h.path for h in reranked) == sorted(h.path for h in plain)  # the same six, re-ordered
+    reference = fused.score_matrix([index.photos_dir / h.path for h in plain], [text])[:, 0]
+    by_fusion = [plain[i].path for i in np.argsort(-reference, kind="stable")]
+    assert [h.path for h in reranked] == by_fusion
+    np.testing.assert_allclose([h.score for h in reranked], np.sort(reference)[::-1], atol=1e-3)
+    # only the top N move: with rerank=2 the rest keep the index's order
+    assert [h.path for h in index.search(text, k=6, rerank=2)][2:] == [h.path for h in plain][2:]
+    with pytest.raises(VsekitError, match="sentence query"):
+        index.search(text, k=3, rerank=3, plus=["beach"])
+
+
+def test_rerank_refuses_an_index_of_another_model(tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for src in SAMPLE_IMAGES[:3]:
+        shutil.copyfile(src, photos / src.name)
+    bow = vsekit.Index.build(photos, tmp_path / "bow", "bow", progress=False)
+    with pytest.raises(VsekitError, match="joint model is vse"):
+        bow.search("a dog", k=2, rerank=2)

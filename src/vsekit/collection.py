@@ -8,6 +8,9 @@
   photo. Regions are computed on demand for the photos asked about and kept in a small cache (keyed by
   file, size and modification time, so a changed photo is recomputed).
 * :meth:`Index.explain_picture`: the same drawn on the photo.
+* ``search(..., rerank=N)``: the index's top ``N`` for a sentence re-ranked by the ``vse+aligner``
+  fusion (the joint cosine and the aligner's S_kl on one scale, :mod:`vsekit.alignment.fusion`), with the
+  regions of those photos computed as for :meth:`Index.explain` (and cached with them).
 
 The index package cannot do this itself: retrieval and alignment sit side by side in the layers and know
 nothing of each other; this module sits above both.
@@ -22,12 +25,19 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vsekit.alignment.align import DEFAULT_BETA, draw_alignment
 from vsekit.alignment.describe import scale_boxes
+from vsekit.alignment.fusion import FUSION_NAME, FusionSpec, fusion_path
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.mrf import mrf_align, segments
+from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import VsekitError
+from vsekit.fileio import file_sha256 as _file_sha256
+from vsekit.resources import resolve_model_path
 from vsekit.retrieval.index import Index as _StoreIndex
+from vsekit.retrieval.index import SearchHit
 from vsekit.vision.preprocess import load_image
 
 __all__ = ["Index"]
@@ -53,23 +63,36 @@ class _RegionCache:
                 self._aligner = Aligner.load()
             return self._aligner
 
-    def regions(self, path: Path) -> tuple[Any, list[list[float]], tuple[int, int]]:
+    def regions(self, path: Path) -> tuple[Any, list[list[int]], tuple[int, int]]:
         """``(features [R, D], boxes in photo pixels, (width, height))`` of the upright photo at ``path``."""
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns)
+        return self.regions_of([path])[0]
+
+    def regions_of(self, paths: list[Path]) -> list[tuple[Any, list[list[int]], tuple[int, int]]]:
+        """:meth:`regions` of several photos; the ones not cached go through the CNN in one batch."""
+        keys = [_file_key(path) for path in paths]
         with self._lock:
-            if key in self._items:
+            missing = [(k, p) for k, p in zip(keys, paths, strict=True) if k not in self._items]
+        if missing:
+            aligner = self.aligner()
+            images = [load_image(p) for _, p in missing]
+            with self._lock:  # one forward pass at a time, like the joint model's
+                found = aligner.regions(images, cache=False, progress=False)
+                for i, ((key, _), image) in enumerate(zip(missing, images, strict=True)):
+                    boxes = scale_boxes(found.boxes[i], image.size)
+                    self._items[key] = (found.features[i], boxes, image.size)
+        with self._lock:
+            values = []
+            for key in keys:
                 self._items.move_to_end(key)
-                return self._items[key]
-        aligner = self.aligner()
-        image = load_image(path)
-        with self._lock:  # one forward pass at a time, like the joint model's
-            found = aligner.regions([image], cache=False, progress=False)
-            value = (found.features[0], scale_boxes(found.boxes[0], image.size), image.size)
-            self._items[key] = value
-            while len(self._items) > self.size:
+                values.append(self._items[key])
+            while len(self._items) > max(self.size, len(keys)):
                 self._items.popitem(last=False)
-        return value
+        return values
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path), st.st_size, st.st_mtime_ns)
 
 
 class Index(_StoreIndex):
@@ -78,6 +101,50 @@ class Index(_StoreIndex):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._regions = _RegionCache()
+        self._fusion: FusionSpec | None = None
+
+    def search(
+        self, text: str | None = None, image: ImageInput | None = None, *, rerank: int = 0, **kwargs: Any
+    ) -> list[SearchHit]:
+        """:meth:`vsekit.retrieval.index.Index.search`, and with ``rerank=N`` (a sentence query without
+        arithmetic) the top ``N`` re-ordered by the ``vse+aligner`` fusion; a re-ranked hit's ``score``
+        is its fused score (z-scored cosine + w x z-scored S_kl), not a cosine."""
+        if rerank < 0:
+            raise VsekitError(f"rerank must be >= 0, got {rerank}")
+        if not rerank:
+            return super().search(text, image, **kwargs)
+        if text is None or image is not None or kwargs.get("plus") or kwargs.get("minus"):
+            raise VsekitError("rerank applies to a sentence query without --plus/--minus")
+        k = int(kwargs.pop("k", 10))
+        min_score = kwargs.pop("min_score", None)
+        hits = super().search(text, k=max(k, rerank), min_score=min_score, **kwargs)
+        head, tail = hits[:rerank], hits[rerank:]
+        if not head:
+            return []
+        return (self._rerank(text, head) + tail)[:k]
+
+    def _rerank(self, text: str, hits: list[SearchHit]) -> list[SearchHit]:
+        spec = self._fusion_spec()
+        found = self._regions.regions_of([self.photos_dir / h.path for h in hits])
+        features = np.stack([f for f, _, _ in found])
+        s_kl = self._regions.aligner().score_matrix(features, [text])[:, 0]
+        cosine = np.array([h.score for h in hits], dtype=np.float64)
+        fused = spec.fuse(cosine, s_kl)
+        order = np.argsort(-fused, kind="stable")
+        return [SearchHit(hits[i].id, hits[i].path, float(fused[i])) for i in order]
+
+    def _fusion_spec(self) -> FusionSpec:
+        """The shipped fusion's weights, if this index holds the fusion's joint model's vectors."""
+        if self._fusion is None:
+            spec = FusionSpec.from_file(fusion_path(FUSION_NAME))
+            joint = resolve_model_path(spec.joint, "vse")
+            if _file_sha256(joint) != self.manifest["model"]["sha256"]:
+                raise VsekitError(
+                    f"rerank uses the {FUSION_NAME} fusion, whose joint model is {spec.joint}; "
+                    f"this index was built with {Path(str(self.manifest['model']['name'])).name}"
+                )
+            self._fusion = spec
+        return self._fusion
 
     def _photo_path(self, photo: int | str) -> tuple[str, Path]:
         """``(id, file)`` of a photo given by its row (as in a search hit) or its path in the folder."""
