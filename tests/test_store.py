@@ -321,3 +321,28 @@ def test_an_out_with_other_files_is_refused_before_anything_is_written(tmp_path)
     empty.mkdir()
     new_store(empty, DIM)
     assert (empty / "store.sqlite").is_file()
+
+
+def test_a_second_writer_says_whom_it_waits_for(tmp_path, caplog):
+    import os
+
+    from vsekit.retrieval.store import writer_lock
+
+    out = tmp_path / "i"
+    new_store(out, DIM)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer_lock(out):
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(30)
+    threading.Timer(0.5, release.set).start()
+    with caplog.at_level("WARNING"):
+        add_vectors(out, [record("a.jpg", 1)], vector(1)[None])  # waits for the holder, then writes
+    holder.join()
+    assert f"waiting for another build of this index (pid {os.getpid()})" in caplog.text
+    assert len(Index.open(out)) == 1

@@ -284,8 +284,8 @@ class Builder:
     # -- settings and records ------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
         settings = self.store.settings()
-        if "model" not in settings:
-            manifest = read_manifest(self.store.out)
+        manifest = read_manifest(self.store.out) if not self.store.generation() else None
+        if "model" not in settings or manifest is not None:  # new, or a conversion not committed yet
             if manifest is not None:
                 _check_same(self.store.out, manifest, self.photos_dir, self.identity, self.dtype, self.engine)
                 migrate(self.store, manifest)
