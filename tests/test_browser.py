@@ -1,16 +1,23 @@
 """The search page in a real browser: Playwright drives the system Chromium against a uvicorn server.
 
-Needs the `playwright` package and Chromium at /usr/bin/chromium (or $VSEKIT_CHROMIUM): `make
-browser-deps` installs it (Debian package `chromium`). Playwright's own browser download is not used.
+Needs the `playwright` package and Chromium at /usr/bin/chromium (or $VSEKIT_CHROMIUM): `.ci/run` and
+`make browser-deps` install it (Debian package `chromium`); Playwright's own browser download is not used.
+Every state the tests reach is screenshotted into $VSEKIT_SCREENSHOTS (default: a temporary folder), so a
+person can look at them.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import time
 from pathlib import Path
+from urllib.parse import parse_qs, urljoin, urlparse
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from search_helpers import SAMPLE_IMAGES, make_photo_folder
 from serve_helpers import running_server
@@ -30,72 +37,517 @@ if not Path(CHROMIUM).is_file():
 from playwright.sync_api import expect, sync_playwright  # noqa: E402
 
 import vsekit  # noqa: E402
+from vsekit.api import load_captioner  # noqa: E402
 from vsekit.serve import create_app  # noqa: E402
+from vsekit.serve.uploads import decode_upload  # noqa: E402
+
+expect.set_options(timeout=30_000)  # a loaded 2-core CI machine: the first caption loads the captioner
+QUERY = "a dog runs on the grass"
+N_PHOTOS = 10  # make_photo_folder's 8 readable photos, the sideways phone photo, a re-saved copy
+
+
+def sideways_jpeg(src: Path) -> tuple[Image.Image, bytes]:
+    """A landscape crop of ``src`` (upright) and JPEG bytes that store it turned a quarter left with EXIF
+    Orientation 6 ("turn 90 degrees clockwise to view"), as a phone writes a photo taken on its side."""
+    upright = Image.open(src).convert("RGB").crop((0, 37, 224, 187))  # 224 x 150: not square
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    out = io.BytesIO()
+    upright.transpose(Image.Transpose.ROTATE_90).save(
+        out, "JPEG", quality=95, exif=exif.tobytes()
+    )  # 150 x 224
+    return upright, out.getvalue()
+
+
+SIDEWAYS_SRC = SAMPLE_IMAGES[20]
+UPRIGHT, SIDEWAYS = sideways_jpeg(SIDEWAYS_SRC)
+UPLOADS_UPRIGHT = decode_upload(SIDEWAYS, 10**8, 10**8).size == UPRIGHT.size
+
+
+def ready(img_id: str) -> str:
+    return (
+        f"() => {{ const i = document.getElementById('{img_id}'); return i.complete && i.naturalWidth > 0; }}"
+    )
+
+
+def natural_size(page, img_id: str) -> list[int]:
+    return page.evaluate(
+        f"() => {{ const i = document.getElementById('{img_id}');"
+        " return [i.naturalWidth, i.naturalHeight]; }"
+    )
+
+
+def pixel_gap(a: Image.Image, b: Image.Image) -> float:
+    """Mean absolute difference per channel (0-255); infinite when the shapes differ."""
+    if a.size != b.size:
+        return float("inf")
+    return float(np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)).mean())
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("browser") / "photos", n=8)
-    index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    with running_server(create_app(index)) as url:
+def shots(tmp_path_factory) -> Path:
+    out = Path(os.environ.get("VSEKIT_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    folder = make_photo_folder(tmp_path_factory.mktemp("browser") / "photos", n=8)
+    (folder / "phone").mkdir()
+    (folder / "phone" / "sideways.jpg").write_bytes(SIDEWAYS)
+    (folder / "copies").mkdir()  # a near-duplicate: the first photo saved again at JPEG quality 60
+    Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(folder / "copies" / "resaved.jpg", quality=60)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def captioner():
+    """The shipped captioner, shared by the server and the tests (loaded once)."""
+    return load_captioner()
+
+
+@pytest.fixture(scope="module")
+def server(photos, captioner):
+    folder = photos
+    index = vsekit.Index.build(folder, folder.parent / "index", progress=False)
+    with running_server(create_app(index, captioner_factory=lambda: captioner)) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def page(server):
+def browser():
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1100, "height": 900})
-        page.set_default_timeout(60_000)
-        page.goto(server)
-        yield page
+        yield browser
         browser.close()
 
 
-def test_type_a_query_and_see_thumbnails(page, tmp_path):
-    expect(page.locator("#info")).to_contain_text("8 photos")
-    page.fill("#q", "a dog runs on the grass")
-    page.press("#q", "Enter")
-    expect(page.locator("#grid .hit")).to_have_count(8)
-    first = page.locator("#grid .hit img").first
-    expect(first).to_have_attribute(
-        "src", "/api/thumb/" + page.locator("#grid .hit").first.get_attribute("data-id")
-    )
+def new_page(browser, url: str, scheme: str = "light"):
+    context = browser.new_context(viewport={"width": 1100, "height": 800}, color_scheme=scheme)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(url)
+    return page
+
+
+@pytest.fixture
+def page(browser, server):
+    page = new_page(browser, server)
+    yield page
+    page.unroute_all(behavior="ignoreErrors")  # a test's route handler must not outlive its page
+    page.context.close()
+
+
+def search(page, text: str) -> None:
+    page.get_by_label("Describe the photos to find").fill(text)
+    page.get_by_label("Describe the photos to find").press("Enter")
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{text}\u201d")
+
+
+def thumbnails_loaded(page) -> None:
     page.wait_for_function(
-        "() => [...document.querySelectorAll('#grid img')].every(i => i.complete && i.naturalWidth > 0)"
+        "() => [...document.querySelectorAll('#grid img, #preview img:not([hidden])')]"
+        ".every(i => !i.getAttribute('src') || (i.complete && i.naturalWidth > 0))"
     )
-    page.screenshot(path=str(tmp_path / "search.png"), full_page=True)
-    assert (tmp_path / "search.png").stat().st_size > 10_000
 
 
-def test_click_a_result_for_more_like_this_and_its_caption(page):
-    page.locator("#grid .hit").nth(2).click()
+def url_params(page) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlparse(page.url).query).items()}
+
+
+A11Y_PROBLEMS = """() => {
+  const problems = [];
+  const visible = (el) => !el.closest('[hidden]') && el.getClientRects().length > 0;
+  for (const el of document.querySelectorAll('input, select, textarea')) {
+    if (el.type === 'hidden') continue;
+    const named = (el.labels && el.labels.length) || el.getAttribute('aria-label')
+      || el.getAttribute('aria-labelledby');
+    if (!named) problems.push('no label: ' + (el.id || el.outerHTML));
+  }
+  for (const img of document.querySelectorAll('img'))
+    if (!img.hasAttribute('alt') || (visible(img) && !img.alt.trim()))
+      problems.push('no alt: ' + img.outerHTML);
+  for (const b of document.querySelectorAll('button'))
+    if (!(b.getAttribute('aria-label') || b.textContent.trim()))
+      problems.push('unnamed button: ' + b.outerHTML);
+  const ids = [...document.querySelectorAll('[id]')].map((e) => e.id);
+  for (const id of new Set(ids.filter((id, i) => ids.indexOf(id) !== i))) problems.push('duplicate id ' + id);
+  if (!document.documentElement.lang) problems.push('no lang on <html>');
+  if (document.querySelectorAll('h1').length !== 1) problems.push('not exactly one h1');
+  for (const d of document.querySelectorAll('dialog'))
+    if (!d.getAttribute('aria-labelledby') && !d.getAttribute('aria-label'))
+      problems.push('unlabelled dialog');
+  return problems;
+}"""
+
+
+def test_header_names_the_index_not_a_model_path(page):
+    info = page.locator("#info")
+    expect(info).to_contain_text(f"{N_PHOTOS} photos")
+    expect(info).to_contain_text("index \u201cindex\u201d")
+    assert "/" not in info.inner_text() and ".safetensors" not in info.inner_text()
+
+
+def test_search_is_in_the_url_reload_and_back_restore_it(page, shots):
+    search(page, QUERY)
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+    expect(page.locator("#notice")).to_be_hidden()  # no "weak" answer from this server
+    assert url_params(page) == {"mode": "text", "q": QUERY}
+    expect(page).to_have_title(f"Results for \u201c{QUERY}\u201d \u2014 vsekit photo search")
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "search.png"), full_page=True)
+
+    page.reload()  # a shared link / bookmark runs its query
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+    expect(page.locator("#q")).to_have_value(QUERY)
+
+    search(page, "a child swims in the water")
+    first = page.locator("#grid .hit .path").first.inner_text()
+    page.go_back()
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    expect(page.locator("#q")).to_have_value(QUERY)
+    assert url_params(page)["q"] == QUERY
+    page.go_forward()
+    expect(page.locator("#grid .hit .path").first).to_have_text(first)
+
+
+def test_show_more_asks_for_a_larger_k(page, server, shots):
+    page.goto(f"{server}/?mode=text&q=people&k=4")
+    expect(page.locator("#grid .hit")).to_have_count(4)
+    expect(page.locator("#more")).to_be_visible()
+    page.screenshot(path=str(shots / "paging-before.png"), full_page=True)
+    page.get_by_role("button", name="Show more").click()
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)  # all there are; no button for more
+    expect(page.locator("#more")).to_be_hidden()
+    assert url_params(page)["k"] == "28"
+    page.screenshot(path=str(shots / "paging-after.png"), full_page=True)
+
+
+def test_lightbox_opens_steps_by_keyboard_and_closes(page, shots):
+    search(page, QUERY)
+    paths = page.locator("#grid .hit .path").all_inner_texts()
+    page.locator("#grid .hit").first.focus()
+    page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_be_visible()
+    expect(page.locator("#lb-title")).to_have_text(paths[0])
+    expect(page.locator("#lb-prev")).to_be_disabled()
+    expect(page.locator("#lb-captions li")).to_have_count(3)
+    page.wait_for_function(ready("lb-img"))
+    page.screenshot(path=str(shots / "lightbox.png"))
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#lb-title")).to_have_text(paths[1])
+    expect(page.locator("#lb-img")).to_have_attribute(
+        "src", "/api/photo/" + page.locator("#grid .hit").nth(1).get_attribute("data-id")
+    )
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator("#lb-title")).to_have_text(paths[1])
+    expect(page.locator("#lb-captions li")).to_have_count(3)  # the caption of the photo now shown
+    page.keyboard.press("Tab")  # the focused control in the lightbox is visibly marked
+    outline = page.evaluate("() => getComputedStyle(document.activeElement).outlineStyle")
+    assert page.evaluate("() => document.activeElement.closest('dialog') !== null") and outline != "none"
+    page.keyboard.press("Escape")
+    expect(dialog).to_be_hidden()
+    expect(page.locator("#grid .hit").nth(1)).to_be_focused()  # back on the photo last shown
+
+
+def test_lightbox_shows_an_indexed_sideways_photo_upright(page, shots):
+    search(page, "a photo")
+    page.locator("#grid .hit", has_text="phone/sideways.jpg").click()
+    page.wait_for_function(ready("lb-img"))
+    assert natural_size(page, "lb-img") == [224, 150], "the full-size view is not upright"
+    body = page.request.get(urljoin(page.url, page.locator("#lb-img").get_attribute("src"))).body()
+    shown = Image.open(io.BytesIO(body)).convert("RGB")
+    assert pixel_gap(shown, UPRIGHT) < 8  # JPEG noise only; a turned photo cannot even be compared
+    page.screenshot(path=str(shots / "lightbox-sideways.png"))
+
+
+def test_upload_of_a_sideways_photo_is_previewed_upright(page, tmp_path, shots):
+    path = tmp_path / "sideways.jpg"
+    path.write_bytes(SIDEWAYS)
+    page.get_by_label("Drop a photo here, or choose one:").set_input_files(str(path))
+    expect(page.locator("#results-title")).to_have_text("Photos like sideways.jpg")
+    expect(page.locator("#captions li")).to_have_count(3)
+    expect(page.locator("#preview")).to_be_visible()
+    page.wait_for_function(ready("preview-img"))
+    # Chromium turns <img> upright by EXIF: what the person sees is what the server must read.
+    assert natural_size(page, "preview-img") == [224, 150]
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "upload-sideways.png"), full_page=True)
+
+
+@pytest.mark.xfail(
+    not UPLOADS_UPRIGHT,
+    reason="uploads and thumbnails are read upright once serve/ uses the one decode path (issue 22, item 1)",
+    strict=False,
+)
+def test_server_reads_a_sideways_upload_and_thumbnail_upright(page, tmp_path, captioner):
+    path = tmp_path / "sideways.jpg"
+    path.write_bytes(SIDEWAYS)
+    page.get_by_label("Drop a photo here, or choose one:").set_input_files(str(path))
+    expect(page.locator("#results-title")).to_have_text("Photos like sideways.jpg")
+    # the captions the CLI gives that file (`vsekit caption`: the library reads it upright)
+    assert page.locator("#captions li").all_inner_texts() == captioner.describe([path], n=3)[0]
+    assert page.locator("#grid .hit .score").first.inner_text() == "1.000"  # its indexed copy, as the CLI
+    search(page, "a photo")
+    card = page.locator("#grid .hit", has_text="phone/sideways.jpg")
+    thumb = Image.open(
+        io.BytesIO(page.request.get(urljoin(page.url, card.locator("img").get_attribute("src"))).body())
+    ).convert("RGB")
+    assert pixel_gap(thumb, UPRIGHT) < 8
+
+
+def test_each_action_clears_the_other_panels(page, tmp_path, shots):
+    search(page, QUERY)
+    page.locator("#grid .hit").first.click()
+    page.get_by_role("button", name="More like this").click()
     expect(page.locator("#results-title")).to_contain_text("More like")
     expect(page.locator("#captions li")).to_have_count(3)
+    assert url_params(page)["mode"] == "similar"
+    page.screenshot(path=str(shots / "similar.png"), full_page=True)
 
+    search(page, "two dogs play")  # the captions of the photo before must go
+    expect(page.locator("#captions-panel")).to_be_hidden()
+    expect(page.locator("#captions li")).to_have_count(0)
 
-def test_upload_a_photo_and_see_a_caption(page, tmp_path):
-    page.set_input_files("#file", str(SAMPLE_IMAGES[1]))
-    expect(page.locator("#results-title")).to_contain_text("Photos like")
+    photo = tmp_path / "start.jpg"
+    shutil.copyfile(SAMPLE_IMAGES[1], photo)
+    page.get_by_label("sentence").fill("a dog in the snow")
+    page.get_by_label("or photo").set_input_files(str(photo))
+    page.get_by_label("minus").fill("snow")
+    page.get_by_label("plus").fill("grass")
+    page.get_by_role("button", name="Compute").click()
+    expect(page.locator("#status")).to_contain_text("not both")
+    expect(page.locator("#grid .hit")).to_have_count(0)  # refused in the page, and the old results are gone
+    page.screenshot(path=str(shots / "arith-both.png"), full_page=True)
+
+    page.get_by_role("button", name="Clear photo").click()
+    page.get_by_role("button", name="Compute").click()
+    expect(page.locator("#arith-used")).to_have_text(
+        "Used the sentence \u201ca dog in the snow\u201d \u2212 snow + grass"
+    )
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+    assert url_params(page) == {"mode": "arith", "q": "a dog in the snow", "minus": "snow", "plus": "grass"}
+
+    page.get_by_label("sentence").fill("")
+    page.get_by_label("or photo").set_input_files(str(photo))
+    page.get_by_role("button", name="Compute").click()
+    expect(page.locator("#arith-used")).to_have_text(
+        "Used the photo \u201cstart.jpg\u201d \u2212 snow + grass"
+    )
+    expect(page.locator("#results-title")).to_have_text("start.jpg \u2212 snow + grass")
+    page.screenshot(path=str(shots / "arith-photo.png"), full_page=True)
+
+    page.get_by_label("Drop a photo here, or choose one:").set_input_files(str(photo))
+    expect(page.locator("#arith-used")).to_have_text("")  # the arithmetic's note belongs to its results
     expect(page.locator("#captions li")).to_have_count(3)
-    assert page.locator("#captions li").first.inner_text().strip()
-    page.screenshot(path=str(tmp_path / "upload.png"), full_page=True)
+    search(page, QUERY)
+    expect(page.locator("#preview")).to_be_hidden()
 
 
-def test_the_arithmetic_form(page, tmp_path):
-    page.fill("#arith-q", "a dog in the snow")
-    page.fill("#arith-minus", "snow")
-    page.fill("#arith-plus", "grass")
-    page.click("#arith-form button")
-    expect(page.locator("#results-title")).to_contain_text("a dog in the snow \u2212 snow + grass")
-    expect(page.locator("#grid .hit")).to_have_count(8)
-    out = Path(os.environ.get("VSEKIT_SCREENSHOTS", tmp_path))
-    out.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(out / "arithmetic.png"), full_page=True)
+def test_weak_answers_and_stored_captions_are_shown(page, shots):
+    # The confidence field and stored captions come from other parts of the server; the page's side is
+    # tested on the answer of this server with the contract's fields added.
+    def weak(route):
+        response = route.fetch()
+        body = response.json()
+        body["weak"] = True
+        body["results"][0]["caption"] = "a brown dog runs through the grass"
+        route.fulfill(response=response, json=body)
+
+    page.route("**/api/search?*", weak)
+    search(page, "zzzz qqqq")
+    expect(page.locator("#notice")).to_have_text(
+        "No photo matches well: these are the closest, but none is a good match."
+    )
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)  # still viewable
+    expect(page.locator("#grid .hit .caption").first).to_have_text("a brown dog runs through the grass")
+    expect(page.locator("#grid .hit img").first).to_have_attribute(
+        "alt", "a brown dog runs through the grass"
+    )
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "weak.png"), full_page=True)
+
+
+def test_why_boxes_are_drawn_over_the_photo(page, shots):
+    # The page's drawing of GET /api/explain/{id}?q= (issue 22's contract), on a fixed answer: boxes in
+    # pixels of the upright original, phrases (the MRF's segments) or each word's region.
+    words = [
+        {"word": "dog", "box": [0, 0, 112, 56], "score": 0.61},
+        {"word": "grass", "box": [56, 112, 224, 224], "score": 0.42},
+    ]
+    segments = [{"text": "a dog runs", "box": [0, 0, 112, 56], "score": 1.2}]
+    answer = {"width": 224, "height": 224, "words": words, "segments": segments}
+    page.route("**/api/explain/**", lambda route: route.fulfill(json=answer))
+    search(page, QUERY)
+    page.locator("#grid .hit").first.click()
+    expect(page.locator("#lb-boxes .box")).to_have_count(1)
+    expect(page.locator("#lb-boxes .box")).to_have_text("a dog runs 1.20")
+    page.get_by_label("Why this photo").select_option("words")
+    expect(page.locator("#lb-boxes .box")).to_have_count(2)
+    page.wait_for_function(ready("lb-img"))
+    img = page.locator("#lb-img").bounding_box()
+    dog = page.locator("#lb-boxes .box").first.bounding_box()
+    assert abs(dog["x"] - img["x"]) < 3 and abs(dog["y"] - img["y"]) < 3
+    assert abs(dog["width"] - img["width"] / 2) < 3 and abs(dog["height"] - img["height"] / 4) < 3
+    expect(page.locator("#lb-boxes .box").first).to_have_text("dog 0.61")
+    page.screenshot(path=str(shots / "why-routed.png"))
+    page.keyboard.press("ArrowRight")  # the next photo asks for its own alignment
+    expect(page.locator("#lb-boxes .box")).to_have_count(2)
+    page.get_by_label("Why this photo").focus()  # arrows on the select change it, not the photo
+    title = page.locator("#lb-title").inner_text()
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#lb-title")).to_have_text(title)
+    page.get_by_label("Why this photo").select_option("off")
+    expect(page.locator("#lb-boxes .box")).to_have_count(0)
+
+
+def test_why_boxes_from_the_shipped_aligner(page, shots):
+    search(page, QUERY)
+    page.locator("#grid .hit").first.click()
+    boxes = page.locator("#lb-boxes .box")
+    expect(boxes.first).to_be_visible(timeout=90_000)  # the aligner loads on the first explain
+    expect(page.locator("#lb-why-state")).to_have_text("")
+    for box in boxes.all():  # every box lies on the photo
+        img, b = page.locator("#lb-img").bounding_box(), box.bounding_box()
+        assert img["x"] - 1 <= b["x"] and b["x"] + b["width"] <= img["x"] + img["width"] + 1
+        assert img["y"] - 1 <= b["y"] and b["y"] + b["height"] <= img["y"] + img["height"] + 1
+    assert " ".join(boxes.all_inner_texts()).split()[0] in QUERY.split()
+    page.screenshot(path=str(shots / "why.png"))
+
+
+def test_near_duplicate_groups(page, shots):
+    page.get_by_role("button", name="Near-duplicates").click()
+    expect(page.locator("#results-title")).to_have_text("Near-duplicates: 1 group")
+    assert url_params(page) == {"mode": "duplicates"}
+    group = page.locator("#grid .group").first
+    expect(group.locator(".hit")).to_have_count(2)
+    expect(group).to_contain_text("copies/resaved.jpg")
+    expect(group).to_contain_text(SAMPLE_IMAGES[0].name)
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "duplicates.png"), full_page=True)
+    group.locator(".hit").nth(1).click()
+    expect(page.locator("#lb-title")).to_have_text(group.locator(".hit .path").nth(1).inner_text())
+    page.keyboard.press("Escape")
+    page.reload()
+    expect(page.locator("#grid .group .hit")).to_have_count(2)
+
+
+def test_filters_go_to_the_server_and_into_the_url(page, server):
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/search?" in r.url else None)
+    page.get_by_text("Filters: folder, date taken").click()
+    page.get_by_label("folder").fill("trip")
+    page.get_by_label("taken on or after").fill("2020-01-01")
+    search_title = f"Results for \u201c{QUERY}\u201d (in trip/, taken 2020-01-01 to \u2026)"
+    page.get_by_label("Describe the photos to find").fill(QUERY)
+    page.get_by_label("Describe the photos to find").press("Enter")
+    expect(page.locator("#results-title")).to_have_text(search_title)
+    sent = parse_qs(urlparse(asked[-1]).query)
+    assert sent["folder"] == ["trip"] and sent["taken_after"] == ["2020-01-01"] and "taken_before" not in sent
+    assert url_params(page) == {"mode": "text", "q": QUERY, "folder": "trip", "taken_after": "2020-01-01"}
+    page.goto(f"{server}/?q=people&folder=trip")  # a shared link restores its filters
+    expect(page.get_by_label("folder")).to_have_value("trip")
+    expect(page.locator("#results-title")).to_contain_text("(in trip/)")
+
+
+def test_the_folder_filter_keeps_only_that_folder(page, server):
+    answer = page.request.get(f"{server}/api/search?q=people&k=50&folder=trip").json()["results"]
+    if any(not hit["path"].startswith("trip/") for hit in answer):
+        pytest.xfail("the API's folder filter arrives with the serve helper's routes (issue 22, item 7)")
+    page.goto(f"{server}/?q=people&folder=trip")
+    expect(page.locator("#results-title")).to_contain_text("(in trip/)")
+    paths = page.locator("#grid .hit .path").all_inner_texts()
+    assert paths and all(p.startswith("trip/") for p in paths)
+
+
+def test_rerank_toggle_when_the_server_offers_it(page, server):
+    # /api/search?rerank=N (issue 22, item 4) is offered by a server whose /api/info says rerank_max.
+    if "rerank_max" not in page.request.get(f"{server}/api/info").json():
+        expect(page.locator("#rerank-row")).to_be_hidden()
+
+    def offer(route):
+        response = route.fetch()
+        route.fulfill(response=response, json={**response.json(), "rerank_max": 50})
+
+    asked = []
+    page.route("**/api/info", offer)
+    page.on("request", lambda r: asked.append(r.url) if "/api/search?" in r.url else None)
+    page.reload()
+    box = page.get_by_label("re-rank by how words align with regions")
+    expect(box).to_be_visible()
+    search(page, QUERY)
+    assert "rerank" not in parse_qs(urlparse(asked[-1]).query)
+    box.check()
+    expect(page.locator("#results-title")).to_have_text(
+        f"Results for \u201c{QUERY}\u201d \u00b7 top 50 re-ranked"
+    )
+    assert parse_qs(urlparse(asked[-1]).query)["rerank"] == ["50"]
+    assert url_params(page) == {"mode": "text", "q": QUERY, "rerank": "50"}
+    page.go_back()
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    expect(box).not_to_be_checked()
+    page.go_forward()
+    expect(box).to_be_checked()
+
+
+def test_dark_mode_follows_the_system(browser, server, shots):
+    def background(scheme: str) -> float:
+        page = new_page(browser, f"{server}/?q={QUERY.replace(' ', '+')}", scheme)
+        expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+        thumbnails_loaded(page)
+        page.screenshot(path=str(shots / f"{scheme}.png"), full_page=True)
+        rgb = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        page.context.close()
+        r, g, b = (int(v) for v in rgb[rgb.index("(") + 1 : rgb.index(")")].split(",")[:3])
+        return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+    assert background("dark") < 0.2 and background("light") > 0.8
+
+
+def test_basic_accessibility(page):
+    assert page.evaluate(A11Y_PROBLEMS) == []
+    search(page, QUERY)
+    assert page.evaluate(A11Y_PROBLEMS) == []
+    assert all(alt.strip() for alt in page.locator("#grid img").evaluate_all("els => els.map(e => e.alt)"))
+    page.locator("#grid .hit").first.click()
+    expect(page.get_by_role("dialog")).to_be_visible()
+    assert page.evaluate(A11Y_PROBLEMS) == []
+    for name in ("Previous photo (left arrow)", "Next photo (right arrow)", "Close (Escape)"):
+        expect(page.get_by_role("button", name=name)).to_be_visible()
 
 
 def test_a_bad_upload_shows_the_error(page, tmp_path):
     bad = tmp_path / "not-a-photo.jpg"
     bad.write_bytes(b"definitely not a jpeg")
-    page.set_input_files("#file", str(bad))
+    page.get_by_label("Drop a photo here, or choose one:").set_input_files(str(bad))
     expect(page.locator("#status")).to_contain_text("not a readable image")
+
+
+@pytest.mark.xfail(
+    not hasattr(vsekit.Index, "refresh"),
+    reason="needs the store helper's Index.refresh and a server following a committed update (issue 22, 2)",
+    strict=False,
+)
+def test_the_open_page_finds_a_photo_added_under_it(browser, tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for src in SAMPLE_IMAGES[:2]:
+        shutil.copyfile(src, folder / src.name)
+    index = vsekit.Index.build(folder, tmp_path / "index", progress=False)
+    with running_server(create_app(index)) as url:
+        page = new_page(browser, url)
+        search(page, QUERY)
+        expect(page.locator("#grid .hit")).to_have_count(2)
+        shutil.copyfile(SAMPLE_IMAGES[5], folder / "new.jpg")
+        vsekit.Index.open(tmp_path / "index").update(progress=False)  # as `vsekit index update` does
+        deadline = time.monotonic() + 10  # the contract: seen within 10 seconds, no restart, no reload
+        while time.monotonic() < deadline and page.locator("#grid .hit", has_text="new.jpg").count() == 0:
+            page.get_by_role("button", name="Search").click()
+            page.wait_for_timeout(500)
+        expect(page.locator("#grid .hit", has_text="new.jpg")).to_have_count(1, timeout=1000)
+        expect(page.locator("#info")).to_contain_text("3 photos", timeout=1000)
+        page.context.close()

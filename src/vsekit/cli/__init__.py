@@ -8,6 +8,7 @@ import typer
 
 from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, search, serve
 from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
+from vsekit.cli._help import help_for
 from vsekit.version import __version__
 
 __all__ = ["app", "main"]
@@ -15,6 +16,7 @@ __all__ = ["app", "main"]
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode="markdown",
     help="Visual-semantic embeddings: rank, describe and search images and sentences in one space.",
 )
 install_warning_format()
@@ -39,22 +41,23 @@ def _options(
     configure_logging(verbose, quiet)
 
 
-app.command("demo")(demo.demo)
-app.command("extract")(features.extract)
-app.command("train")(embedding.train)
-app.command("eval")(embedding.evaluate)
-app.command("rank")(embedding.rank)
-app.command("train-captioner")(captioning.train_captioner)
-app.command("caption")(captioning.caption)
-app.command("train-scnlm")(captioning.train_scnlm)
+# in the order `vsekit --help` shows the groups (cli/_help.py): start, photos, models, training
+app.command("demo", **help_for("demo"))(demo.demo)
 search.index_app.command("duplicates")(duplicates.duplicates)
-app.add_typer(search.index_app, name="index")
-app.command("search")(search.search)
-app.command("serve")(serve.serve)
-app.command("train-aligner")(alignment.train_aligner)
-app.command("align")(alignment.align)
-app.command("train-region-captioner")(alignment.train_region_captioner)
-app.command("regions")(alignment.regions)
+app.add_typer(search.index_app, name="index", **help_for("index"))
+app.command("search", **help_for("search"))(search.search)
+app.command("serve", **help_for("serve"))(serve.serve)
+app.command("caption", **help_for("caption"))(captioning.caption)
+app.command("eval", **help_for("eval"))(embedding.evaluate)
+app.command("rank", **help_for("rank"))(embedding.rank)
+app.command("align", **help_for("align"))(alignment.align)
+app.command("regions", **help_for("regions"))(alignment.regions)
+app.command("extract", **help_for("extract"))(features.extract)
+app.command("train", **help_for("train"))(embedding.train)
+app.command("train-captioner", **help_for("train-captioner"))(captioning.train_captioner)
+app.command("train-scnlm", **help_for("train-scnlm"))(captioning.train_scnlm)
+app.command("train-aligner", **help_for("train-aligner"))(alignment.train_aligner)
+app.command("train-region-captioner", **help_for("train-region-captioner"))(alignment.train_region_captioner)
 
 
 def main() -> None:

@@ -25,18 +25,13 @@ from vsekit.cli._common import (
     with_overrides,
     write_json,
 )
-from vsekit.resources import ALIGNMENT_RECIPES_DIR, REGION_CAPTION_RECIPES_DIR, recipe_names
 
 ALIGNER_HELP = "Aligner: a shipped name (aligner) or an aligner file (default: aligner)."
 
 
-_ALIGNER_RECIPES = ", ".join(recipe_names(ALIGNMENT_RECIPES_DIR))  # the shipped recipes, for --help
-_REGION_RECIPES = ", ".join(recipe_names(REGION_CAPTION_RECIPES_DIR))  # the shipped recipes, for --help
-
-
 def train_aligner(
     data: TrainDataOption,
-    recipe: str = typer.Option(..., "--recipe", help=f"Recipe name ({_ALIGNER_RECIPES}) or a JSON file."),
+    recipe: str = typer.Option(..., "--recipe", help="Recipe name (shipped: listed below) or a JSON file."),
     out: Path = typer.Option(
         ..., "--out", help="Run directory: aligner, checkpoint, log and config go here."
     ),
@@ -101,7 +96,7 @@ def align(
 def train_region_captioner(
     data: TrainDataOption,
     recipe: str = typer.Option(
-        "region-lstm", "--recipe", help=f"Recipe name ({_REGION_RECIPES}) or a JSON file."
+        "region-lstm", "--recipe", help="Recipe name (shipped: listed below) or a JSON file."
     ),
     out: Path = typer.Option(
         ..., "--out", help="Run directory: snippets, captioner, checkpoint, log and config go here."

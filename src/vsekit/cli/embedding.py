@@ -59,7 +59,7 @@ def train(
 
     Interrupt it at any time: `--resume` with the same arguments continues from the last finished epoch
     and gives exactly the weights an uninterrupted run would have. Data-parallel:
-    `torchrun --nproc-per-node N -m vsekit train ...` (see the README).
+    `torchrun --nproc-per-node N -m vsekit train ...` (see docs/scale-out.md).
     """
     from vsekit.data import load_corpus
     from vsekit.embedding.trainer import load_recipe

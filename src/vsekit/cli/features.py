@@ -46,7 +46,7 @@ def extract(
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     batch_size: int = typer.Option(32, min=1, help="Images per CNN batch."),
     skip_bad_images: bool = typer.Option(
-        False, help="Report unreadable images and go on instead of stopping."
+        False, "--skip-bad-images", help="Report unreadable images and go on instead of stopping."
     ),
     distributed: str | None = DISTRIBUTED,
     ray_address: str | None = RAY_ADDRESS,

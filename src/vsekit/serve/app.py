@@ -3,8 +3,10 @@
 ``GET /`` the page; ``GET /api/search?q=&k=``; ``POST /api/search/image`` (multipart ``file``, query
 ``k``); ``POST /api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``,
 ``resort``); ``GET /api/similar/{id}``; ``POST /api/caption`` (multipart ``file``); ``GET
-/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``. Results are ``{"results": [{"id",
-"path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
+/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page: ``GET /api/photo/{id}`` (the
+full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET /api/duplicates?threshold=``.
+Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx
+status.
 
 Safety: photos are addressed by row id only (never by a path from the request), uploads are bounded in
 bytes (413), in time (a body that trickles in past ``body_timeout_s`` is a 408) and in pixels and are
@@ -18,6 +20,7 @@ import functools
 import io
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path, PurePosixPath
@@ -31,9 +34,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
-from vsekit.errors import VsekitError
+from vsekit.errors import ImageError, VsekitError
+from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
 from vsekit.serve.timeouts import BodyDeadline
 from vsekit.serve.uploads import UploadError, decode_upload
+from vsekit.vision.preprocess import load_image
 
 __all__ = ["ServeSettings", "create_app", "run"]
 
@@ -54,6 +59,7 @@ class ServeSettings:
     thumb_side: int = 256
     captions: int = 3
     body_timeout_s: float = 60.0
+    photo_side: int = 2048  # the page's full-size view (GET /api/photo/{id}): long side in pixels
 
 
 class _Captioner:
@@ -147,10 +153,12 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
     @app.get("/api/info")
     def info() -> dict[str, Any]:
         details = index.info()
-        return {"count": details["count"], "model": details["model"], "engine": details["engine"]}
+        fields = {"count": details["count"], "model": details["model"], "engine": details["engine"]}
+        return {**fields, **_page_info(index, settings)}
 
     _add_search_routes(app, index, settings)
     _add_photo_routes(app, index, settings, _Captioner(captioner_factory))
+    _add_page_routes(app, lambda: index, settings)
     return app
 
 
@@ -234,6 +242,69 @@ def _thumbnail(path: Path, side: int) -> bytes:
             return out.getvalue()
     except (OSError, ValueError, SyntaxError) as exc:
         raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
+
+
+# --- The page's read-only additions (page helper): what the static page needs beyond the search API. ---
+
+
+def _page_info(index: Index, settings: ServeSettings) -> dict[str, Any]:
+    """``/api/info`` fields for the page's header, paging and folder filter: the index's and the photo
+    folder's names (not a filesystem path), the largest ``k`` a request may ask for, and the folders that
+    hold photos (relative to the photo folder, at most 500)."""
+    folders = sorted({str(PurePosixPath(p).parent) for p in index.paths} - {"."})
+    return {
+        "index": index.path.name,
+        "folder": index.photos_dir.name,
+        "max_k": settings.max_k,
+        "folders": folders[:500],
+    }
+
+
+def _add_page_routes(app: FastAPI, current: Callable[[], Index], settings: ServeSettings) -> None:
+    """The page's routes; ``current()`` is the index a request answers from."""
+
+    @app.get("/api/photo/{photo_id}")
+    def photo(photo_id: int) -> Response:
+        """The indexed photo upright, as a JPEG of at most ``photo_side`` pixels on its long side."""
+        path = _photo_path(current(), photo_id)
+        try:
+            stat = path.stat()
+        except OSError:
+            raise HTTPException(404, f"photo {path.name} can no longer be read (file not found)") from None
+        data = _full_size(path, stat.st_mtime_ns, stat.st_size, settings.photo_side)
+        # no caching header: ids are rows, and a live index may give an id another photo after an update
+        return Response(data, media_type="image/jpeg")
+
+    @app.get("/api/explain/{photo_id}")
+    def explain(photo_id: int, q: str = Query(..., min_length=1, max_length=MAX_QUERY)) -> dict[str, Any]:
+        """Why this photo matches ``q`` (:meth:`vsekit.Index.explain`): ``{"width", "height", "words":
+        [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``, boxes ``[x0, y0, x1, y1]``
+        in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12)."""
+        index = current()
+        _photo_path(index, photo_id)
+        return index.explain(photo_id, q)
+
+    @app.get("/api/duplicates")
+    def duplicates(threshold: float = Query(DEFAULT_THRESHOLD, ge=-1.0, le=1.0)) -> dict[str, Any]:
+        """Groups of near-duplicate photos, largest first: ``{"groups": [[{"id", "path"}, ...], ...]}``."""
+        paths = list((index := current()).paths)
+        row = {path: i for i, path in enumerate(paths)}
+        groups = duplicate_groups(index.vectors, paths, threshold)
+        return {"groups": [[{"id": row[p], "path": p} for p in group] for group in groups]}
+
+
+@functools.lru_cache(maxsize=32)
+def _full_size(path: Path, mtime_ns: int, size: int, side: int) -> bytes:
+    """The lightbox's JPEG, decoded by the one decode path (EXIF upright, RGB); keyed by the file's
+    modification time and size so a photo changed in place is re-read."""
+    try:
+        img = load_image(path)
+    except ImageError as exc:
+        raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
+    img.thumbnail((side, side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=88)
+    return out.getvalue()
 
 
 def run(index_path: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:

