@@ -227,18 +227,20 @@ def store_state(out: Path) -> tuple[int, int]:
         conn.close()
 
 
+ADDED = 20_000  # photos a killed store update adds
 STORE_JOB = """
 import sys
 from pathlib import Path
 from test_store_kill import run
 print("ready", flush=True)
-run(Path(sys.argv[1]), sys.argv[2])
+run(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
 """
 
 
 def store_jobs(tmp: Path) -> list[Job]:
-    """An update (30 photos added, 10 deleted, 1 changed) and a compaction of a 3-segment store
-    (tests/test_store_kill.py's jobs); a trial's store starts as a copy of the same base."""
+    """An update (20,000 photos added, 10 deleted, 1 changed: long enough for a kill at a random moment
+    to land in the work rather than the interpreter's exit) and a compaction of the 4-segment store it
+    leaves (tests/test_store_kill.py's jobs); a trial's store starts as a copy of the same base."""
     import shutil
 
     import test_store_kill as sk
@@ -246,10 +248,13 @@ def store_jobs(tmp: Path) -> list[Job]:
     from vsekit.retrieval.index import Index
 
     base = sk.base_store(tmp / "store-base")
+    big = tmp / "store-big"  # what the compaction job starts from: the base after the update
+    shutil.copytree(base, big)
+    sk.run(big, "update", ADDED)
 
-    def fresh(out: Path) -> list[str]:
+    def fresh(out: Path, what: str) -> list[str]:
         if not out.exists():
-            shutil.copytree(base, out)
+            shutil.copytree(base if what == "update" else big, out)
         return [str(out)]
 
     def left(out: Path) -> str:
@@ -258,14 +263,14 @@ def store_jobs(tmp: Path) -> list[Job]:
 
     def job(what: str) -> Job:
         def run(out: Path) -> None:
-            fresh(out)
-            sk.run(out, what)
+            fresh(out, what)
+            sk.run(out, what, ADDED)
 
         return Job(
             f"store {what}",
             run,
             STORE_JOB,
-            lambda out: [*fresh(out), what],
+            lambda out: [*fresh(out, what), what, str(ADDED)],
             lambda full, again: index_content(full) == index_content(again),
             left,
         )

@@ -167,6 +167,7 @@ def test_filters_equal_filtering_in_python(tmp_path):
     for filters, keep in cases:
         same(index.search(vector=query, k=100, **filters), [h for h in every if keep(h)])
         same(index.search(vector=query, k=3, **filters), [h for h in every if keep(h)][:3])
+    assert index.folders() == ["a", "a/b", "ab", "b"]
     with pytest.raises(VsekitError, match="not a date"):
         index.search(vector=query, taken_after="last week")
 

@@ -40,9 +40,10 @@ def base_store(out: Path) -> Path:
     return out
 
 
-def run(out: Path, what: str) -> None:
+def run(out: Path, what: str, added: int = 30) -> None:
+    """The job: an update (``added`` photos, 10 deleted, 1 changed) or a compaction."""
     if what == "update":
-        new = range(500, 530)
+        new = range(500, 500 + added)
         add_vectors(
             out,
             [record(f"n{i}.jpg", i) for i in new] + [record("p3.jpg", 999)],

@@ -322,6 +322,13 @@ class Index:
     def _legacy_embeddings(self) -> str:
         return (read_manifest(self.path) or {}).get("embeddings", "")
 
+    def folders(self, limit: int | None = None) -> list[str]:
+        """The folders (relative to the photo folder) that directly hold photos, sorted; one indexed
+        query, not a walk over every photo (what a ``folder=`` filter accepts, with its subfolders)."""
+        sql = "SELECT DISTINCT folder FROM photos WHERE folder != ? ORDER BY folder"
+        rows = self._view.query(sql + (f" LIMIT {int(limit)}" if limit is not None else ""), (b"",))
+        return [id_text(f) for (f,) in rows]
+
     # -- captions --------------------------------------------------------------------------------
     def caption(self, photo_id: str) -> str | None:
         """The stored caption of a photo (None: none stored, or no such photo)."""
