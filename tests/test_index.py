@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -17,8 +18,9 @@ import torch
 
 import vsekit
 from search_helpers import SAMPLE_IMAGES, make_photo_folder
+from store_helpers import index_content
 from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.retrieval import index as index_module
+from vsekit.retrieval import store as store_module
 from vsekit.retrieval.index import Index
 
 pytest.importorskip(
@@ -32,9 +34,9 @@ def model():
     return vsekit.load_model()
 
 
-def index_files(out: Path) -> dict[str, bytes]:
-    """Every file an index directory holds (the lock file aside), by name."""
-    return {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".lock"}
+def index_files(out: Path) -> dict:
+    """What an index directory holds (:func:`store_helpers.index_content`: records, vectors, files)."""
+    return index_content(out)
 
 
 def test_build_skips_the_corrupt_file_and_searches(tmp_path, model):
@@ -110,16 +112,17 @@ def test_an_index_refuses_another_model(tmp_path, model):
 
 
 def test_a_crash_before_the_manifest_resumes_to_the_same_files(tmp_path, model, monkeypatch):
+    """A crash just before the generation's commit (the store's "manifest") resumes to the same index."""
     photos = make_photo_folder(tmp_path / "photos", n=7)
     Index.build(photos, tmp_path / "reference", model, chunk_size=3, progress=False)
-    real = index_module.atomic_write_json
+    real = store_module.Store.commit
 
-    def crash_on_manifest(path, obj, **kwargs):
-        if Path(path).name == "index.json":
+    def crash_on_commit(self, change):
+        if change.segments:
             raise KeyboardInterrupt
-        return real(path, obj, **kwargs)
+        return real(self, change)
 
-    monkeypatch.setattr(index_module, "atomic_write_json", crash_on_manifest)
+    monkeypatch.setattr(store_module.Store, "commit", crash_on_commit)
     with pytest.raises(KeyboardInterrupt):
         Index.build(photos, tmp_path / "index", model, chunk_size=3, progress=False)
     monkeypatch.undo()
@@ -158,6 +161,17 @@ def run_build(photos: Path, out: Path, kill_after: float | None) -> bool:
     return proc.returncode == 0
 
 
+def chunks_committed(out: Path) -> int:
+    """Chunks a killed build had committed (its resumable work)."""
+    if not (out / "store.sqlite").exists():
+        return 0
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return conn.execute("SELECT count(*) FROM chunks WHERE entries IS NOT NULL").fetchone()[0]
+    finally:
+        conn.close()
+
+
 def test_kill_9_at_random_moments_then_rerun_gives_the_uninterrupted_index(tmp_path, model, one_torch_thread):
     photos = make_photo_folder(tmp_path / "photos", n=12)
     Index.build(photos, tmp_path / "reference", model, chunk_size=2, progress=False)
@@ -167,7 +181,7 @@ def test_kill_9_at_random_moments_then_rerun_gives_the_uninterrupted_index(tmp_p
         if run_build(photos, tmp_path / "index", rng.uniform(0.3, 2.0) / 2**attempt):
             shutil.rmtree(tmp_path / "index")  # done before the kill (a fast machine): again, killing sooner
             continue
-        committed.append(len(list((tmp_path / "index" / "pending").glob("*.json"))))
+        committed.append(chunks_committed(tmp_path / "index"))
         if len(committed) == 2:
             break
     assert committed, "the build finished before the first kill; the test killed nothing"

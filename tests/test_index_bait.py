@@ -126,11 +126,12 @@ def test_bait_in_an_index_survives_build_update_kill_and_rebuild_after_damage(tm
     assert [h.path for h in repaired.search("a dog runs", k=5)] == reference
     assert_bait_intact(out)
 
-    # damage: the manifest is garbage; the index it wrote (its ledger says so) is rebuilt
-    (out / "index.json").write_text("{ not json")
+    # damage: the database (the store's manifest) is garbage; the index is rebuilt
+    (out / "store.sqlite").write_text("{ not json")
     again = Index.build(photos, out, model, chunk_size=2, progress=False)
     assert [h.path for h in again.search("a dog runs", k=5)] == reference
     assert_bait_intact(out)
-    # and only the index's own files besides the bait: the manifest, one embeddings file, the ledger
+    # and only the index's own files besides the bait: the database, one segment of vectors
     own = {p.name for p in out.iterdir() if p.is_file()} - {Path(n).name for n in BAIT} - {".lock"}
-    assert own == {"index.json", again.manifest["embeddings"], ".vsekit-owned.json"}
+    assert own - {"store.sqlite-wal", "store.sqlite-shm"} == {"store.sqlite"}
+    assert (out / again.manifest["embeddings"]).is_file()  # (a destroyed database's old segments are left)

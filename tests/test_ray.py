@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import sys
 import uuid
 from pathlib import Path
@@ -17,6 +18,7 @@ from typer.testing import CliRunner
 
 from corpus_helpers import torch_threads
 from search_helpers import make_photo_folder
+from store_helpers import index_content
 from vsekit.cli import app
 from vsekit.data import load_corpus
 from vsekit.distributed import RayOptions
@@ -182,8 +184,22 @@ def test_failed_shards_are_retried_and_a_rerun_does_only_the_missing_shard(tmp_p
     assert len(calls(marks)) == 1 and len(list(marks.glob("built-*"))) == built
 
 
-def index_files(out: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file() and p.name != ".lock"}
+def index_files(out: Path) -> dict:
+    return index_content(out)  # records, vectors and files of the store
+
+
+def store_state(out: Path) -> tuple[int, int]:
+    """(committed generations, committed chunks) of an index store (0, 0 when there is none)."""
+    if not (out / "store.sqlite").exists():
+        return 0, 0
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return conn.execute(
+            "SELECT (SELECT count(*) FROM generations), "
+            "(SELECT count(*) FROM chunks WHERE entries IS NOT NULL)"
+        ).fetchone()
+    finally:
+        conn.close()
 
 
 @needs_ray
@@ -200,7 +216,7 @@ def test_sharded_index_equals_the_single_process_index_and_resumes(tmp_path, clu
     def worker(fail):
         return lambda: Flaky(lambda: IndexShardWorker("vse", sha, "cpu"), marks, fail)
 
-    # the second chunk fails for good: the run stops, the other chunks stay committed under pending/
+    # the second chunk fails for good: the run stops, the other chunks stay committed (no generation yet)
     out = tmp_path / "ray"
     with pytest.raises(VsekitError, match="failed 1 time"):
         ray_build_index(
@@ -212,7 +228,7 @@ def test_sharded_index_equals_the_single_process_index_and_resumes(tmp_path, clu
             device="cpu",
             progress=False,
         )
-    assert len(list((out / "pending").glob("*.json"))) == 2 and not (out / "index.json").exists()
+    assert store_state(out) == (0, 2)
     for p in marks.iterdir():
         p.unlink()
     index = ray_build_index(
@@ -230,7 +246,7 @@ def test_sharded_index_equals_the_single_process_index_and_resumes(tmp_path, clu
         photos, out, options=RayOptions(workers=2), worker_factory=worker({}), device="cpu", progress=False
     )
     assert again.report.unchanged == 11 and len(list(marks.glob("built-*"))) == built  # no actor started
-    assert index_files(out) == index_files(single.path)  # manifest and embeddings, byte for byte
+    assert index_files(out) == index_files(single.path)  # records and vectors, byte for byte
     assert index.report.added == single.report.added and index.report.failed == single.report.failed
     query = single.vectors[3]
     assert index.search(vector=query, k=5) == single.search(vector=query, k=5)
@@ -289,4 +305,4 @@ def test_an_actor_with_another_model_file_stops_the_run_with_the_cause(tmp_path,
         ray_build_index(
             photos, tmp_path / "index", options=RayOptions(workers=1), worker_factory=worker, progress=False
         )
-    assert not (tmp_path / "index" / "index.json").exists()
+    assert store_state(tmp_path / "index")[0] == 0  # no generation committed

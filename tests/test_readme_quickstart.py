@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from vsekit.resources import pretrained_path, sample_data_path
+from vsekit.retrieval.index import Index
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(
@@ -49,7 +49,6 @@ def test_the_readme_quick_start_runs_on_a_photo_folder(tmp_path):
         assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
         outputs.append(done.stdout)
     assert "a.jpg" in outputs[0]  # every photo described
-    assert (tmp_path / "photos.index" / "index.json").is_file()
+    assert (tmp_path / "photos.index" / "store.sqlite").is_file()
     assert "a.jpg" in outputs[3]  # a photo is most like itself
-    info = json.loads((tmp_path / "photos.index" / "index.json").read_text())
-    assert len(info["entries"]) == 6
+    assert len(Index.open(tmp_path / "photos.index")) == 6

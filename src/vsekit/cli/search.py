@@ -130,6 +130,25 @@ def update(index: Path = typer.Argument(..., help="Index directory.")) -> None:
         _print_report(opened, opened.update(progress=show_progress()))
 
 
+@index_app.command("compact")
+def compact(index: Path = typer.Argument(..., help="Index directory.")) -> None:
+    """Merge an index's segments into one and drop deleted photos' vectors (also done by itself)."""
+    from vsekit.retrieval.index import Index
+
+    with user_errors(interrupted="re-run the same command to finish"):
+        opened = Index.open(index)
+        before = opened.info()
+        done = opened.compact()
+        after = opened.info()
+        what = (
+            f"{before['segments']} segments and {before['tombstones']} deleted rows merged into "
+            f"{after['segments']}"
+            if done
+            else "already one segment with nothing deleted"
+        )
+        console.print(f"{index}: {len(opened)} photos; {what}", highlight=False)
+
+
 @index_app.command("info")
 def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """What an index holds: photo folder, count, unreadable files, model, storage."""
@@ -234,6 +253,7 @@ def search(
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
+    folder: str = typer.Option(None, "--folder", help="Only photos in this folder of the index (and below)."),
     shard: list[Path] = typer.Option(
         [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
     ),
@@ -249,6 +269,9 @@ def search(
         if engine is not None and engine not in SEARCH_ENGINES:
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         opened = ShardedIndex.open([index, *shard]) if shard else Index.open(index)
+        if folder is not None and (shard or queries is not None):
+            raise VsekitError("--folder applies to one index and one sentence or --image")
+        where = {} if folder is None else {"folder": folder}
         if queries is not None:
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
@@ -267,6 +290,7 @@ def search(
                 min_score=min_score,
                 resort=resort,
                 engine=engine,
+                **where,
             )
             # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
             confidence = _confidence(opened) if text is not None and not (plus or minus) else None

@@ -148,8 +148,11 @@ def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndar
     rows = _candidates(torch.from_numpy(approx), k, tol)[1].numpy()
     exact = np.empty(rows.shape, dtype=np.float32)
     for q0 in range(0, len(queries), 256):  # candidate rows [256, c, K] in float32 at a time
-        candidates = block[rows[q0 : q0 + 256]].astype(np.float32)
-        exact[q0 : q0 + 256] = np.matmul(candidates, queries[q0 : q0 + 256, :, None])[:, :, 0]
+        # float64 sums rounded to float32: a row's score does not depend on how many candidates
+        # share the product (a float32 batched product's rounding does), so segments and one array agree
+        candidates = block[rows[q0 : q0 + 256]].astype(np.float64)
+        scores = np.matmul(candidates, queries[q0 : q0 + 256, :, None].astype(np.float64))[:, :, 0]
+        exact[q0 : q0 + 256] = scores.astype(np.float32)
     return exact, rows
 
 

@@ -30,6 +30,7 @@ from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from PIL import Image
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
@@ -142,6 +143,7 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
     app = FastAPI(title="vsekit photo search", description="Search photos by text, photo or arithmetic.")
     app.state.settings = settings
     _install_errors(app)
+    _follow_updates(app, index)
     app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)  # outermost: bounds every body read
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -158,6 +160,20 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
     _add_photo_routes(app, index, settings, _Captioner(captioner_factory))
     _add_page_routes(app, lambda: index, settings)
     return app
+
+
+def _follow_updates(app: FastAPI, index: Index) -> None:
+    """Between requests, move to the index's newest committed generation (checked at most once a
+    second; a finished `vsekit index update` is served without a restart). Off the event loop: a new
+    segment's checksum is read once."""
+
+    @app.middleware("http")
+    async def _refresh(request: Request, call_next: Any) -> Response:
+        try:
+            await run_in_threadpool(index.maybe_refresh)
+        except VsekitError as exc:  # a damaged new generation: keep serving the one held
+            logger.warning("%s", exc)
+        return await call_next(request)
 
 
 def _add_search_routes(app: FastAPI, index: Index, settings: ServeSettings) -> None:

@@ -1,0 +1,531 @@
+"""Building and updating a photo index store: embed what changed, write one segment, commit one generation.
+
+A build or update (:class:`Builder`, under the writers' lock) compares a scan of the photo folder with
+the store's records (:func:`~vsekit.retrieval.photos.plan_update`), embeds the new and changed photos
+in chunks, and commits them as one new segment in one transaction; unchanged photos are not touched
+(an update costs what changed). **Resumable**: each chunk is written as a segment file and recorded in
+the ``chunks`` table under a key hashing its content (model, dtype, file ids, sizes, mtimes), so a
+re-run after a kill embeds only the chunks that are missing. Several chunks are merged into one segment
+before the commit. Unreadable photos are recorded in ``failed``, never zero-filled, and retried when
+the file changes. A segment whose file is damaged is dropped and its photos re-embedded.
+
+Compaction (:func:`compact`) merges segments (:func:`~vsekit.retrieval.store.plan_compaction`) into a
+new one and commits; the merged files are deleted after the commit. ANN structures (HNSW / IVF /
+IVF-PQ) are built per segment when a segment is written, for the segments the engine rule of
+:func:`needs_ann` names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm.auto import tqdm
+
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.retrieval.legacy import migrate, read_manifest
+from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
+from vsekit.retrieval.search import (
+    ANN_ENGINES,
+    ANN_MIN_VECTORS,
+    build_ann,
+    calibrate,
+    resolve_engine,
+    serialize_ann,
+)
+from vsekit.retrieval.segments import verify_file
+from vsekit.retrieval.store import (
+    SEGMENTS,
+    STORE_FORMAT,
+    STORE_VERSION,
+    NewSegment,
+    PhotoRecord,
+    Store,
+    StoreChange,
+    plan_compaction,
+    writer_lock,
+)
+
+__all__ = [
+    "BuildReport",
+    "Builder",
+    "ChunkResult",
+    "ChunkRunner",
+    "add_vectors",
+    "compact",
+    "compact_store",
+    "embed_chunk",
+    "needs_ann",
+    "new_store",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Photos decoded and run through the CNN together (bounded memory for large photos).
+_EMBED_GROUP = 8
+_BLOCK = 65_536
+
+
+@dataclass
+class BuildReport:
+    """What a build or update did."""
+
+    added: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    failed: dict[str, str] = field(default_factory=dict)  # every unreadable photo: id -> error
+
+
+#: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error})
+#: and the vectors float32 [len(entries), K], row i = entry i.
+ChunkResult = tuple[list[PhotoEntry], dict[str, dict], np.ndarray]
+#: Embeds chunks elsewhere (:mod:`vsekit.distributed.index`): given the model identity and the missing
+#: chunks ``(key, photos, {id: (sha256, old vector)} of those photos the old index holds)``, yields
+#: ``(key, result of embed_chunk)`` in any order as chunks finish; the builder commits each one.
+ChunkRunner = Callable[
+    [dict[str, Any], list[tuple[str, list[PhotoFile], dict[str, tuple[str, np.ndarray]]]]],
+    Iterator[tuple[str, ChunkResult]],
+]
+
+
+def embed_chunk(
+    model: VSEModel, chunk: Sequence[PhotoFile], previous: dict[str, tuple[str, np.ndarray]]
+) -> ChunkResult:
+    """Embed one chunk of photos, ``_EMBED_GROUP`` at a time; a photo whose bytes have the sha256 that
+    ``previous`` records for it (touched, same bytes) keeps its old vector."""
+    entries, failed, rows, group = [], {}, [], []
+
+    def flush() -> None:
+        if group:
+            rows.extend(model.embed_images([image for _, image in group]))
+            group.clear()
+
+    for photo in chunk:
+        sha, image, error = read_photo(photo)
+        if error is not None:
+            logger.warning("skipped: %s", error)
+            failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
+            continue
+        entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha))
+        old_sha, old_vector = previous.get(photo.id, ("", None))
+        if old_vector is not None and old_sha == sha:
+            flush()
+            rows.append(np.asarray(old_vector, dtype=np.float32))
+            continue
+        group.append((photo.id, image))
+        if len(group) == _EMBED_GROUP:
+            flush()
+    flush()
+    return entries, failed, np.asarray(rows, dtype=np.float32).reshape(len(entries), model.embed_dim)
+
+
+def date_taken(path: Path) -> str | None:
+    """EXIF DateTimeOriginal (else DateTime) as ISO text ``YYYY-MM-DDTHH:MM:SS``, or None."""
+    try:
+        with Image.open(path) as img:
+            exif = img.getexif()
+            value = exif.get_ifd(0x8769).get(36867) or exif.get(306)
+    except Exception:  # noqa: BLE001 - a photo without readable EXIF simply has no date
+        return None
+    if not isinstance(value, str) or len(value) < 19:
+        return None
+    text = value.strip()[:19].replace(":", "-", 2).replace(" ", "T", 1)
+    return text if text[:4].isdigit() and text[4] == "-" else None
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def needs_ann(engine: str, total: int, rows: int) -> str | None:
+    """The ANN engine a segment of ``rows`` rows gets in an index of ``total`` photos, or None: an
+    explicit ANN engine gives every written segment one; ``auto`` gives HNSW to segments of at least
+    :data:`ANN_MIN_VECTORS` rows once the index holds that many (smaller segments are searched exactly)."""
+    chosen = resolve_engine(engine, total)
+    if chosen not in ANN_ENGINES or rows == 0:
+        return None
+    return chosen if engine != "auto" or rows >= ANN_MIN_VECTORS else None
+
+
+def write_ann(
+    store: Store, n: int, engine: str, text_queries: Callable[[], np.ndarray | None]
+) -> tuple[str, str, dict[str, int]]:
+    """Build, calibrate and write the ``engine`` structure of segment ``n``."""
+    vectors = np.load(store.segment_path(n), mmap_mode="r")
+    name = f"{SEGMENTS}/ann-{engine}-{n}.faiss"
+    partial = f"{SEGMENTS}/.ann-{engine}-{n}.faiss.partial"  # IVF-PQ's resumable progress
+    store.reserve(partial)
+    index = build_ann(vectors, engine, checkpoint=store.out / partial)
+    params = calibrate(index, vectors, text_queries())
+    store.write_file(name, serialize_ann(index))
+    with store.transaction() as c:
+        c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (partial,))
+    store.collect()
+    return engine, name, params
+
+
+def _records(conn, segments: Sequence[int]) -> list[tuple]:
+    marks = ",".join("?" * len(segments))
+    return conn.execute(
+        f"SELECT id, size, mtime_ns, sha256, taken, caption, segment, row FROM photos "
+        f"WHERE segment IN ({marks}) ORDER BY id",
+        list(segments),
+    ).fetchall()
+
+
+def compact(
+    store: Store, everything: bool = False, text_queries: Callable[[], np.ndarray | None] = lambda: None
+) -> bool:
+    """Merge the segments :func:`plan_compaction` picks into one new segment and commit; False when
+    there is nothing to merge."""
+    from vsekit.retrieval.store import id_text
+
+    chosen = plan_compaction(store.segments(), everything)
+    if not chosen:
+        return False
+    settings = store.settings()
+    dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
+    rows = _records(store.conn, chosen)
+    maps = {n: _verified(store, n) for n in chosen}
+
+    def blocks() -> Iterator[np.ndarray]:
+        for start in range(0, len(rows), _BLOCK):
+            part = rows[start : start + _BLOCK]
+            yield np.stack([maps[r[6]][r[7]] for r in part]) if part else np.zeros((0, dim), dtype)
+
+    n, sha = store.write_segment(blocks(), len(rows), dim, dtype)
+    photos = [PhotoRecord(id_text(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
+    total = store.count()
+    segment = NewSegment(n, photos, sha)
+    engine = needs_ann(settings["engine"], total, len(rows))
+    if engine is not None:
+        segment.ann = write_ann(store, n, engine, text_queries)
+    store.commit(StoreChange(segments=[segment], drop_segments=chosen))
+    logger.info("compacted segments %s into segment %d (%d rows)", chosen, n, len(rows))
+    return True
+
+
+def _verified(store: Store, n: int) -> np.ndarray:
+    row = store.conn.execute("SELECT rows, sha256 FROM segments WHERE n = ?", (n,)).fetchone()
+    path = store.segment_path(n)
+    verify_file(path, row[1], store.out)
+    return np.load(path, mmap_mode="r")
+
+
+def _check_same(
+    out: Path,
+    old: dict[str, Any],
+    photos: Path,
+    identity: dict[str, Any],
+    dtype: str | None,
+    engine: str | None,
+) -> None:
+    """Refuse to extend an index with another model, another folder or other storage settings."""
+    recorded = old["model"]
+    if recorded["sha256"] != identity["sha256"]:
+        raise ConfigMismatchError(
+            f"{out}: this index was built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}); "
+            f"refusing to mix in vectors of {identity['name']} (sha256 {identity['sha256'][:12]}). "
+            "Use another --out or delete the index"
+        )
+    if Path(old["photos"]) != photos:
+        raise VsekitError(f"{out}: this index is of {old['photos']}, not {photos}; use another --out")
+    if dtype is not None and dtype != old["dtype"]:
+        raise VsekitError(f"{out}: this index stores {old['dtype']}, not {dtype}; use another --out")
+    if engine is not None and engine != old["engine"]:
+        raise VsekitError(f"{out}: this index uses engine {old['engine']}, not {engine}; use another --out")
+
+
+@dataclass
+class Builder:
+    """One build or update of the store in ``store.out`` (module docstring)."""
+
+    store: Store
+    photos_dir: Path
+    model: VSEModel
+    identity: dict[str, Any]
+    dtype: str | None
+    engine: str | None
+    chunk_size: int
+    progress: bool
+    runner: ChunkRunner | None = None
+    text_queries: Callable[[], np.ndarray | None] = lambda: None
+
+    def run(self) -> BuildReport:
+        settings = self._settings()
+        self.dtype, self.engine = settings["dtype"], settings["engine"]
+        self.dim = int(settings["model"]["embed_dim"])
+        records, damaged = self._records()
+        old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
+        plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
+        chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
+        keys = [self._chunk_key(chunk) for chunk in chunks]
+        self.store.recover(keep_chunks=set(keys))
+        if plan.changes_nothing and not damaged:
+            self._finish()
+            return _report(plan, old_entries, [], {})
+        self._records_of = records
+        done = self._embed_chunks(chunks, keys)
+        new_entries = [e for chunk in done for e in chunk[1]]
+        failed = dict(plan.still_failed) | {i: f for chunk in done for i, f in chunk[2].items()}
+        self._commit(plan, done, failed, damaged)
+        self._finish()
+        return _report(plan, old_entries, new_entries, failed)
+
+    # -- settings and records ------------------------------------------------------------------
+    def _settings(self) -> dict[str, Any]:
+        settings = self.store.settings()
+        manifest = read_manifest(self.store.out) if not self.store.generation() else None
+        if "model" not in settings or manifest is not None:  # new, or a conversion not committed yet
+            if manifest is not None:
+                _check_same(self.store.out, manifest, self.photos_dir, self.identity, self.dtype, self.engine)
+                migrate(self.store, manifest)
+                logger.info("%s: converted to the index store (no photo re-embedded)", self.store.out)
+            else:
+                self.store.set_settings(
+                    {
+                        "format": STORE_FORMAT,
+                        "format_version": STORE_VERSION,
+                        "photos": str(self.photos_dir),
+                        "model": self.identity,
+                        "dtype": self.dtype or "float32",
+                        "engine": self.engine or "auto",
+                    }
+                )
+            settings = self.store.settings()
+        _check_same(self.store.out, settings, self.photos_dir, self.identity, self.dtype, self.engine)
+        return settings
+
+    def _records(self) -> tuple[dict[str, tuple], list[int]]:
+        """Every photo record, less those in damaged segments (dropped and re-embedded)."""
+        damaged, self._maps = [], {}
+        for n, rows, sha in self.store.conn.execute(
+            "SELECT n, rows, sha256 FROM segments ORDER BY n"
+        ).fetchall():
+            path = self.store.segment_path(n)
+            try:
+                verify_file(path, sha, self.store.out)
+                vectors = np.load(path, mmap_mode="r")
+                if vectors.shape != (rows, self.dim):
+                    raise VsekitError(f"{path}: shape {vectors.shape}")
+                self._maps[n] = vectors
+            except (VsekitError, OSError, ValueError) as exc:
+                logger.warning("%s; its photos are embedded again", str(exc).split(";")[0])
+                damaged.append(n)
+        records = {i: r for i, r in self.store.photos().items() if r[3] not in damaged}
+        return records, damaged
+
+    # -- chunks ---------------------------------------------------------------------------------
+    def _chunk_key(self, chunk: list[PhotoFile]) -> str:
+        files = [[p.id, p.size, p.mtime_ns] for p in chunk]
+        return _digest(self.identity["sha256"], self.dtype, files)
+
+    def _previous(self, chunk: list[PhotoFile]) -> dict[str, tuple[str, np.ndarray]]:
+        """``{id: (sha256, vector)}`` of the chunk's photos the old index holds (their bytes may match)."""
+        out = {}
+        for p in chunk:
+            record = self._records_of.get(p.id)
+            if record is not None:
+                out[p.id] = (record[2], np.asarray(self._maps[record[3]][record[4]], dtype=np.float32))
+        return out
+
+    def _reuse(self, key: str) -> tuple[int, list[PhotoEntry], dict[str, dict]] | None:
+        found = self.store.chunk(key)
+        if found is None:
+            return None
+        n, entries, failed = found
+        sha = self.store.file_sha(f"{SEGMENTS}/{n}.npy")
+        try:
+            verify_file(self.store.segment_path(n), sha or "", self.store.out)
+        except VsekitError:
+            return None
+        return n, [PhotoEntry(*e) for e in entries], failed
+
+    def _embed_chunks(self, chunks: list[list[PhotoFile]], keys: list[str]) -> list[tuple]:
+        total = sum(len(c) for c in chunks)
+        bar = tqdm(total=total, desc="index photos", unit="img", disable=not self.progress or total == 0)
+        done: dict[str, tuple] = {}
+        try:
+            missing = []
+            for chunk, key in zip(chunks, keys, strict=True):
+                reused = self._reuse(key)
+                if reused is not None:
+                    done[key] = reused
+                    bar.update(len(chunk))
+                elif self.runner is None:
+                    done[key] = self._write_chunk(key, embed_chunk(self.model, chunk, self._previous(chunk)))
+                    bar.update(len(chunk))
+                else:
+                    missing.append((key, chunk, self._previous(chunk)))
+            if missing:
+                sizes = {key: len(chunk) for key, chunk, _ in missing}
+                for key, result in self.runner(self.identity, missing):
+                    done[key] = self._write_chunk(key, result)
+                    bar.update(sizes[key])
+        finally:
+            bar.close()
+        return [done[key] for key in keys]
+
+    def _write_chunk(self, key: str, result: ChunkResult) -> tuple[int, list[PhotoEntry], dict[str, dict]]:
+        """Commit one chunk: its segment file, then its record (which a re-run takes as the commit)."""
+        entries, failed, vectors = result
+        if vectors.shape != (len(entries), self.dim):
+            raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
+        n, sha = self.store.write_segment(vectors.astype(self.dtype), len(entries), self.dim, self.dtype)
+        rows = [[e.id, e.size, e.mtime_ns, e.sha256] for e in entries]
+        self.store.save_chunk(key, n, sha, rows, failed)
+        return n, entries, failed
+
+    # -- the commit -----------------------------------------------------------------------------
+    def _commit(
+        self, plan: UpdatePlan, done: list[tuple], failed: dict[str, dict], damaged: list[int]
+    ) -> None:
+        entries = [e for _, chunk_entries, _ in done for e in chunk_entries]
+        segments = [n for n, chunk_entries, _ in done if chunk_entries]
+        if len(segments) == 1:
+            n, sha = segments[0], self.store.file_sha(f"{SEGMENTS}/{segments[0]}.npy") or ""
+        elif segments:
+            n, sha = self.store.write_segment(self._chunk_blocks(done), len(entries), self.dim, self.dtype)
+        change = StoreChange(
+            removed=list(plan.removed),
+            failed={i: failed[i] for i in sorted(failed)},
+            drop_segments=damaged,
+            chunks_done=True,
+        )
+        if segments:
+            photos = [
+                PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, date_taken(self.photos_dir / e.id))
+                for e in entries
+            ]
+            segment = NewSegment(n, photos, sha)
+            total = len(plan.kept) + len(entries)
+            engine = needs_ann(self.engine, total, len(entries))
+            if engine is not None:
+                segment.ann = write_ann(self.store, n, engine, self.text_queries)
+            change.segments.append(segment)
+        self.store.commit(change)
+
+    def _chunk_blocks(self, done: list[tuple]) -> Iterator[np.ndarray]:
+        for n, entries, _ in done:
+            if entries:
+                yield np.load(self.store.segment_path(n), mmap_mode="r")
+
+    def _finish(self) -> None:
+        """Automatic compaction (when segments pass the documented shares) and missing ANN structures."""
+        compact(self.store, text_queries=self.text_queries)
+        ensure_ann(self.store, self.text_queries)
+
+
+def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> None:
+    """Build the ANN structures the engine rule asks for and no segment has yet (a converted index)."""
+    settings = store.settings()
+    total = store.count()
+    have = {n for (n,) in store.conn.execute("SELECT segment FROM ann")}
+    anns = []
+    for n, rows, _ in store.segments():
+        engine = needs_ann(settings["engine"], total, rows)
+        if engine is not None and n not in have:
+            anns.append((n, *write_ann(store, n, engine, text_queries)))
+    if anns:
+        store.commit(StoreChange(anns=anns))
+
+
+def _report(
+    plan: UpdatePlan, old: dict[str, PhotoEntry], new: list[PhotoEntry], failed: dict[str, dict]
+) -> BuildReport:
+    report = BuildReport(removed=list(plan.removed), unchanged=len(plan.kept))
+    for entry in new:
+        previous = old.get(entry.id)
+        if previous is None:
+            report.added.append(entry.id)
+        elif previous.sha256 != entry.sha256:
+            report.changed.append(entry.id)
+        else:
+            report.unchanged += 1
+    every = dict(plan.still_failed) | failed
+    report.failed = {i: every[i]["error"] for i in sorted(every)}
+    return report
+
+
+# ----------------------------------------------------------------------------- vectors given directly
+def new_store(
+    out: Path,
+    embed_dim: int,
+    *,
+    dtype: str = "float32",
+    engine: str = "auto",
+    photos_dir: str = "",
+    model: dict[str, Any] | None = None,
+) -> None:
+    """Create an empty store for vectors given directly (no CNN: benchmarks, tests, other embedders);
+    ``model`` is the identity recorded (default: a synthetic one of ``embed_dim``)."""
+    identity = model or {"name": "synthetic", "sha256": "0" * 64, "config": {}, "embed_dim": int(embed_dim)}
+    with writer_lock(out):
+        store = Store.open(out, create=True)
+        try:
+            if store.generation():
+                raise VsekitError(f"{out}: already an index")
+            settings = {"format": STORE_FORMAT, "format_version": STORE_VERSION, "photos": photos_dir}
+            store.set_settings(settings | {"model": identity, "dtype": dtype, "engine": engine})
+            store.commit(StoreChange())
+        finally:
+            store.close()
+
+
+def add_vectors(
+    out: Path,
+    photos: Sequence[PhotoRecord] = (),
+    vectors: np.ndarray | None = None,
+    removed: Sequence[str] = (),
+    *,
+    auto_compact: bool = True,
+) -> int:
+    """One generation: ``photos`` (row i has ``vectors[i]``) added or replacing the photo of the same id,
+    ``removed`` ids deleted; a photo whose record (size, mtime, sha256) is already stored is skipped,
+    so running the same call again changes nothing. Returns the committed generation."""
+    with writer_lock(out):
+        store = Store.open(out)
+        try:
+            store.recover()
+            settings = store.settings()
+            stored = store.records_of([p.id for p in photos] + list(removed))
+            keep = [i for i, p in enumerate(photos) if stored.get(p.id) != (p.size, p.mtime_ns, p.sha256)]
+            gone = [i for i in removed if i in stored]
+            change = StoreChange(removed=gone)
+            if keep:
+                dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
+                rows = np.asarray(vectors)[keep].astype(dtype)
+                n, sha = store.write_segment(rows, len(keep), dim, dtype)
+                segment = NewSegment(n, [photos[i] for i in keep], sha)
+                engine = needs_ann(settings["engine"], store.count() + len(keep), len(keep))
+                if engine is not None:
+                    segment.ann = write_ann(store, n, engine, lambda: None)
+                change.segments.append(segment)
+            if not keep and not gone:
+                return store.generation()
+            generation = store.commit(change)
+            if auto_compact and compact(store):
+                generation = store.generation()
+            return generation
+        finally:
+            store.close()
+
+
+def compact_store(out: Path, everything: bool = True) -> bool:
+    """:func:`compact` under the writers' lock (``everything``: merge all segments into one)."""
+    with writer_lock(out):
+        store = Store.open(out)
+        try:
+            store.recover()
+            return compact(store, everything)
+        finally:
+            store.close()

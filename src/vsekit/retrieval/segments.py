@@ -1,0 +1,428 @@
+"""A reader's view of the photo index store: one committed generation, searched over its segments.
+
+:func:`open_snapshot` begins a read transaction on its own SQLite connection (WAL: it keeps seeing the
+generation it opened while writers commit newer ones) and memory-maps the generation's segments. A
+segment file is checked against the sha256 the database records the first time this process maps that
+file version (cached by path, size, mtime and inode); the segments are immutable, so a newer snapshot
+reuses the maps of the segments it shares with an older one, and a deleted file stays readable through
+an open map.
+
+Rows: the live rows of the segments in segment order, then row order, are the positions ``0..n-1`` a
+search answers with (``SearchHit.id``). Exact search runs per segment (tombstoned rows and filtered-out
+rows masked) and merges the per-segment top ``k`` by score, then position: the same list as an exact
+search over the live vectors in one array.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsekit.errors import VsekitError
+from vsekit.fileio import file_sha256
+from vsekit.retrieval.search import _best_first, ann_search, exact_search
+from vsekit.retrieval.store import (
+    DB,
+    PHOTO_COLUMNS,
+    check_row,
+    connect,
+    damaged,
+    id_bytes,
+    id_text,
+    read_settings,
+    row_crc,
+)
+
+__all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
+
+_VERIFIED: dict[tuple[str, int, int, int], str] = {}
+_VERIFIED_LOCK = threading.Lock()
+#: Exclusions (tombstones, filters) up to this many rows are answered by a search for k + excluded
+#: and a filter; more by searching the kept rows only.
+_FEW_EXCLUDED = 1024
+#: ``PRAGMA quick_check`` on open for databases up to this size (larger ones: SQLite's page checks).
+_QUICK_CHECK_MAX = 64 << 20
+
+
+def verify_file(path: Path, sha256: str, out: Path) -> None:
+    """Check ``path`` against its recorded sha256, once per file version in this process."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise damaged(path, exc.strerror or "missing", out) from None
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    with _VERIFIED_LOCK:
+        if _VERIFIED.get(key) == sha256:
+            return
+    try:
+        found = file_sha256(path)
+    except OSError as exc:
+        raise damaged(path, exc.strerror or str(exc), out) from None
+    if found != sha256:
+        raise damaged(path, f"sha256 {found[:12]}, the index recorded {sha256[:12]}", out)
+    with _VERIFIED_LOCK:
+        _VERIFIED[key] = sha256
+
+
+@dataclass
+class Segment:
+    """One segment of a snapshot: its vectors (memory-mapped), its tombstoned rows (sorted), its ANN."""
+
+    n: int
+    vectors: np.ndarray
+    dead: np.ndarray
+    ann: tuple[str, str, dict[str, int]] | None = None  # (engine, file, params)
+    ann_file: Any = None  # the ANN file, opened with the snapshot (a later compaction may delete it)
+
+    @property
+    def rows(self) -> int:
+        return len(self.vectors)
+
+    @property
+    def live(self) -> int:
+        return self.rows - len(self.dead)
+
+    def positions(self, rows: np.ndarray) -> np.ndarray:
+        """Live positions within the segment of live ``rows`` (-1 stays -1)."""
+        return np.where(rows >= 0, rows - np.searchsorted(self.dead, rows), -1)
+
+    def row_of(self, position: np.ndarray | int) -> np.ndarray:
+        shifted = self.dead - np.arange(len(self.dead))
+        return position + np.searchsorted(shifted, position, side="right")
+
+
+class _Gone(Exception):
+    """A file of the generation being opened was deleted (a newer generation dropped it)."""
+
+
+def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str) -> np.ndarray:
+    path = out / name
+    try:
+        verify_file(path, sha, out)
+        vectors = np.load(path, mmap_mode="r") if rows else np.zeros((0, dim), dtype=dtype)
+    except (VsekitError, OSError, ValueError) as exc:
+        if not path.exists():  # collected by a writer between our snapshot and here: not damage
+            raise _Gone(path) from None
+        raise exc if isinstance(exc, VsekitError) else damaged(path, str(exc), out) from None
+    if vectors.shape != (rows, dim) or vectors.dtype != np.dtype(dtype):
+        raise damaged(path, f"{vectors.shape} {vectors.dtype}, the index says {(rows, dim)} {dtype}", out)
+    return vectors
+
+
+_QUICK_CHECKED: set[tuple[str, int, int, int]] = set()
+
+
+def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    if st.st_size > _QUICK_CHECK_MAX or key in _QUICK_CHECKED:
+        return
+    result = conn.execute("PRAGMA quick_check").fetchone()[0]
+    if result != "ok":
+        raise sqlite3.DatabaseError(result)
+    _QUICK_CHECKED.add(key)
+
+
+class Snapshot:
+    """One committed generation of a store, held for searching (see the module docstring)."""
+
+    def __init__(
+        self, out: Path, conn: sqlite3.Connection, generation: int, settings: dict, segments: list[Segment]
+    ) -> None:
+        self.out, self.conn, self.generation, self.settings = out, conn, generation, settings
+        self.segments = segments
+        self.offsets = np.concatenate([[0], np.cumsum([s.live for s in segments])]).astype(np.int64)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    def close(self) -> None:
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            self.conn.close()
+
+    # -- rows ------------------------------------------------------------------------------------
+    def place(self, position: int) -> tuple[Segment, int]:
+        if not 0 <= position < len(self):
+            raise IndexError(position)
+        i = int(np.searchsorted(self.offsets, position, side="right")) - 1
+        segment = self.segments[i]
+        return segment, int(segment.row_of(position - int(self.offsets[i])))
+
+    def vector(self, position: int) -> np.ndarray:
+        segment, row = self.place(position)
+        return segment.vectors[row]
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        """A query on this snapshot's generation (a damaged database is one line)."""
+        with self._lock:
+            try:
+                return self.conn.execute(sql, params).fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise damaged(self.out / DB, str(exc), self.out) from None
+
+    def path(self, position: int) -> str:
+        segment, row = self.place(position)
+        found = self.query(
+            f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE segment = ? AND row = ?", (segment.n, row)
+        )
+        if not found:
+            raise damaged(self.out / DB, f"no photo at segment {segment.n} row {row}", self.out)
+        values = check_row(found[0], self.out)
+        if values[7:9] != (segment.n, row):
+            raise damaged(
+                self.out / DB, f"the photo at segment {segment.n} row {row} is recorded elsewhere", self.out
+            )
+        return id_text(values[0])
+
+    def all_paths(self) -> list[str]:
+        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos ORDER BY segment, row")
+        return [id_text(check_row(r, self.out)[0]) for r in rows]
+
+    def contains(self, photo_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM photos WHERE id = ?", (id_bytes(photo_id),)))
+
+    def record(self, photo_id: str) -> dict[str, Any] | None:
+        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE id = ?", (id_bytes(photo_id),))
+        if not rows:
+            return None
+        _, size, mtime_ns, sha, folder, taken, caption, _, _ = check_row(rows[0], self.out)
+        return {
+            "size": size,
+            "mtime_ns": mtime_ns,
+            "sha256": sha,
+            "folder": id_text(folder),
+            "taken": taken,
+            "caption": caption,
+        }
+
+    # -- filters ---------------------------------------------------------------------------------
+    def keep_masks(self, where: str, params: Sequence[Any]) -> dict[int, np.ndarray]:
+        """Per segment number, the rows of live photos matching ``where`` (an SQL condition on photos)."""
+        masks = {s.n: np.zeros(s.rows, dtype=bool) for s in self.segments}
+        for found in self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE {where}", params):
+            n, row = check_row(found, self.out)[7:9]
+            if n not in masks or not 0 <= row < len(masks[n]):
+                raise damaged(self.out / DB, f"a photo recorded at segment {n} row {row}", self.out)
+            masks[n][row] = True
+        return masks
+
+    # -- search ----------------------------------------------------------------------------------
+    def nearest(
+        self,
+        queries: np.ndarray,
+        k: int,
+        engine: str,
+        keep: dict[int, np.ndarray] | None = None,
+        ann_of: Callable[[Segment, str], tuple[Any, dict]] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best live positions per query (``keep``: per segment, the rows a filter allows)."""
+        queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
+        parts_s, parts_r = [], []
+        for segment, offset in zip(self.segments, self.offsets[:-1], strict=True):
+            mask = keep.get(segment.n) if keep is not None else None
+            if mask is None and len(segment.dead):
+                mask = np.ones(segment.rows, dtype=bool)
+                mask[segment.dead] = False
+            if segment.live == 0 or (mask is not None and not mask.any()):
+                continue
+            ann = None
+            if (
+                engine != "exact"
+                and ann_of is not None
+                and segment.ann is not None
+                and segment.ann[0] == engine
+            ):
+                ann = ann_of(segment, engine)
+            scores, rows = _segment_top(segment.vectors, queries, k, mask, ann)
+            parts_s.append(scores)
+            parts_r.append(np.where(rows >= 0, segment.positions(rows) + offset, -1))
+        if not parts_s:
+            return (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int64))
+        return _best_first(np.concatenate(parts_s, axis=1), np.concatenate(parts_r, axis=1), k)
+
+
+def _segment_top(
+    vectors: np.ndarray, queries: np.ndarray, k: int, mask: np.ndarray | None, ann: tuple[Any, dict] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """One segment's best ``k`` rows among those ``mask`` keeps (exact, or through ``ann``)."""
+    rows = len(vectors)
+    excluded = 0 if mask is None else rows - int(mask.sum())
+
+    def search(want: int) -> tuple[np.ndarray, np.ndarray]:
+        want = max(1, min(want, rows))
+        if ann is not None:
+            return ann_search(ann[0], vectors, queries, want, ann[1])
+        return exact_search(vectors, queries, want)
+
+    if excluded == 0:
+        return search(k)
+    if excluded <= min(_FEW_EXCLUDED, max(k, rows // 16)):  # few left out: search a little deeper
+        scores, found = search(k + excluded)
+        ok = (found >= 0) & mask[np.maximum(found, 0)]
+        return _best_first(np.where(ok, scores, -np.inf), np.where(ok, found, -1), min(k, rows))
+    kept = np.flatnonzero(mask)
+    scores, found = exact_search(vectors[kept], queries, min(k, len(kept)))
+    return scores, np.where(found >= 0, kept[np.maximum(found, 0)], -1)
+
+
+def open_snapshot(out: Path, previous: Snapshot | None = None) -> Snapshot:
+    """The newest committed generation of the store in ``out`` (segments shared with ``previous``
+    are not mapped or checked again)."""
+    tried = -1
+    for _ in range(5):
+        try:
+            return _open_snapshot(out, previous)
+        except _Gone as gone:  # a writer committed and collected meanwhile: open the newer generation
+            newest = _newest(out / DB)
+            if newest == tried:
+                raise damaged(Path(str(gone)), "missing", out) from None
+            tried = newest
+    raise VsekitError(f"{out}: the index changes too fast to open; try again")
+
+
+def _newest(path: Path) -> int:
+    conn = connect(path)
+    try:
+        return int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
+    path = out / DB
+    conn = connect(path)
+    try:
+        _quick_check(conn, path)
+        conn.execute("BEGIN")
+        generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+        if generation == 0:
+            raise VsekitError(f"{out}: the index has no finished build yet; run `vsekit index build`")
+        settings = read_settings(conn, out)
+        segments = _load_segments(out, conn, settings, previous)
+        count = conn.execute("SELECT count(*) FROM photos").fetchone()[0]
+        if count != sum(s.live for s in segments):
+            raise ValueError(f"{count} photo records for {sum(s.live for s in segments)} live rows")
+    except (sqlite3.DatabaseError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        conn.close()
+        raise damaged(path, str(exc) or type(exc).__name__, out) from None
+    except BaseException:
+        conn.close()
+        raise
+    return Snapshot(out, conn, generation, settings, segments)
+
+
+def _load_segments(
+    out: Path, conn: sqlite3.Connection, settings: dict, previous: Snapshot | None
+) -> list[Segment]:
+    dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
+    dead: dict[int, list[int]] = {}
+    for n, row, generation, crc in conn.execute("SELECT * FROM tombstones ORDER BY segment, row"):
+        if row_crc(n, row, generation) != crc:
+            raise ValueError("a tombstone does not match its checksum")
+        dead.setdefault(n, []).append(row)
+    anns = {
+        n: (e, f, json.loads(p))
+        for n, e, f, p in conn.execute("SELECT segment, engine, file, params FROM ann")
+    }
+    shared = {s.n: s for s in previous.segments} if previous is not None else {}
+    segments = []
+    for n, rows, name, sha in conn.execute(
+        "SELECT n, rows, file, sha256 FROM segments ORDER BY n"
+    ).fetchall():
+        old = shared.get(n)
+        vectors = old.vectors if old is not None else _map_segment(out, name, sha, rows, dim, dtype)
+        ann, ann_file = anns.get(n), None
+        if ann is not None:
+            if old is not None and old.ann is not None and old.ann[1] == ann[1]:
+                ann_file = old.ann_file
+            else:
+                try:
+                    ann_file = open(out / ann[1], "rb")  # noqa: SIM115 - held by the snapshot
+                except FileNotFoundError:
+                    raise _Gone(out / ann[1]) from None
+                except OSError as exc:
+                    raise damaged(out / ann[1], exc.strerror or str(exc), out) from None
+        dead_rows = np.asarray(dead.get(n, []), dtype=np.int64)
+        segments.append(Segment(n, vectors, dead_rows, ann, ann_file))
+    return segments
+
+
+class LiveVectors:
+    """The live vectors of a snapshot as one read-only array-like (``vectors[i]`` is hit id ``i``'s
+    vector; ``np.asarray(vectors)`` copies them into one array)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+        dims = (
+            snapshot.segments[0].vectors.shape[1]
+            if snapshot.segments
+            else int(snapshot.settings["model"]["embed_dim"])
+        )
+        self.shape = (len(snapshot), dims)
+        self.dtype = np.dtype(snapshot.settings["dtype"])
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, item: Any) -> np.ndarray:
+        if isinstance(item, int | np.integer):
+            i = int(item) + (len(self) if item < 0 else 0)
+            return self._snapshot.vector(i)
+        return np.asarray(self)[item]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for segment in self._snapshot.segments:
+            keep = np.ones(segment.rows, dtype=bool)
+            keep[segment.dead] = False
+            yield from np.asarray(segment.vectors)[keep]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        blocks = []
+        for segment in self._snapshot.segments:
+            if len(segment.dead):
+                keep = np.ones(segment.rows, dtype=bool)
+                keep[segment.dead] = False
+                blocks.append(np.asarray(segment.vectors)[keep])
+            else:
+                blocks.append(np.asarray(segment.vectors))
+        whole = np.concatenate(blocks) if blocks else np.zeros(self.shape, dtype=self.dtype)
+        return whole if dtype is None else whole.astype(dtype)
+
+    def __matmul__(self, other: Any) -> np.ndarray:
+        return np.asarray(self) @ other
+
+
+class LivePaths(Sequence[str]):
+    """The photo ids of a snapshot by position, read from its database when asked."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self._snapshot = snapshot
+
+    def __len__(self) -> int:
+        return len(self._snapshot)
+
+    def __getitem__(self, item: Any) -> Any:
+        if isinstance(item, slice):
+            return self._snapshot.all_paths()[item]
+        i = int(item) + (len(self) if item < 0 else 0)
+        return self._snapshot.path(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._snapshot.all_paths())
+
+    def __contains__(self, photo_id: object) -> bool:
+        return isinstance(photo_id, str) and self._snapshot.contains(photo_id)
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented

@@ -1,0 +1,601 @@
+"""The photo index store: per-photo records in SQLite, vectors in immutable segment files.
+
+An index directory ``INDEX`` holds::
+
+    store.sqlite (+ -wal, -shm)   settings, photos, failed, segments, tombstones, generations, files, ann,
+                                  chunks (SQLite in WAL mode; every commit is one transaction)
+    segments/<n>.npy              immutable unit vectors [rows, K] (float32 or float16), never rewritten
+    segments/ann-<engine>-<n>.faiss  an HNSW / IVF / IVF-PQ structure over segment n (when the engine
+                                  needs one), never rewritten
+    .lock                         the writers' lock (holds the pid of the writer)
+
+A **generation** is the set of live segments and tombstones after one committed transaction. A writer
+writes new segment files first (temp file, fsync, rename), then commits one transaction that names
+them, tombstones the rows they replace and records a generation; a kill at any moment leaves the old
+generation or the new one. Every file the store creates is first recorded in ``files`` (state
+``pending``), so a killed writer's leftovers are known and removed by the next writer; a file is
+deleted only when ``files`` lists it as ``dead`` (never by name pattern). Each file's sha256 is in
+``files`` and is checked when a reader first maps it (:mod:`vsekit.retrieval.segments`).
+
+Deletion or change of a photo is a tombstone on its old (segment, row) plus, for a change, a row in a
+new segment. :func:`plan_compaction` decides when segments are merged (see ``docs/index-store.md``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import time
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from vsekit.errors import VsekitError
+from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_sha256
+
+__all__ = [
+    "DB",
+    "LEGACY_LEDGER",
+    "LEGACY_MANIFEST",
+    "LOCK",
+    "MAX_SEGMENTS",
+    "TOMBSTONE_SHARE",
+    "NewSegment",
+    "PhotoRecord",
+    "Store",
+    "StoreChange",
+    "PHOTO_COLUMNS",
+    "check_out_dir",
+    "check_row",
+    "read_settings",
+    "row_crc",
+    "connect",
+    "damaged",
+    "folder_of",
+    "id_bytes",
+    "id_text",
+    "plan_compaction",
+    "writer_lock",
+]
+
+logger = logging.getLogger(__name__)
+
+DB, LOCK, LEGACY_MANIFEST, SEGMENTS = "store.sqlite", ".lock", "index.json", "segments"
+#: The list of owned files of the JSON-manifest format's last version (converted like its manifest).
+LEGACY_LEDGER = ".vsekit-owned.json"
+STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 1
+#: Automatic compaction: more live segments than this, or a segment whose tombstoned rows pass this
+#: share of its rows (docs/index-store.md, "Compaction").
+MAX_SEGMENTS, TOMBSTONE_SHARE = 10, 0.25
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS photos (
+    id BLOB PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, sha256 TEXT NOT NULL,
+    folder BLOB NOT NULL, taken TEXT, caption TEXT, segment INTEGER NOT NULL, row INTEGER NOT NULL,
+    crc INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS photos_folder ON photos(folder);
+CREATE INDEX IF NOT EXISTS photos_taken ON photos(taken);
+CREATE UNIQUE INDEX IF NOT EXISTS photos_place ON photos(segment, row);
+CREATE TABLE IF NOT EXISTS failed (
+    id BLOB PRIMARY KEY, size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, reason TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS segments (
+    n INTEGER PRIMARY KEY, rows INTEGER NOT NULL, file TEXT NOT NULL, sha256 TEXT NOT NULL,
+    generation INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS tombstones (
+    segment INTEGER NOT NULL, row INTEGER NOT NULL, generation INTEGER NOT NULL, crc INTEGER NOT NULL,
+    PRIMARY KEY (segment, row));
+CREATE TABLE IF NOT EXISTS generations (n INTEGER PRIMARY KEY, committed TEXT NOT NULL,
+    photos INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS files (
+    name TEXT PRIMARY KEY, state TEXT NOT NULL, sha256 TEXT, size INTEGER);
+CREATE TABLE IF NOT EXISTS ann (
+    segment INTEGER PRIMARY KEY, engine TEXT NOT NULL, file TEXT NOT NULL, params TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks (
+    key TEXT PRIMARY KEY, segment INTEGER NOT NULL, entries TEXT, failed TEXT);
+"""
+
+
+# ----------------------------------------------------------------------------- ids and folders
+def id_bytes(photo_id: str) -> bytes:
+    """A photo id as stored (UTF-8; a file name that is not valid UTF-8 keeps its bytes)."""
+    return photo_id.encode("utf-8", "surrogateescape")
+
+
+def id_text(stored: bytes) -> str:
+    return bytes(stored).decode("utf-8", "surrogateescape")
+
+
+def folder_of(photo_id: str) -> str:
+    """The folder part of an id (``""`` for a photo at the top of the photo folder)."""
+    parent = str(PurePosixPath(photo_id).parent)
+    return "" if parent == "." else parent
+
+
+#: The columns of a photo record that its ``crc`` covers, in order.
+PHOTO_COLUMNS = "id, size, mtime_ns, sha256, folder, taken, caption, segment, row"
+
+
+def row_crc(*values: Any) -> int:
+    """CRC-32 of a record's values: SQLite keeps no checksum of its pages, so a flipped bit in a
+    record would otherwise go unnoticed; readers check the records they use (:func:`check_row`)."""
+    return zlib.crc32(
+        repr(tuple(bytes(v) if isinstance(v, bytes | memoryview) else v for v in values)).encode()
+    )
+
+
+def check_row(row: Sequence[Any], out: Path) -> tuple:
+    """``row`` = values + crc as read; the values, or the damaged-index error."""
+    *values, crc = row
+    if row_crc(*values) != crc:
+        raise damaged(out / DB, "a photo record does not match its checksum", out)
+    return tuple(values)
+
+
+def settings_check(values: dict[str, str]) -> str:
+    """The checksum of the settings (their JSON texts), kept as the ``check`` setting."""
+    return json.dumps(zlib.crc32(json.dumps(sorted(values.items())).encode()))
+
+
+def damaged(path: Path, why: str, out: Path) -> VsekitError:
+    """The one line a damaged index file gets."""
+    why = " ".join(str(why).split())[:200]
+    return VsekitError(
+        f"{path}: damaged index file ({why}); `vsekit index build PHOTOS --out {out}` will rebuild it"
+    )
+
+
+# ----------------------------------------------------------------------------- the directory
+def check_out_dir(out: Path) -> None:
+    """Refuse an ``out`` that is a file, or holds other files and no index (before anything is
+    created there: not even the lock)."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise VsekitError(f"{out}: --out must be a folder for the index, and this is a file")
+    names = {p.name for p in out.iterdir()}
+    if names & {DB, LEGACY_MANIFEST, LEGACY_LEDGER}:
+        return
+    others = sorted(names - {LOCK})
+    if others:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise VsekitError(
+            f"{out}: this folder holds other files ({shown}) and no vsekit index; refusing to write an "
+            "index there: give --out a new or empty folder (vsekit never deletes files it did not write)"
+        )
+
+
+@contextlib.contextmanager
+def writer_lock(out: Path) -> Iterator[None]:
+    """One writer per index directory at a time; a second one says whom it waits for, then waits."""
+    check_out_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "?"
+            logger.warning("waiting for another build of this index (pid %s)", pid)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+            yield
+        finally:
+            with contextlib.suppress(OSError):
+                handle.truncate(0)
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit); WAL, full sync on commit."""
+    if not create and not path.is_file():
+        raise VsekitError(f"{path}: no index database")
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # bookkeeping (files reserved, chunks) is not synced on commit: lost in a power cut, it only
+        # leaves a file to collect; a generation's commit is synced (Store.commit)
+        conn.execute("PRAGMA synchronous=NORMAL")
+    except sqlite3.DatabaseError as exc:
+        raise damaged(path, str(exc), path.parent) from None
+    return conn
+
+
+def read_settings(conn: sqlite3.Connection, out: Path) -> dict[str, Any]:
+    """The settings, checked against their checksum (``{}`` for a store with none yet)."""
+    stored = dict(conn.execute("SELECT key, value FROM settings"))
+    check, counter = stored.pop("check", None), stored.pop("next_segment", None)
+    if stored and check != settings_check(stored):
+        raise damaged(out / DB, "the settings do not match their checksum", out)
+    values = {k: json.loads(v) for k, v in stored.items()}
+    if counter is not None:
+        values["next_segment"] = json.loads(counter)
+    return values
+
+
+# ----------------------------------------------------------------------------- what a commit changes
+@dataclass(frozen=True)
+class PhotoRecord:
+    """One photo as the store records it (``taken``: EXIF DateTimeOriginal as ISO text, or None)."""
+
+    id: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    taken: str | None = None
+    caption: str | None = None
+
+
+@dataclass
+class NewSegment:
+    """A written segment file: number, its photos in row order, its sha256 (and an ANN over it)."""
+
+    n: int
+    photos: list[PhotoRecord]
+    sha256: str
+    ann: tuple[str, str, dict[str, int]] | None = None  # (engine, file, params)
+
+
+@dataclass
+class StoreChange:
+    """Everything one generation changes (committed in one transaction by :meth:`Store.commit`)."""
+
+    segments: list[NewSegment] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # photo ids no longer in the index
+    failed: dict[str, dict] | None = None  # the whole table of unreadable files (None: unchanged)
+    drop_segments: list[int] = field(default_factory=list)  # merged away or damaged
+    chunks_done: bool = False  # the build's chunks are used up: forget them
+    anns: list[tuple[int, str, str, dict[str, int]]] = field(
+        default_factory=list
+    )  # (segment, engine, file, params)
+    dead_files: list[str] = field(default_factory=list)  # owned files this generation no longer needs
+
+
+def plan_compaction(segments: Sequence[tuple[int, int, int]], everything: bool = False) -> list[int]:
+    """Which segments to merge, from ``(n, rows, tombstoned rows)`` each: every segment whose
+    tombstones pass :data:`TOMBSTONE_SHARE` of its rows, and, while more than :data:`MAX_SEGMENTS`
+    would remain, the smallest ones (by live rows); ``everything``: all of them (``index compact``)."""
+    if everything:
+        return [n for n, rows, dead in segments] if len(segments) > 1 or any(d for *_, d in segments) else []
+    chosen = {n for n, rows, dead in segments if rows and dead / rows > TOMBSTONE_SHARE}
+    rest = sorted((rows - dead, n) for n, rows, dead in segments if n not in chosen)
+    remaining = len(rest) + (1 if chosen else 0)
+    i = 0
+    while remaining > MAX_SEGMENTS and i < len(rest):
+        chosen.add(rest[i][1])
+        i += 1
+        remaining = len(rest) - i + 1
+    if len(chosen) == 1:  # one clean small segment merges with nothing: leave it
+        (n,) = chosen
+        if not any(m == n and dead for m, _, dead in segments):
+            return []
+    return sorted(chosen)
+
+
+# ----------------------------------------------------------------------------- the store (writer side)
+class Store:
+    """A writer's handle on an index directory's database (call under :func:`writer_lock`)."""
+
+    def __init__(self, out: Path, conn: sqlite3.Connection) -> None:
+        self.out, self.conn = Path(out), conn
+
+    @classmethod
+    def open(cls, out: Path, *, create: bool = False) -> Store:
+        path = Path(out) / DB
+        conn = connect(path, create=create)
+        try:
+            conn.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise damaged(path, str(exc), Path(out)) from None
+        (Path(out) / SEGMENTS).mkdir(exist_ok=True)
+        return cls(Path(out), conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- settings --------------------------------------------------------------------------------
+    def settings(self) -> dict[str, Any]:
+        return read_settings(self.conn, self.out)
+
+    def set_settings(self, values: dict[str, Any]) -> None:
+        with self.transaction() as c:
+            c.executemany(
+                "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+                [(k, json.dumps(v, sort_keys=True)) for k, v in values.items()],
+            )
+            stored = dict(
+                c.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')")
+            )
+            c.execute("INSERT OR REPLACE INTO settings VALUES ('check', ?)", (settings_check(stored),))
+
+    def generation(self) -> int:
+        return int(self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+
+    # -- records ---------------------------------------------------------------------------------
+    def photos(self) -> dict[str, tuple[int, int, str, int, int]]:
+        """``{id: (size, mtime_ns, sha256, segment, row)}`` of every live photo."""
+        rows = self.conn.execute("SELECT id, size, mtime_ns, sha256, segment, row FROM photos")
+        return {id_text(r[0]): tuple(r[1:]) for r in rows}
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM photos").fetchone()[0])
+
+    def records_of(self, ids: Iterable[str]) -> dict[str, tuple[int, int, str]]:
+        """``{id: (size, mtime_ns, sha256)}`` of those of ``ids`` the store holds."""
+        found = {}
+        for photo_id in ids:
+            row = self.conn.execute(
+                "SELECT size, mtime_ns, sha256 FROM photos WHERE id = ?", (id_bytes(photo_id),)
+            ).fetchone()
+            if row is not None:
+                found[photo_id] = tuple(row)
+        return found
+
+    def failed(self) -> dict[str, dict]:
+        rows = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed ORDER BY id")
+        return {id_text(i): {"size": s, "mtime_ns": m, "error": e} for i, s, m, e in rows}
+
+    def segments(self) -> list[tuple[int, int, int]]:
+        """``(n, rows, tombstoned rows)`` of every live segment, in order."""
+        return [
+            tuple(r)
+            for r in self.conn.execute(
+                "SELECT s.n, s.rows, (SELECT count(*) FROM tombstones t WHERE t.segment = s.n) "
+                "FROM segments s ORDER BY s.n"
+            )
+        ]
+
+    def segment_path(self, n: int) -> Path:
+        return self.out / SEGMENTS / f"{n}.npy"
+
+    # -- files -----------------------------------------------------------------------------------
+    def reserve(self, name: str) -> None:
+        """Record ``name`` (relative to the index) as this store's before it is created."""
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (name,))
+
+    def new_segment_number(self) -> int:
+        with self.transaction() as c:
+            row = c.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()
+            n = json.loads(row[0]) if row else 1
+            c.execute("INSERT OR REPLACE INTO settings VALUES ('next_segment', ?)", (json.dumps(n + 1),))
+            c.execute(
+                "INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (f"{SEGMENTS}/{n}.npy",)
+            )
+        return n
+
+    def write_segment(
+        self, vectors: np.ndarray | Iterable[np.ndarray], rows: int, dim: int, dtype: str
+    ) -> tuple[int, str]:
+        """Write a new segment (``rows`` vectors, an array or blocks of rows) atomically; returns its
+        number and sha256 (recorded in ``files``; the segment is live once a commit names it)."""
+        rows, dim = int(rows), int(dim)  # a NumPy integer would write an unreadable .npy header
+        n = self.new_segment_number()
+        path = self.segment_path(n)
+        with atomic_npy_memmap(path, dtype, (rows, dim)) as out:
+            start = 0
+            for block in [vectors] if isinstance(vectors, np.ndarray) else vectors:
+                out[start : start + len(block)] = block
+                start += len(block)
+            if start != rows:
+                raise VsekitError(f"{path}: {start} vectors written for {rows} rows")
+        return n, file_sha256(path)  # recorded with the commit (or the chunk) that names the segment
+
+    def write_file(self, name: str, data: bytes) -> str:
+        """Write an owned file (an ANN structure) atomically, recorded first; returns its sha256."""
+        self.reserve(name)
+        atomic_write_bytes(self.out / name, data)
+        sha = file_sha256(self.out / name)
+        with self.transaction() as c:
+            c.execute("UPDATE files SET sha256 = ?, size = ? WHERE name = ?", (sha, len(data), name))
+        return sha
+
+    def file_sha(self, name: str) -> str | None:
+        row = self.conn.execute("SELECT sha256 FROM files WHERE name = ?", (name,)).fetchone()
+        return row[0] if row else None
+
+    def collect(self) -> None:
+        """Delete the files the database lists as dead (and temp files of pending ones no work needs)."""
+        dead = [r[0] for r in self.conn.execute("SELECT name FROM files WHERE state = 'dead'")]
+        for name in dead:
+            (self.out / name).unlink(missing_ok=True)
+            _tmp_for(self.out / name).unlink(missing_ok=True)
+        if dead:
+            with self.transaction() as c:
+                c.executemany("DELETE FROM files WHERE name = ? AND state = 'dead'", [(n,) for n in dead])
+
+    def recover(self, keep_chunks: set[str] | None = None) -> None:
+        """After a killed writer: pending files no finished chunk names are dead; so are the chunks of
+        another plan (``keep_chunks``: the keys the current build wants; None keeps every chunk)."""
+        pending = self.conn.execute("SELECT count(*) FROM files WHERE state != 'live'").fetchone()[0]
+        if not pending and not self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]:
+            return  # nothing left behind (the usual case: no write needed)
+        with self.transaction() as c:
+            chunks = c.execute("SELECT key, segment, entries FROM chunks").fetchall()
+            stale = [
+                key
+                for key, _, entries in chunks
+                if entries is None or (keep_chunks is not None and key not in keep_chunks)
+            ]
+            c.executemany("DELETE FROM chunks WHERE key = ?", [(k,) for k in stale])
+            kept = {f"{SEGMENTS}/{seg}.npy" for key, seg, _ in chunks if key not in stale}
+            pending = [r[0] for r in c.execute("SELECT name FROM files WHERE state = 'pending'")]
+            c.executemany(
+                "UPDATE files SET state = 'dead' WHERE name = ?", [(n,) for n in pending if n not in kept]
+            )
+        self.collect()
+
+    # -- chunks of a build (resumable work) ----------------------------------------------------
+    def chunk(self, key: str) -> tuple[int, list, dict] | None:
+        row = self.conn.execute(
+            "SELECT segment, entries, failed FROM chunks WHERE key = ? AND entries IS NOT NULL", (key,)
+        ).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]), json.loads(row[2]))
+
+    def save_chunk(self, key: str, n: int, sha256: str, entries: list, failed: dict) -> None:
+        """Record a finished chunk of a build (its segment file and sha256, its photos)."""
+        with self.transaction() as c:
+            c.execute("UPDATE files SET sha256 = ? WHERE name = ?", (sha256, f"{SEGMENTS}/{n}.npy"))
+            c.execute(
+                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?)",
+                (key, n, json.dumps(entries), json.dumps(failed, sort_keys=True)),
+            )
+
+    def chunk_segments(self) -> list[int]:
+        return [r[0] for r in self.conn.execute("SELECT segment FROM chunks")]
+
+    # -- the commit ------------------------------------------------------------------------------
+    def commit(self, change: StoreChange) -> int:
+        """One transaction: the new generation (see the module docstring); returns its number."""
+        self.conn.execute("PRAGMA synchronous=FULL")
+        try:
+            g = self._commit(change)
+        finally:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.collect()
+        return g
+
+    def _commit(self, change: StoreChange) -> int:
+        with self.transaction() as c:
+            last = c.execute("SELECT n, photos FROM generations ORDER BY n DESC LIMIT 1").fetchone() or (0, 0)
+            g, count = last[0] + 1, last[1]
+            count -= self._drop(c, change.drop_segments)
+            for segment in change.segments:
+                count += self._add_segment(c, g, segment)
+            for photo_id in change.removed:
+                if self._tombstone(c, g, id_bytes(photo_id)) is not None:
+                    count -= 1
+                c.execute("DELETE FROM photos WHERE id = ?", (id_bytes(photo_id),))
+            if change.failed is not None:
+                c.execute("DELETE FROM failed")
+                c.executemany(
+                    "INSERT INTO failed VALUES (?, ?, ?, ?)",
+                    [(id_bytes(i), f["size"], f["mtime_ns"], f["error"]) for i, f in change.failed.items()],
+                )
+            if change.chunks_done:
+                live = {f"{SEGMENTS}/{s.n}.npy" for s in change.segments}
+                for (n,) in c.execute("SELECT segment FROM chunks").fetchall():
+                    if f"{SEGMENTS}/{n}.npy" not in live:
+                        c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (f"{SEGMENTS}/{n}.npy",))
+                c.execute("DELETE FROM chunks")
+            for n, engine, file, params in change.anns:
+                c.execute(
+                    "INSERT OR REPLACE INTO ann VALUES (?, ?, ?, ?)", (n, engine, file, json.dumps(params))
+                )
+                c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
+            c.executemany(
+                "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)",
+                [(f,) for f in change.dead_files],
+            )
+            c.execute(
+                "INSERT INTO generations VALUES (?, ?, ?)",
+                (g, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), count),
+            )
+        return g
+
+    def _drop(self, c: sqlite3.Connection, segments: Sequence[int]) -> int:
+        """Forget ``segments`` (their files become dead); returns how many photo records went."""
+        gone = 0
+        for n in segments:
+            gone += c.execute("SELECT count(*) FROM photos WHERE segment = ?", (n,)).fetchone()[0]
+            c.execute("DELETE FROM tombstones WHERE segment = ?", (n,))
+            c.execute("DELETE FROM photos WHERE segment = ?", (n,))
+            c.execute("DELETE FROM segments WHERE n = ?", (n,))
+            c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (f"{SEGMENTS}/{n}.npy",))
+            ann = c.execute("SELECT file FROM ann WHERE segment = ?", (n,)).fetchone()
+            if ann:
+                c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (ann[0],))
+                c.execute("DELETE FROM ann WHERE segment = ?", (n,))
+        return gone
+
+    def _tombstone(self, c: sqlite3.Connection, g: int, key: bytes) -> tuple | None:
+        place = c.execute("SELECT segment, row, sha256, caption FROM photos WHERE id = ?", (key,)).fetchone()
+        if place is not None:
+            s, r = place[0], place[1]
+            c.execute("INSERT OR REPLACE INTO tombstones VALUES (?, ?, ?, ?)", (s, r, g, row_crc(s, r, g)))
+        return place
+
+    def _add_segment(self, c: sqlite3.Connection, g: int, segment: NewSegment) -> int:
+        """Record a new segment and its photos; returns how many of them are new to the store."""
+        name, new = f"{SEGMENTS}/{segment.n}.npy", 0
+        c.execute(
+            "INSERT INTO segments VALUES (?, ?, ?, ?, ?)",
+            (segment.n, len(segment.photos), name, segment.sha256, g),
+        )
+        size = (self.out / name).stat().st_size
+        c.execute(
+            "UPDATE files SET state = 'live', sha256 = ?, size = ? WHERE name = ?",
+            (segment.sha256, size, name),
+        )
+        for row, p in enumerate(segment.photos):
+            key = id_bytes(p.id)
+            old = self._tombstone(c, g, key)
+            new += old is None
+            caption = p.caption
+            if caption is None and old is not None and old[2] == p.sha256:  # same photo: keep its caption
+                caption = old[3]
+            values = (
+                key,
+                p.size,
+                p.mtime_ns,
+                p.sha256,
+                id_bytes(folder_of(p.id)),
+                p.taken,
+                caption,
+                segment.n,
+                row,
+            )
+            c.execute(
+                "INSERT OR REPLACE INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*values, row_crc(*values)),
+            )
+        if segment.ann is not None:
+            engine, file, params = segment.ann
+            c.execute(
+                "INSERT OR REPLACE INTO ann VALUES (?, ?, ?, ?)",
+                (segment.n, engine, file, json.dumps(params)),
+            )
+            c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
+        return new
+
+    # -- captions --------------------------------------------------------------------------------
+    def set_captions(self, captions: dict[str, str | None]) -> int:
+        """Store captions by photo id (no new generation: captions are not part of the search)."""
+        done = 0
+        with self.transaction() as c:
+            for photo_id, caption in captions.items():
+                row = c.execute(
+                    f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE id = ?", (id_bytes(photo_id),)
+                ).fetchone()
+                if row is None:
+                    continue
+                values = list(check_row(row, self.out))
+                values[6] = caption
+                c.execute(
+                    "UPDATE photos SET caption = ?, crc = ? WHERE id = ?",
+                    (caption, row_crc(*values), values[0]),
+                )
+                done += 1
+        return done
