@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import os
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
