@@ -107,8 +107,12 @@ def _open_source(
         if not stat.S_ISREG(st.st_mode):
             _fail(name, "not a regular file", "missing")
         size = st.st_size
+    elif source.seekable():  # an open file: its size from where it stands to its end
+        start = source.tell()
+        size = source.seek(0, os.SEEK_END) - start
+        source.seek(start)
     else:
-        size = None  # an open file: Pillow reads only what the header and the pixels need
+        size = None  # a stream: Pillow reads only what the header and the pixels need
     if size == 0:
         _fail(name, "empty file", "format")
     if size is not None and size > max_bytes:
