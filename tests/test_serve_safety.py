@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import re
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -58,7 +59,7 @@ def upright_photo() -> Image.Image:
 
 
 def row(index, path: str) -> int:
-    return index.paths.index(path)
+    return list(index.paths).index(path)
 
 
 # ----------------------------------------------------------------------------- one decode, upright
@@ -260,3 +261,31 @@ def test_docs_load_nothing_from_outside_the_server(setup):
     assert client.get("/redoc").status_code == 404  # the CDN page is gone
     assert client.get("/docs/..%2F..%2Fetc%2Fpasswd").status_code == 404
     assert client.get("/docs/index.html").status_code == 404  # only the named assets
+
+
+# ----------------------------------------------------------------------------- the live index hook
+def test_the_server_looks_for_a_newer_generation_at_most_once_a_second(setup, monkeypatch):
+    """Between requests the app calls ``Index.refresh()`` (the store's move to the newest committed
+    generation) at most once per ``refresh_s``; a refresh that fails leaves the held index answering."""
+    from vsekit.errors import VsekitError
+
+    index = setup["index"]
+    calls = []
+
+    def refresh():
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            raise VsekitError("index.db: damaged (a test)")
+        return False
+
+    monkeypatch.setattr(index, "refresh", refresh, raising=False)
+    client = TestClient(create_app(index, ServeSettings(allow_hosts=("testserver",), refresh_s=0.5)))
+    for _ in range(10):
+        assert client.get("/api/info").status_code == 200
+        assert client.get("/api/search", params={"q": "a dog"}).status_code == 200
+    assert len(calls) == 1
+    time.sleep(0.6)
+    assert client.get("/api/info").json()["count"] == len(index)  # the failed refresh: still answering
+    time.sleep(0.6)
+    client.get("/api/similar/0")
+    assert len(calls) == 3 and all(b - a >= 0.5 for a, b in zip(calls, calls[1:], strict=False))
