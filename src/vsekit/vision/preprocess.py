@@ -52,6 +52,7 @@ DEFAULT_MAX_BYTES = 1 << 30
 #: (HEIC, every iPhone) needs the ``pillow-heif`` plugin; AVIF is read by Pillow itself when built with it.
 IMAGE_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 
+EXIF_ORIENTATION = 0x0112
 _formats: tuple[str, ...] | None = None
 _formats_lock = threading.Lock()
 
@@ -140,7 +141,9 @@ def upright_rgb(img: Image.Image) -> Image.Image:
     so the network must see it upright too. The result carries no orientation tag, so applying this twice
     is applying it once.
     """
-    return _to_rgb(ImageOps.exif_transpose(img))
+    if img.getexif().get(EXIF_ORIENTATION, 1) != 1:  # most photos: no copy for nothing
+        img = ImageOps.exif_transpose(img)
+    return _to_rgb(img)
 
 
 def decode_image(
