@@ -131,7 +131,7 @@ def _to_rgb(img: Image.Image) -> Image.Image:
         top = float(arr.max()) if arr.size else 0.0
         scale = 255.0 / top if top > 255.0 else 1.0
         img = Image.fromarray(np.clip(arr * scale, 0, 255).astype(np.uint8))
-    return img.convert("RGB")
+    return img if img.mode == "RGB" else img.convert("RGB")  # RGB already: no copy of a large photo
 
 
 def upright_rgb(img: Image.Image) -> Image.Image:
