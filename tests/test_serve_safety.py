@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import os
 import re
 import shutil
 import time
@@ -44,6 +45,7 @@ def setup(tmp_path_factory):
     write(photos / SIDEWAYS, sideways_jpeg(upright_photo(), 6))
     shutil.copyfile(SAMPLE_IMAGES[6], photos / VICTIM)
     shutil.copyfile(SAMPLE_IMAGES[7], photos / DAMAGED)
+    shutil.copyfile(SAMPLE_IMAGES[8], os.fsencode(photos) + b"/bad\xff\xfename.jpg")  # not UTF-8
     model = root / "models" / "my-vse.safetensors"  # a model given as a file: its path is in the manifest
     model.parent.mkdir()
     shutil.copyfile(pretrained_path("vse"), model)
@@ -289,3 +291,13 @@ def test_the_server_looks_for_a_newer_generation_at_most_once_a_second(setup, mo
     time.sleep(0.6)
     client.get("/api/similar/0")
     assert len(calls) == 3 and all(b - a >= 0.5 for a, b in zip(calls, calls[1:], strict=False))
+
+
+def test_a_file_name_that_is_not_utf8_is_served_as_text(setup):
+    """Issue 21 item 8: a hit whose name is not valid UTF-8 made every answer that included it a 500."""
+    index, client = setup["index"], setup["client"]
+    odd = next(p for p in index.paths if "\udcff" in p)
+    response = client.get(f"/api/similar/{row(index, odd)}", params={"k": 100})
+    assert response.status_code == 200
+    assert "bad\\xff\\xfename.jpg" in [r["path"] for r in response.json()["results"]]
+    assert client.get(f"/api/thumb/{row(index, odd)}").status_code == 200

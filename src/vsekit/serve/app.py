@@ -118,8 +118,22 @@ class _LiveIndex:
         return self.index
 
 
+def _printable(text: str) -> str:
+    """``text`` as valid UTF-8: a file name's bytes that are not UTF-8 (lone surrogates from
+    ``os.fsdecode``) written as ``\\xNN``; JSON cannot carry the surrogates (a 500 otherwise)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file-name decoding made
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _results(hits: list[SearchHit]) -> dict[str, Any]:
-    return {"results": [{"id": h.id, "path": h.path, "score": round(h.score, 6)} for h in hits]}
+    return {"results": [{"id": h.id, "path": _printable(h.path), "score": round(h.score, 6)} for h in hits]}
 
 
 def _words(value: str | None) -> list[str]:
@@ -205,7 +219,7 @@ def _scrub(message: str, index: Index | None) -> str:
 
 def _install_errors(app: FastAPI, live: _LiveIndex) -> None:
     def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": _scrub(message, live.index)}, status_code=status)
+        return JSONResponse({"error": _printable(_scrub(message, live.index))}, status_code=status)
 
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:
@@ -293,8 +307,8 @@ def create_app(
         details = index.info()
         return {
             "count": details["count"],
-            "index": index.path.name,
-            "model": _public_name(str(details["model"])),
+            "index": _printable(index.path.name),
+            "model": _printable(_public_name(str(details["model"]))),
             "engine": details["engine"],
         }
 

@@ -32,6 +32,7 @@ __all__ = [
     "Preprocessing",
     "decode_image",
     "load_image",
+    "readable_formats",
     "upright_rgb",
 ]
 
@@ -57,7 +58,7 @@ _formats: tuple[str, ...] | None = None
 _formats_lock = threading.Lock()
 
 
-def _open_formats() -> tuple[str, ...]:
+def readable_formats() -> tuple[str, ...]:
     """:data:`IMAGE_FORMATS` that this Pillow can open, registering the HEIF plugin on first use (lazily:
     most commands never decode a photo, and importing it costs start-up time)."""
     global _formats
@@ -169,7 +170,7 @@ def decode_image(
     name = _name_of(source, name)
     opened = _open_source(source, name, max_bytes)
     try:
-        with Image.open(opened, formats=_open_formats()) as img:
+        with Image.open(opened, formats=readable_formats()) as img:
             width, height = img.size
             if width * height > max_pixels:
                 _fail(name, f"{width} x {height} pixels; the limit is {max_pixels} pixels", "too_large")
@@ -189,7 +190,7 @@ def decode_image(
     except FileNotFoundError:
         _fail(name, "file not found", "missing")
     except Image.UnidentifiedImageError:  # its message is the repr of the buffer it was given
-        _fail(name, f"not an image in a format vsekit reads ({', '.join(_open_formats())})", "format")
+        _fail(name, f"not an image in a format vsekit reads ({', '.join(readable_formats())})", "format")
     except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:
         # "image file is truncated" is an OSError; some broken headers surface as ValueError/SyntaxError
         # from the PIL plugins.
