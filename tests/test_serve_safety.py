@@ -302,3 +302,16 @@ def test_a_file_name_that_is_not_utf8_is_served_as_text(setup):
     assert response.status_code == 200
     assert "bad\\xff\\xfename.jpg" in [r["path"] for r in response.json()["results"]]
     assert client.get(f"/api/thumb/{row(index, odd)}").status_code == 200
+
+
+@pytest.mark.parametrize("fmt", ["HEIF", "TIFF"])
+def test_an_iphone_heic_or_a_tiff_upload_finds_the_photo(setup, fmt):
+    if fmt == "HEIF":
+        pytest.importorskip("pillow_heif", reason="pip install pillow-heif")
+    index, client = setup["index"], setup["client"]
+    original = index.photos_dir / index.paths[0]
+    out = io.BytesIO()
+    Image.open(original).convert("RGB").save(out, format=fmt, quality=95)
+    files = {"file": ("IMG_0001.HEIC", out.getvalue(), "application/octet-stream")}
+    body = client.post("/api/search/image", params={"k": 1}, files=files).json()
+    assert body["results"][0]["id"] == 0 and body["results"][0]["score"] > 0.95, body
