@@ -82,6 +82,9 @@ class HostGuard:
             await self.app(scope, receive, send)
             return
         status, message = refusal
+        if scope["type"] == "websocket":  # no answer body on a websocket: close it, "policy violation"
+            await send({"type": "websocket.close", "code": 1008, "reason": message[:120]})
+            return
         body = json.dumps({"error": message}).encode()
         await send(
             {
