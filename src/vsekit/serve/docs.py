@@ -8,6 +8,7 @@ request reaches the file system); without that package ``/docs`` is a short page
 from __future__ import annotations
 
 import functools
+import importlib.util
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -20,16 +21,17 @@ __all__ = ["add_docs_routes"]
 ASSETS = {
     "swagger-ui-bundle.js": "application/javascript",
     "swagger-ui.css": "text/css",
-    "favicon-32x32.png": "image/png",
+    "favicon.png": "image/png",
 }
 
 
+@functools.lru_cache(maxsize=1)
 def _swagger_dir() -> Path | None:
-    try:
-        from swagger_ui_bundle import swagger_ui_path
-    except ImportError:
+    """The folder of Swagger UI's files in ``fastapi-offline`` (found without importing it)."""
+    spec = importlib.util.find_spec("fastapi_offline")
+    if spec is None or not spec.submodule_search_locations:
         return None
-    folder = Path(swagger_ui_path)
+    folder = Path(next(iter(spec.submodule_search_locations))) / "static"
     return folder if all((folder / name).is_file() for name in ASSETS) else None
 
 
@@ -37,7 +39,7 @@ def _swagger_dir() -> Path | None:
 def _asset(name: str) -> bytes:
     folder = _swagger_dir()
     if folder is None:
-        raise HTTPException(404, "Swagger UI is not installed here (pip install swagger-ui-bundle)")
+        raise HTTPException(404, "Swagger UI is not installed here (pip install fastapi-offline)")
     return (folder / name).read_bytes()
 
 
@@ -45,7 +47,7 @@ def _offline_page(title: str) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}: API</title></head>
 <body><h1>{title}: API</h1>
-<p>The interactive API page needs the <code>swagger-ui-bundle</code> package, which is not installed
+<p>The interactive API page needs the <code>fastapi-offline</code> package, which is not installed
 here. The API's OpenAPI schema is at <a href="/openapi.json">/openapi.json</a>.</p></body></html>"""
 
 
@@ -61,7 +63,7 @@ def add_docs_routes(app: FastAPI) -> None:
             title=f"{app.title}: API",
             swagger_js_url="/docs/swagger-ui-bundle.js",
             swagger_css_url="/docs/swagger-ui.css",
-            swagger_favicon_url="/docs/favicon-32x32.png",
+            swagger_favicon_url="/docs/favicon.png",
             swagger_ui_parameters={"validatorUrl": None},  # the default validator is a web service
         )
 
