@@ -18,11 +18,14 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def running_server(app: Any) -> Iterator[str]:
-    """Serve ``app`` on a free port of 127.0.0.1 until the block ends; yields its base URL."""
+    """Serve ``app`` on a free port of 127.0.0.1 until the block ends, configured as ``vsekit serve``
+    configures uvicorn (the request-head deadline included); yields its base URL."""
     import uvicorn
 
+    from vsekit.serve.app import uvicorn_config
+
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(200):  # wait for the socket, not for a fixed time

@@ -31,7 +31,7 @@ TIMEOUT_S = 30  # per request: a caption on a loaded 2-core machine takes well u
 def app(tmp_path_factory):
     photos = make_photo_folder(tmp_path_factory.mktemp("fuzz_serve") / "photos", n=4)
     index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    return create_app(index, ServeSettings(max_pixels=2_000_000))
+    return create_app(index, ServeSettings(max_pixels=2_000_000, allow_hosts=("testserver",)))
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ def index(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(index):
-    return TestClient(create_app(index, ServeSettings(max_pixels=2_000_000)))
+    return TestClient(create_app(index, ServeSettings(max_pixels=2_000_000, allow_hosts=("testserver",))))
 
 
 def jpeg_bytes(path=SAMPLE_IMAGES[0]) -> bytes:

@@ -21,7 +21,7 @@ def test_the_server_serves_a_finished_update_without_restart(tmp_path, engine):
     out = tmp_path / "i"
     new_store(out, 8, engine=engine)
     add_vectors(out, [record(f"p{i}.jpg", i) for i in range(30)], np.stack([vector(i) for i in range(30)]))
-    client = TestClient(create_app(vsekit.Index.open(out)))
+    client = TestClient(create_app(vsekit.Index.open(out)), base_url="http://127.0.0.1")
     assert client.get("/api/info").json()["count"] == 30
     counts = []
     for step in range(6):

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +117,42 @@ class Index(_StoreIndex):
         if text is None or image is not None or kwargs.get("plus") or kwargs.get("minus"):
             raise VsekitError("rerank applies to a sentence query without --plus/--minus")
         k = int(kwargs.pop("k", 10))
-        min_score = kwargs.pop("min_score", None)
-        hits = super().search(text, k=max(k, rerank), min_score=min_score, **kwargs)
-        head, tail = hits[:rerank], hits[rerank:]
-        if not head:
-            return []
-        return (self._rerank(text, head) + tail)[:k]
+        hits = super().search(text, k=max(k, rerank), **kwargs)
+        return self.rerank(text, hits, rerank)[:k]
+
+    def caption_photos(
+        self, captioner: Any, chunk_size: int = 16, progress: Callable[[int, int], None] | None = None
+    ) -> dict[str, str]:
+        """Store ``captioner``'s best caption (``describe_files``, e.g. :func:`vsekit.load_captioner`'s)
+        for every photo that has none: new photos and photos changed since their caption. Stored a chunk
+        at a time, so an interrupted run keeps what it finished and the next run does only the rest.
+        ``progress(done, total)`` after each chunk. Returns ``{photo id: reason}`` for photos that could
+        not be read (they keep no caption and are tried again next time)."""
+        todo = self.uncaptioned()
+        failed: dict[str, str] = {}
+        for start in range(0, len(todo), chunk_size):
+            ids = todo[start : start + chunk_size]
+            described = captioner.describe_files([self.photos_dir / i for i in ids], n=1)
+            captions = {i: d.captions[0] for i, d in zip(ids, described, strict=True) if d.captions}
+            failed.update({i: str(d.error) for i, d in zip(ids, described, strict=True) if not d.captions})
+            self.set_captions(captions)
+            if progress is not None:
+                progress(min(start + chunk_size, len(todo)), len(todo))
+        return failed
+
+    def rerank(self, text: str, hits: list[SearchHit], n: int) -> list[SearchHit]:
+        """``hits`` of sentence ``text`` (best first) with the first ``n`` re-ordered by the fusion (their
+        scores become fused scores); the rest unchanged."""
+        head, tail = hits[:n], hits[n:]
+        return self._rerank(text, head) + tail if head else list(tail)
+
+    def rerank_available(self) -> bool:
+        """Whether :meth:`search` can re-rank here: the index holds the fusion's joint model's vectors."""
+        try:
+            self._fusion_spec()
+        except VsekitError:
+            return False
+        return True
 
     def _rerank(self, text: str, hits: list[SearchHit]) -> list[SearchHit]:
         spec = self._fusion_spec()

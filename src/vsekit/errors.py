@@ -11,7 +11,17 @@ class CorpusError(VsekitError):
 
 
 class ImageError(VsekitError):
-    """An image file is missing or cannot be decoded."""
+    """An image file is missing or cannot be decoded.
+
+    ``reason`` is the cause in words without the file's name; ``kind`` says which rule refused it:
+    ``"missing"`` (no such file, or not a regular file), ``"too_large"`` (over a byte or pixel limit),
+    ``"format"`` (no image format vsekit reads) or ``"damaged"`` (a known format that does not decode).
+    """
+
+    def __init__(self, message: str, reason: str | None = None, kind: str = "damaged") -> None:
+        super().__init__(message)
+        self.reason = reason or message
+        self.kind = kind
 
 
 class ConfigMismatchError(VsekitError):

@@ -96,10 +96,16 @@ def build(
     ray_workers: int | None = RAY_WORKERS,
     ray_threads: int = RAY_THREADS,
     ray_retries: int = RAY_RETRIES,
+    captions: bool = typer.Option(
+        False,
+        "--captions",
+        help="Also store the shipped captioner's caption of each photo (shown in results).",
+    ),
 ) -> None:
     """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed).
 
-    With --distributed ray, chunks of photos are embedded by a Ray actor pool; the index is the same."""
+    With --distributed ray, chunks of photos are embedded by a Ray actor pool; the index is the same.
+    With --captions, each photo's caption is stored too (resumable; only new and changed photos later)."""
     with user_errors(interrupted="re-run the same command to resume"):
         _scan(photos)
         _check_out(out)
@@ -117,17 +123,54 @@ def build(
 
             index = Index.build(photos, out, model, **settings)
         _print_report(index, index.report)
+        if captions:
+            _caption_photos(index.path, device)
 
 
 @index_app.command("update")
-def update(index: Path = typer.Argument(..., help="Index directory.")) -> None:
+def update(
+    index: Path = typer.Argument(..., help="Index directory."),
+    captions: bool = typer.Option(
+        None,
+        "--captions/--no-captions",
+        help="Caption new and changed photos (default: when the index already stores captions).",
+    ),
+) -> None:
     """Bring an index up to date with its photo folder (new, changed and deleted files)."""
     from vsekit.retrieval.index import Index
 
     with user_errors(interrupted="re-run the same command to resume"):
         opened = Index.open(index)
         _scan(opened.photos_dir)  # an empty folder (a drive not mounted) must not empty the index
+        had_captions = len(opened.uncaptioned()) < len(opened)
         _print_report(opened, opened.update(progress=show_progress()))
+        if captions or (captions is None and had_captions):
+            _caption_photos(opened.path, "auto")
+
+
+def _caption_photos(index: Path, device: str) -> None:
+    """``--captions``: the shipped captioner's caption for each photo without one, stored a chunk at a
+    time (an interrupted run keeps what it finished)."""
+    from tqdm.auto import tqdm
+
+    from vsekit.api import load_captioner
+    from vsekit.collection import Index
+
+    opened = Index.open(index)
+    todo = len(opened.uncaptioned())
+    if not todo:
+        return
+    captioner = load_captioner(device=device)
+    bar = tqdm(total=todo, desc="caption photos", unit="photo", disable=not show_progress())
+
+    def step(done: int, total: int) -> None:
+        bar.update(done - bar.n)
+
+    with bar:
+        failed = opened.caption_photos(captioner, progress=step)
+    for photo_id, reason in failed.items():
+        warn(f"{printable(photo_id)}: {reason}", "unreadable")
+    console.print(plain(f"{index}: {todo - len(failed)} photos captioned"), soft_wrap=True)
 
 
 @index_app.command("compact")
@@ -164,12 +207,21 @@ def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
             console.print(plain(f"{'':>14}{error}"), highlight=False, soft_wrap=True)
 
 
-def _rows(query: str, hits: list[SearchHit], confidence: Confidence | None = None) -> dict:
+def _rows(
+    query: str, hits: list[SearchHit], confidence: Confidence | None = None, index: Index | None = None
+) -> dict:
     """A query's JSON line; paths through :func:`printable` (valid UTF-8 whatever the file names);
-    ``weak`` where the model has a calibrated threshold and the query is a sentence."""
+    ``weak`` where the model has a calibrated threshold and the query is a sentence; each hit's stored
+    caption (``index build --captions``) where ``index`` holds one."""
     from vsekit.retrieval.confidence import is_weak
 
-    results = [{"path": printable(h.path), "score": round(h.score, 6)} for h in hits]
+    results = []
+    for h in hits:
+        result = {"path": printable(h.path), "score": round(h.score, 6)}
+        caption = index.caption(h.path) if index is not None else None
+        if caption:
+            result["caption"] = caption
+        results.append(result)
     row = {"query": printable(query), "results": results}
     if confidence is not None:
         row["weak"] = is_weak([h.score for h in hits], confidence.weak_below)
@@ -185,29 +237,44 @@ def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
     return load_confidence(details["model"], details["model_sha256"])
 
 
-def _say_confidence(query: str, hits: list[SearchHit], confidence: Confidence | None) -> None:
+def _say_confidence(query: str, cosines: list[SearchHit], weak: bool, confidence: Confidence | None) -> None:
     """Above the results: that nothing matches well, and that the query does not read as English."""
-    from vsekit.retrieval.confidence import is_weak, language_warning
+    from vsekit.retrieval.confidence import language_warning
 
     if confidence is None:
         return
     hint = language_warning(query, confidence.english_words)
     if hint is not None:
         warn(hint, "warning")
-    if hits and is_weak([h.score for h in hits], confidence.weak_below):
-        best = max(h.score for h in hits)
+    if weak and cosines:
+        best = max(h.score for h in cosines)
         console.print(plain(f"no photo matches well (best score {best:.3f})", "yellow"), soft_wrap=True)
 
 
-def _print_hits(title: str, hits: list[SearchHit], why_empty: str) -> None:
+def _print_hits(title: str, row: dict, why_empty: str) -> None:
     console.print(plain(title, "bold"), soft_wrap=True)  # a query's [brackets] are no markup
+    hits = row["results"]
     table = Table(header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
     table.add_column("photo")
-    for rank, hit in enumerate(hits, 1):
-        table.add_row(str(rank), f"{hit.score:.3f}", plain(hit.path))  # a file name is no markup either
+    captions = any("caption" in hit for hit in hits)
+    if captions:
+        table.add_column("caption")
+    for rank, hit in enumerate(hits, 1):  # file names and captions are no markup either
+        cells = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
+        table.add_row(*cells, *([plain(hit.get("caption", ""))] if captions else []))
     console.print(table if hits else why_empty)
+
+
+def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: Path) -> None:
+    """``--explain``: each hit drawn with the aligner's word-to-region segments (Karpathy & Fei-Fei 2015,
+    sec. 3.1) as ``folder/NN-name.png``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for rank, hit in enumerate(hits, 1):
+        out = folder / f"{rank:02d}-{Path(hit.path).stem}.png"
+        index.explain_picture(hit.id, text, out)
+    console.print(plain(f"wrote {len(hits)} explained photo(s) to {folder}"), soft_wrap=True)
 
 
 def _why_empty(size: int, min_score: float | None) -> str:
@@ -254,13 +321,26 @@ def search(
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
     folder: str = typer.Option(None, "--folder", help="Only photos in this folder of the index (and below)."),
+    taken_after: str = typer.Option(
+        None, "--taken-after", help="Only photos taken on or after this date (YYYY-MM-DD, EXIF date taken)."
+    ),
+    taken_before: str = typer.Option(None, "--taken-before", help="Only photos taken before this date."),
+    rerank: int = typer.Option(
+        0,
+        "--rerank",
+        min=0,
+        help="Re-rank the top N by the vse+aligner fusion (how the sentence's words align with regions).",
+    ),
+    explain: Path = typer.Option(
+        None, "--explain", help="Write each hit drawn with its word-to-region boxes into this folder (PNG)."
+    ),
     shard: list[Path] = typer.Option(
         [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
     ),
 ) -> None:
     """Search an index by a sentence, a photo (--image) or many sentences (--queries), with optional
     vector arithmetic: query - minus + plus, normalised (Kiros et al. 2014, Eq. 15)."""
-    from vsekit.retrieval.index import Index
+    from vsekit.collection import Index
     from vsekit.retrieval.shards import ShardedIndex
 
     with user_errors():
@@ -268,10 +348,25 @@ def search(
             raise VsekitError("give one of: a sentence, --image PHOTO or --queries FILE")
         if engine is not None and engine not in SEARCH_ENGINES:
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
+        where = {
+            key: value
+            for key, value in (
+                ("folder", folder),
+                ("taken_after", taken_after),
+                ("taken_before", taken_before),
+            )
+            if value is not None
+        }
+        if (where or rerank or explain) and (shard or queries is not None):
+            raise VsekitError(
+                "--folder, --taken-after/--taken-before, --rerank and --explain apply to one index "
+                "and one query"
+            )
+        if (rerank or explain) and (text is None or plus or minus):
+            raise VsekitError("--rerank and --explain apply to a sentence without --plus/--minus")
+        if explain is not None:
+            _check_out(explain)
         opened = ShardedIndex.open([index, *shard]) if shard else Index.open(index)
-        if folder is not None and (shard or queries is not None):
-            raise VsekitError("--folder applies to one index and one sentence or --image")
-        where = {} if folder is None else {"folder": folder}
         if queries is not None:
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
@@ -291,10 +386,15 @@ def search(
                 resort=resort,
                 engine=engine,
                 **where,
+                **({"rerank": rerank} if rerank else {}),
             )
             # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
             confidence = _confidence(opened) if text is not None and not (plus or minus) else None
-            rows = [_rows(text if text is not None else str(image), hits, confidence)]
+            rows = [_rows(text if text is not None else str(image), hits, confidence, opened)]
+            cosines = hits
+            if rerank and confidence is not None:  # "weak" is calibrated on cosines, not on fused scores
+                cosines = opened.search(text, k=top, min_score=min_score, engine=engine, **where)
+                rows[0]["weak"] = _rows(text, cosines, confidence)["weak"]
         if json_out is not None:
             write_jsonl(json_out, rows)
             console.print(plain(f"wrote {len(rows)} result line(s) to {json_out}"), soft_wrap=True)
@@ -303,5 +403,10 @@ def search(
                 console.print(json.dumps(row), highlight=False, soft_wrap=True, markup=False)
         else:
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
-            _say_confidence(text or "", hits, confidence)
-            _print_hits(f"{rows[0]['query']}{arithmetic}", hits, _why_empty(len(opened), min_score))
+            _say_confidence(text or "", cosines, rows[0].get("weak", False), confidence)
+            reranked = f" (top {rerank} re-ranked by the fusion; scores are fused)" if rerank else ""
+            _print_hits(
+                f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], _why_empty(len(opened), min_score)
+            )
+        if explain is not None:
+            _write_explanations(opened, text, hits, explain)

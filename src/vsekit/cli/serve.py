@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from vsekit.cli._common import console, user_errors
 
@@ -12,11 +13,21 @@ from vsekit.cli._common import console, user_errors
 def serve(
     index: Path = typer.Argument(..., help="Index directory (vsekit index build)."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (default: this machine only)."),
-    port: int = typer.Option(8000, "--port", min=1, max=65535, help="TCP port."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="TCP port (0: any free port)."),
+    allow_host: list[str] = typer.Option(
+        [],
+        "--allow-host",
+        help=(
+            "Another host name the page may be opened by (besides localhost, 127.0.0.1, [::1] and --host); "
+            "repeatable. Requests naming any other Host are refused."
+        ),
+    ),
 ) -> None:
     """Serve a search page for INDEX at http://HOST:PORT (JSON API under /api/, OpenAPI at /docs)."""
     from vsekit.serve import run
 
+    def ready(url: str) -> None:
+        console.print(escape(f"serving {index} on {url} (Ctrl-C stops)"))
+
     with user_errors(interrupted="server stopped"):
-        console.print(f"serving {index} on http://{host}:{port} (Ctrl-C stops)")
-        run(index, host=host, port=port)
+        run(index, host=host, port=port, allow_hosts=tuple(allow_host), ready=ready)

@@ -335,6 +335,12 @@ class Index:
         record = self._view.record(photo_id)
         return None if record is None else record["caption"]
 
+    def uncaptioned(self) -> list[str]:
+        """The ids of photos without a stored caption (new or changed since their caption), sorted."""
+        return [
+            id_text(i) for (i,) in self._view.query("SELECT id FROM photos WHERE caption IS NULL ORDER BY id")
+        ]
+
     def set_captions(self, captions: dict[str, str | None]) -> int:
         """Store captions by photo id (photos the index does not hold are skipped); returns how many
         were stored. A caption is dropped when its photo changes."""

@@ -1,17 +1,21 @@
 """The FastAPI app: one static page and a JSON API over a photo :class:`~vsekit.api.Index`.
 
-``GET /`` the page; ``GET /api/search?q=&k=``; ``POST /api/search/image`` (multipart ``file``, query
-``k``); ``POST /api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``,
-``resort``); ``GET /api/similar/{id}``; ``POST /api/caption`` (multipart ``file``); ``GET
-/api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page: ``GET /api/photo/{id}`` (the
-full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET /api/duplicates?threshold=``.
-Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx
-status.
+``GET /`` the page; ``GET /api/search?q=&k=`` (and ``rerank``, ``folder``, ``taken_after``, ``taken_before``);
+``POST /api/search/image`` (multipart ``file``, query ``k``); ``POST /api/arithmetic`` (form: ``q`` or
+``file`` or ``id``, ``minus``, ``plus``, ``k``, ``resort``); ``GET /api/similar/{id}``; ``POST /api/caption``
+(multipart ``file``); ``GET /api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page:
+``GET /api/photo/{id}`` (the full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET
+/api/duplicates?threshold=``; ``GET /docs`` (Swagger UI, served from this server: it works offline) and ``GET
+/openapi.json``. Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}``
+with a 4xx status.
 
-Safety: photos are addressed by row id only (never by a path from the request), uploads are bounded in
-bytes (413), in time (a body that trickles in past ``body_timeout_s`` is a 408) and in pixels and are
-sniffed by content, queries are bounded in length, nothing from a request is unpickled, and the model
-and the captioner are each used by one request at a time (a lock).
+Safety: requests must name an allowed host and POSTs must come from it (:mod:`vsekit.serve.origins`);
+photos are addressed by row id only (never by a path from the request); uploads are bounded in bytes
+(413, a chunked body cut as soon as it passes the limit), in time (a body or a request head that trickles
+in is a 408: :mod:`vsekit.serve.timeouts`) and in pixels, and are sniffed by content; indexed photos go
+through the same decode, with their own limits; queries are bounded in length; nothing from a request is
+unpickled; no answer names an absolute path. Decoding, the CNN and the captioner run in worker threads
+(two for uploads, four for indexed photos), so a large upload never holds up text search or info.
 """
 
 from __future__ import annotations
@@ -19,47 +23,62 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path, PurePosixPath
+from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
+import anyio
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from PIL import Image
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
 from vsekit.errors import ImageError, VsekitError
 from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
-from vsekit.serve.timeouts import BodyDeadline
+from vsekit.serve.docs import add_docs_routes
+from vsekit.serve.origins import HostGuard, allowed_hosts
+from vsekit.serve.timeouts import BodyGuard, header_deadline_protocol
 from vsekit.serve.uploads import UploadError, decode_upload
-from vsekit.vision.preprocess import load_image
+from vsekit.vision.preprocess import DEFAULT_MAX_BYTES, DEFAULT_MAX_PIXELS, decode_image
 
-__all__ = ["ServeSettings", "create_app", "run"]
+__all__ = ["ServeSettings", "bind", "create_app", "run", "uvicorn_config"]
 
 logger = logging.getLogger(__name__)
 
 MAX_QUERY = 1000
 MAX_WORDS = 8
+ENVELOPE = 64 * 1024  # room for the multipart envelope around an upload of max_upload_bytes
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Limits: upload bytes (20 MB), decoded pixels (40 megapixels), results per request, thumbnail side,
-    seconds a request body may take to arrive (60: 20 MB at 2.7 Mbit/s; a slower body is a 408)."""
+    """Limits: upload bytes (20 MB) and decoded pixels (40 megapixels); indexed photos' bytes and pixels
+    (the library's defaults: 1 GiB, ~179 megapixels); results per request; thumbnail side; seconds a
+    request body may take to arrive (60: 20 MB at 2.7 Mbit/s; a slower body is a 408) and a request head
+    (10); the address the server is bound to and the extra host names it answers to (``allow_hosts``,
+    ``vsekit serve --allow-host``); how often the index looks for a newer committed generation."""
 
     max_upload_bytes: int = 20 * 1024 * 1024
     max_pixels: int = 40_000_000
+    max_photo_bytes: int = DEFAULT_MAX_BYTES
+    max_photo_pixels: int = DEFAULT_MAX_PIXELS
     max_k: int = 100
     thumb_side: int = 256
+    photo_side: int = 2048  # the page's full-size view (GET /api/photo/{id}): long side in pixels
     captions: int = 3
     body_timeout_s: float = 60.0
-    photo_side: int = 2048  # the page's full-size view (GET /api/photo/{id}): long side in pixels
+    header_timeout_s: float = 10.0
+    host: str = "127.0.0.1"
+    allow_hosts: tuple[str, ...] = ()
+    refresh_s: float = 1.0
+    rerank_max: int = 50  # /api/search?rerank=N: at most this many top hits re-ranked by the fusion
 
 
 class _Captioner:
@@ -77,8 +96,81 @@ class _Captioner:
             return self._captioner.describe([image], n=n)[0]
 
 
-def _results(hits: list[SearchHit]) -> dict[str, Any]:
-    return {"results": [{"id": h.id, "path": h.path, "score": round(h.score, 6)} for h in hits]}
+class _LiveIndex:
+    """The index the server answers from. Between requests, at most once per ``interval`` seconds, it
+    moves to the newest committed generation (``Index.refresh``, where the store provides it); a request
+    holds the index it started with."""
+
+    def __init__(self, index: Index | None, interval: float) -> None:
+        self.index, self.interval = index, interval
+        self._next = 0.0
+        self._lock = threading.Lock()
+
+    def current(self) -> Index:
+        index = self.index
+        refresh = getattr(index, "refresh", None)
+        if refresh is None or time.monotonic() < self._next or not self._lock.acquire(blocking=False):
+            return index
+        try:
+            self._next = time.monotonic() + self.interval
+            newer = refresh()
+            if isinstance(newer, Index):  # a refresh that returns the newer index rather than moving
+                self.index = newer
+        except VsekitError as exc:  # a damaged newer generation: keep answering from the one we hold
+            logger.warning("index not refreshed (still serving the generation it holds): %s", exc)
+        finally:
+            self._lock.release()
+        return self.index
+
+
+def _printable(text: str) -> str:
+    """``text`` as valid UTF-8: a file name's bytes that are not UTF-8 (lone surrogates from
+    ``os.fsdecode``) written as ``\\xNN``; JSON cannot carry the surrogates (a 500 otherwise)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file-name decoding made
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _results(hits: list[SearchHit], index: Index | None = None) -> dict[str, Any]:
+    """Hits as JSON; with ``index``, each hit's stored caption (``vsekit index build --captions``)."""
+    results = []
+    for h in hits:
+        result = {"id": h.id, "path": _printable(h.path), "score": round(h.score, 6)}
+        caption = index.caption(h.path) if index is not None else None
+        if caption:
+            result["caption"] = caption
+        results.append(result)
+    return {"results": results}
+
+
+class _ConfidenceOf:
+    """``weak`` and ``warning`` of a sentence search, from the calibration shipped for the index's model
+    (:mod:`vsekit.retrieval.confidence`; loaded once per model file)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Any] = {}
+
+    def of(self, index: Index, query: str, hits: list[SearchHit]) -> dict[str, Any]:
+        from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
+
+        details = index.info()
+        sha = str(details.get("model_sha256", ""))
+        if sha not in self._loaded:
+            self._loaded[sha] = load_confidence(str(details["model"]), sha)
+        calibration = self._loaded[sha]
+        if calibration is None:
+            return {}
+        found: dict[str, Any] = {"weak": is_weak([h.score for h in hits], calibration.weak_below)}
+        warning = language_warning(query, calibration.english_words)
+        if warning is not None:
+            found["warning"] = warning
+        return found
 
 
 def _words(value: str | None) -> list[str]:
@@ -99,14 +191,72 @@ def _photo_path(index: Index, photo_id: int) -> Path:
     return index.photos_dir / rel
 
 
-async def _read_upload(file: UploadFile, settings: ServeSettings) -> Image.Image:
-    data = await file.read(settings.max_upload_bytes + 1)
-    return decode_upload(data, settings.max_upload_bytes, settings.max_pixels)
+def _image_http_error(exc: ImageError) -> HTTPException:
+    """An indexed photo that cannot be shown: gone (404) or no longer a photo we decode (422)."""
+    return HTTPException(404 if exc.kind == "missing" else 422, str(exc))
 
 
-def _install_errors(app: FastAPI) -> None:
+def _open_photo(index: Index, photo_id: int, settings: ServeSettings) -> Image.Image:
+    """Row ``photo_id``'s photo as it is on disk now, through the one decode and the photo limits."""
+    path = _photo_path(index, photo_id)
+    try:
+        return decode_image(
+            path,
+            name=index.paths[photo_id],
+            max_pixels=settings.max_photo_pixels,
+            max_bytes=settings.max_photo_bytes,
+        )
+    except ImageError as exc:
+        raise _image_http_error(exc) from None
+
+
+def _thumbnail(path: Path, name: str, settings: ServeSettings) -> bytes:
+    """A JPEG of at most ``thumb_side`` pixels a side, upright; cached per file version."""
+    try:
+        st = path.stat()
+    except OSError:
+        raise HTTPException(404, f"photo {name} can no longer be read (file not found)") from None
+    try:
+        return _thumbnail_of(path, name, st.st_size, st.st_mtime_ns, settings)
+    except ImageError as exc:
+        raise _image_http_error(exc) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _thumbnail_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
+    side = settings.thumb_side
+    limits = {"max_pixels": settings.max_photo_pixels, "max_bytes": settings.max_photo_bytes}
+    img = decode_image(path, name=name, draft=(side, side), **limits)
+    img.thumbnail((side, side))
+    out = io.BytesIO()
+    img.save(out, format="JPEG", quality=85)
+    return out.getvalue()
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"(),;]+/)+([^\s/'\"(),;]+)")
+
+
+def _public_name(name: str) -> str:
+    """A model's shipped name as it is; a model file's name without its folder."""
+    return PurePath(name).name if ("/" in name or "\\" in name) else name
+
+
+def _scrub(message: str, index: Index | None) -> str:
+    """``message`` without absolute paths: photos relative to their folder, the index and model by name,
+    anything else absolute by its last part (an answer must not tell a web page where files live)."""
+    if index is not None:
+        roots = [(str(index.photos_dir).rstrip("/") + "/", ""), (str(index.path), index.path.name)]
+        model = str(index.manifest.get("model", {}).get("name", ""))
+        if model.startswith("/"):
+            roots.append((model, _public_name(model)))
+        for root, short in sorted(roots, key=lambda r: -len(r[0])):
+            message = message.replace(root, short)
+    return _ABSOLUTE.sub(r"\1", message)
+
+
+def _install_errors(app: FastAPI, live: _LiveIndex) -> None:
     def error(status: int, message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=status)
+        return JSONResponse({"error": _printable(_scrub(message, live.index))}, status_code=status)
 
     @app.exception_handler(UploadError)
     async def _upload(_: Request, exc: UploadError) -> JSONResponse:
@@ -126,10 +276,15 @@ def _install_errors(app: FastAPI) -> None:
         where = ".".join(str(p) for p in first.get("loc", ()))
         return error(422, f"{where}: {first.get('msg', 'invalid request')}")
 
+    @app.exception_handler(Exception)
+    async def _internal(_: Request, exc: Exception) -> JSONResponse:
+        logger.exception("internal error", exc_info=exc)
+        return error(500, f"internal error ({type(exc).__name__}); the server log has the details")
+
     @app.middleware("http")
     async def _limit_body(request: Request, call_next: Any) -> Response:
         length = request.headers.get("content-length")
-        limit = app.state.settings.max_upload_bytes + 64 * 1024  # room for the multipart envelope
+        limit = app.state.settings.max_upload_bytes + ENVELOPE
         if length is not None and not (length.isascii() and length.isdigit()):
             return error(400, f"bad Content-Length header {length[:40]!r}: not a number of bytes")
         if length is not None and int(length) > limit:
@@ -137,14 +292,45 @@ def _install_errors(app: FastAPI) -> None:
         return await call_next(request)
 
 
-def create_app(index: Index, settings: ServeSettings | None = None, captioner_factory: Any = None) -> FastAPI:
+class _Workers:
+    """Threads for the slow work, so the event loop keeps answering: two for uploads (decode, CNN,
+    captioner; two at once bounds the memory of large decodes), four for indexed photos (thumbnails,
+    captions). Text search and info run in the server's own thread pool, apart from both."""
+
+    def __init__(self) -> None:
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+
+    async def run(self, kind: str, fn: Callable[..., Any], *args: Any) -> Any:
+        if kind not in self._limiters:  # made inside the event loop that uses it
+            self._limiters[kind] = anyio.CapacityLimiter(2 if kind == "upload" else 4)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiters[kind])
+
+
+def create_app(
+    index: Index | None, settings: ServeSettings | None = None, captioner_factory: Any = None
+) -> FastAPI:
     """The app over ``index`` (``captioner_factory``: what makes the captioner; default the shipped one)."""
     settings = settings or ServeSettings()
-    app = FastAPI(title="vsekit photo search", description="Search photos by text, photo or arithmetic.")
+    app = FastAPI(
+        title="vsekit photo search",
+        description="Search photos by text, photo or arithmetic.",
+        docs_url=None,  # the CDN pages; add_docs_routes serves Swagger UI from this server instead
+        redoc_url=None,
+    )
     app.state.settings = settings
-    _install_errors(app)
-    _follow_updates(app, index)
-    app.add_middleware(BodyDeadline, seconds=settings.body_timeout_s)  # outermost: bounds every body read
+    live = _LiveIndex(index, settings.refresh_s)
+    app.state.live_index = live
+    _install_errors(app, live)
+    # outermost last: the Host/Origin rule first, then the body's time and byte bounds
+    app.add_middleware(
+        BodyGuard, seconds=settings.body_timeout_s, max_bytes=settings.max_upload_bytes + ENVELOPE
+    )
+    hosts, any_ip = allowed_hosts(settings.host, settings.allow_hosts)
+    app.add_middleware(HostGuard, hosts=hosts, any_ip=any_ip)
+
+    def _current_index() -> Index:
+        """The index of this request: the newest committed generation, checked at most once a second."""
+        return live.current()
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> str:
@@ -152,44 +338,72 @@ def create_app(index: Index, settings: ServeSettings | None = None, captioner_fa
 
     @app.get("/api/info")
     def info() -> dict[str, Any]:
+        """Photo count, the index's folder name, the model's name (a shipped name or a file name) and the
+        search engine; never an absolute path."""
+        index = _current_index()
         details = index.info()
-        fields = {"count": details["count"], "model": details["model"], "engine": details["engine"]}
-        return {**fields, **_page_info(index, settings)}
+        return {
+            "count": details["count"],
+            "index": _printable(index.path.name),
+            "model": _printable(_public_name(str(details["model"]))),
+            "engine": details["engine"],
+            **_page_info(index, settings),
+        }
 
-    _add_search_routes(app, index, settings)
-    _add_photo_routes(app, index, settings, _Captioner(captioner_factory))
-    _add_page_routes(app, lambda: index, settings)
+    add_docs_routes(app)
+    workers = _Workers()
+    _add_search_routes(app, _current_index, settings, workers)
+    _add_photo_routes(app, _current_index, settings, _Captioner(captioner_factory), workers)
+    _add_page_routes(app, _current_index, settings, workers)
     return app
 
 
-def _follow_updates(app: FastAPI, index: Index) -> None:
-    """Between requests, move to the index's newest committed generation (checked at most once a
-    second; a finished `vsekit index update` is served without a restart). Off the event loop: a new
-    segment's checksum is read once."""
-
-    @app.middleware("http")
-    async def _refresh(request: Request, call_next: Any) -> Response:
-        try:
-            await run_in_threadpool(index.maybe_refresh)
-        except VsekitError as exc:  # a damaged new generation: keep serving the one held
-            logger.warning("%s", exc)
-        return await call_next(request)
+async def _upload_bytes(file: UploadFile, settings: ServeSettings) -> bytes:
+    return await file.read(settings.max_upload_bytes + 1)
 
 
-def _add_search_routes(app: FastAPI, index: Index, settings: ServeSettings) -> None:
+def _add_search_routes(
+    app: FastAPI, current: Callable[[], Index], settings: ServeSettings, workers: _Workers
+) -> None:
     K = Query(10, ge=1, le=settings.max_k)
 
+    def decode(data: bytes) -> Image.Image:
+        return decode_upload(data, settings.max_upload_bytes, settings.max_pixels)
+
+    confidence = _ConfidenceOf()
+
     @app.get("/api/search")
-    def search(q: str = Query(..., min_length=1, max_length=MAX_QUERY), k: int = K) -> dict[str, Any]:
-        return _results(index.search(q, k=k))
+    async def search(
+        q: str = Query(..., min_length=1, max_length=MAX_QUERY),
+        k: int = K,
+        rerank: int = Query(0, ge=0, le=settings.rerank_max),
+        folder: str | None = Query(None, max_length=500),
+        taken_after: str | None = Query(None, max_length=40),
+        taken_before: str | None = Query(None, max_length=40),
+    ) -> dict[str, Any]:
+        """The ``k`` photos nearest sentence ``q``; ``rerank=N`` re-orders the top N by the
+        ``vse+aligner`` fusion; filters: ``folder`` (with its subfolders) and the EXIF date taken
+        (``taken_after <= taken < taken_before``, ISO dates). ``weak``: no photo matches well (the model's
+        calibrated threshold); ``warning``: the query does not read as English."""
+        index = current()
+        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+
+        def answer() -> dict[str, Any]:
+            hits = index.search(q, k=max(k, rerank), **filters)
+            shown = index.rerank(q, hits, rerank)[:k] if rerank else hits[:k]
+            return {**_results(shown, index), **confidence.of(index, q, hits)}  # weak: on the cosines
+
+        # the re-rank computes regions with the aligner: a worker thread, like the other slow work
+        return await workers.run("photo", answer) if rerank else answer()
 
     @app.post("/api/search/image")
     async def search_image(file: UploadFile = File(...), k: int = K) -> dict[str, Any]:
-        image = await _read_upload(file, settings)
-        return _results(index.search(image=image, k=k))
+        data, index = await _upload_bytes(file, settings), current()
+        return await workers.run("upload", lambda: _results(index.search(image=decode(data), k=k)))
 
     @app.get("/api/similar/{photo_id}")
     def similar(photo_id: int, k: int = K) -> dict[str, Any]:
+        index = current()
         _photo_path(index, photo_id)
         return _results(index.search(vector=index.vectors[photo_id], k=k))
 
@@ -204,85 +418,105 @@ def _add_search_routes(app: FastAPI, index: Index, settings: ServeSettings) -> N
         file: UploadFile | None = File(None),
     ) -> dict[str, Any]:
         """Kiros et al. 2014, Eq. 15: (query - minus words + plus words), normalised, by cosine."""
-        image = await _read_upload(file, settings) if file is not None and file.filename else None
-        vector = None
-        if photo_id is not None:
-            _photo_path(index, photo_id)
-            vector = index.vectors[photo_id]
-        q = q if q and q.strip() else None
-        if sum(x is not None for x in (q, image, vector)) != 1:
-            raise UploadError("give one query: a sentence 'q', a photo 'file' or an indexed photo 'id'")
+        data = await _upload_bytes(file, settings) if file is not None and file.filename else None
+        index = current()
         words = {"minus": _words(minus), "plus": _words(plus)}
-        return _results(index.search(q, image, vector=vector, k=k, resort=resort, **words))
+
+        def answer() -> dict[str, Any]:
+            image = decode(data) if data is not None else None
+            vector = None
+            if photo_id is not None:
+                _photo_path(index, photo_id)
+                vector = index.vectors[photo_id]
+            text = q if q and q.strip() else None
+            if sum(x is not None for x in (text, image, vector)) != 1:
+                raise UploadError("give one query: a sentence 'q', a photo 'file' or an indexed photo 'id'")
+            return _results(index.search(text, image, vector=vector, k=k, resort=resort, **words))
+
+        return await workers.run("upload", answer)
 
 
-def _add_photo_routes(app: FastAPI, index: Index, settings: ServeSettings, captioner: _Captioner) -> None:
+def _add_photo_routes(
+    app: FastAPI,
+    current: Callable[[], Index],
+    settings: ServeSettings,
+    captioner: _Captioner,
+    workers: _Workers,
+) -> None:
     @app.post("/api/caption")
     async def caption(file: UploadFile = File(...)) -> dict[str, Any]:
-        image = await _read_upload(file, settings)
-        return {"captions": captioner.describe(image, settings.captions)}
+        data = await _upload_bytes(file, settings)
+
+        def answer() -> dict[str, Any]:
+            image = decode_upload(data, settings.max_upload_bytes, settings.max_pixels)
+            return {"captions": captioner.describe(image, settings.captions)}
+
+        return await workers.run("upload", answer)
 
     @app.get("/api/caption/{photo_id}")
-    def caption_indexed(photo_id: int) -> dict[str, Any]:
-        return {"captions": captioner.describe(_photo_path(index, photo_id), settings.captions)}
+    async def caption_indexed(photo_id: int) -> dict[str, Any]:
+        index = current()
+
+        def answer() -> dict[str, Any]:
+            image = _open_photo(index, photo_id, settings)
+            return {"captions": captioner.describe(image, settings.captions)}
+
+        return await workers.run("photo", answer)
 
     @app.get("/api/thumb/{photo_id}")
-    def thumb(photo_id: int) -> Response:
-        data = _thumbnail(_photo_path(index, photo_id), settings.thumb_side)
+    async def thumb(photo_id: int) -> Response:
+        index = current()
+        path = _photo_path(index, photo_id)
+        data = await workers.run("photo", _thumbnail, path, index.paths[photo_id], settings)
         return Response(data, media_type="image/jpeg")
 
 
-@functools.lru_cache(maxsize=1024)
-def _thumbnail(path: Path, side: int) -> bytes:
-    try:
-        with Image.open(path) as img:
-            img.thumbnail((side, side))
-            out = io.BytesIO()
-            img.convert("RGB").save(out, format="JPEG", quality=85)
-            return out.getvalue()
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
-
-
-# --- The page's read-only additions (page helper): what the static page needs beyond the search API. ---
+# --- what the page needs beyond the search API: the full-size view, why this photo, near-duplicates ---
 
 
 def _page_info(index: Index, settings: ServeSettings) -> dict[str, Any]:
-    """``/api/info`` fields for the page's header, paging and folder filter: the index's and the photo
-    folder's names (not a filesystem path), the largest ``k`` a request may ask for, and the folders that
-    hold photos (relative to the photo folder, at most 500)."""
-    folders = sorted({str(PurePosixPath(p).parent) for p in index.paths} - {"."})
-    return {
-        "index": index.path.name,
-        "folder": index.photos_dir.name,
+    """``/api/info`` fields for the page's header, paging and folder filter: the photo folder's name (not
+    a filesystem path), the largest ``k`` a request may ask for, and the folders that hold photos
+    (relative to the photo folder, at most 500)."""
+    fields = {
+        "folder": _printable(index.photos_dir.name),
         "max_k": settings.max_k,
-        "folders": folders[:500],
+        "folders": [_printable(f) for f in index.folders(limit=500)],
     }
+    if settings.rerank_max and index.rerank_available():
+        fields["rerank_max"] = settings.rerank_max
+    return fields
 
 
-def _add_page_routes(app: FastAPI, current: Callable[[], Index], settings: ServeSettings) -> None:
+def _add_page_routes(
+    app: FastAPI, current: Callable[[], Index], settings: ServeSettings, workers: _Workers
+) -> None:
     """The page's routes; ``current()`` is the index a request answers from."""
 
     @app.get("/api/photo/{photo_id}")
-    def photo(photo_id: int) -> Response:
+    async def photo(photo_id: int) -> Response:
         """The indexed photo upright, as a JPEG of at most ``photo_side`` pixels on its long side."""
-        path = _photo_path(current(), photo_id)
-        try:
-            stat = path.stat()
-        except OSError:
-            raise HTTPException(404, f"photo {path.name} can no longer be read (file not found)") from None
-        data = _full_size(path, stat.st_mtime_ns, stat.st_size, settings.photo_side)
+        index = current()
+        path = _photo_path(index, photo_id)
+        data = await workers.run("photo", _full_size, path, index.paths[photo_id], settings)
         # no caching header: ids are rows, and a live index may give an id another photo after an update
         return Response(data, media_type="image/jpeg")
 
     @app.get("/api/explain/{photo_id}")
-    def explain(photo_id: int, q: str = Query(..., min_length=1, max_length=MAX_QUERY)) -> dict[str, Any]:
+    async def explain(
+        photo_id: int, q: str = Query(..., min_length=1, max_length=MAX_QUERY)
+    ) -> dict[str, Any]:
         """Why this photo matches ``q`` (:meth:`vsekit.Index.explain`): ``{"width", "height", "words":
         [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``, boxes ``[x0, y0, x1, y1]``
         in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12)."""
         index = current()
         _photo_path(index, photo_id)
-        return index.explain(photo_id, q)
+
+        def answer() -> dict[str, Any]:
+            found = index.explain(photo_id, q)
+            return {**found, "path": _printable(found["path"])}
+
+        return await workers.run("photo", answer)
 
     @app.get("/api/duplicates")
     def duplicates(threshold: float = Query(DEFAULT_THRESHOLD, ge=-1.0, le=1.0)) -> dict[str, Any]:
@@ -290,27 +524,92 @@ def _add_page_routes(app: FastAPI, current: Callable[[], Index], settings: Serve
         paths = list((index := current()).paths)
         row = {path: i for i, path in enumerate(paths)}
         groups = duplicate_groups(index.vectors, paths, threshold)
-        return {"groups": [[{"id": row[p], "path": p} for p in group] for group in groups]}
+        return {"groups": [[{"id": row[p], "path": _printable(p)} for p in group] for group in groups]}
+
+
+def _full_size(path: Path, name: str, settings: ServeSettings) -> bytes:
+    """The lightbox's JPEG through the one decode (upright, the photo limits); cached per file version."""
+    try:
+        st = path.stat()
+    except OSError:
+        raise HTTPException(404, f"photo {name} can no longer be read (file not found)") from None
+    try:
+        return _full_size_of(path, name, st.st_size, st.st_mtime_ns, settings)
+    except ImageError as exc:
+        raise _image_http_error(exc) from None
 
 
 @functools.lru_cache(maxsize=32)
-def _full_size(path: Path, mtime_ns: int, size: int, side: int) -> bytes:
-    """The lightbox's JPEG, decoded by the one decode path (EXIF upright, RGB); keyed by the file's
-    modification time and size so a photo changed in place is re-read."""
-    try:
-        img = load_image(path)
-    except ImageError as exc:
-        raise HTTPException(404, f"photo {path.name} can no longer be read ({exc})") from None
+def _full_size_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
+    side = settings.photo_side
+    limits = {"max_pixels": settings.max_photo_pixels, "max_bytes": settings.max_photo_bytes}
+    img = decode_image(path, name=name, draft=(side, side), **limits)
     img.thumbnail((side, side), Image.Resampling.LANCZOS)
     out = io.BytesIO()
     img.save(out, format="JPEG", quality=88)
     return out.getvalue()
 
 
-def run(index_path: str | Path, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve the index at ``index_path`` with uvicorn (loopback only unless ``host`` says otherwise)."""
+def uvicorn_config(app: FastAPI, host: str, port: int, settings: ServeSettings | None = None) -> Any:
+    """The uvicorn configuration ``vsekit serve`` runs ``app`` with (h11, with the request-head deadline)."""
     import uvicorn
 
+    settings = settings or app.state.settings
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        http=header_deadline_protocol(settings.header_timeout_s),
+    )
+
+
+def bind(host: str, port: int) -> Any:
+    """A listening socket on ``host:port``, or a :class:`VsekitError` saying why not (a busy port)."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise VsekitError(f"cannot listen on {host}:{port} (unknown address: {exc.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT, not a busy one
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = "the port is in use" if exc.errno == 98 else (exc.strerror or type(exc).__name__)
+        raise VsekitError(f"cannot listen on {host}:{port} ({reason})") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(
+    index_path: str | Path,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    *,
+    allow_hosts: tuple[str, ...] = (),
+    ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve the index at ``index_path`` with uvicorn (loopback only unless ``host`` says otherwise).
+
+    The index is opened and the port bound first, so a missing index or a busy port is an error before
+    anything says "serving"; then ``ready`` gets the URL, and the models load on the first query."""
     index = Index.open(index_path)
-    logger.info("serving %s (%d photos) on http://%s:%d", index_path, len(index), host, port)
-    uvicorn.run(create_app(index), host=host, port=port, log_level="warning")
+    sock = bind(host, port)
+    url_host = f"[{host}]" if ":" in host else host
+    url = f"http://{url_host}:{sock.getsockname()[1]}"
+    logger.info("serving %s (%d photos) on %s", index_path, len(index), url)
+    if ready is not None:
+        ready(url)
+    import uvicorn
+
+    settings = ServeSettings(host=host, allow_hosts=tuple(allow_hosts))
+    try:
+        uvicorn.Server(uvicorn_config(create_app(index, settings), host, port, settings)).run(sockets=[sock])
+    finally:
+        sock.close()

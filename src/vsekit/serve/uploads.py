@@ -1,18 +1,17 @@
 """Photos sent to the server: bounded in bytes and pixels, decoded by content, never trusted by name.
 
-The bytes are sniffed by PIL (the filename and content type are ignored); the declared width x height is
-checked against a pixel budget before any pixel is decoded, so a small file that expands to a huge image
-(a decompression bomb) is refused cheaply.
+The decode is the library's one decode of a user's image (:func:`vsekit.vision.preprocess.decode_image`):
+sniffed by content (the filename and content type are ignored), the width x height its header declares
+checked against a pixel budget before any pixel is decoded (a decompression bomb is refused cheaply),
+then upright by EXIF orientation, first frame, RGB, exactly as the command line reads a file.
 """
 
 from __future__ import annotations
 
-import io
-import warnings
-
 from PIL import Image
 
-from vsekit.errors import VsekitError
+from vsekit.errors import ImageError, VsekitError
+from vsekit.vision.preprocess import decode_image
 
 __all__ = ["UploadError", "decode_upload"]
 
@@ -26,29 +25,18 @@ class UploadError(VsekitError):
 
 
 def decode_upload(data: bytes, max_bytes: int, max_pixels: int) -> Image.Image:
-    """An RGB image from uploaded bytes (first frame of an animation), or an :class:`UploadError`."""
+    """An upright RGB image from uploaded bytes (first frame of an animation), or an :class:`UploadError`."""
     if len(data) > max_bytes:
         raise UploadError(f"upload of {len(data)} bytes; the limit is {max_bytes}", status=413)
     if not data:
         raise UploadError("empty upload: send a photo in the multipart field 'file'")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data)) as img:
-                width, height = img.size
-                if width * height > max_pixels:
-                    raise UploadError(
-                        f"image of {width} x {height} pixels; the limit is {max_pixels} pixels", status=413
-                    )
-                img.load()
-                return img.convert("RGB")
-    except UploadError:
-        raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise UploadError(f"image refused: {exc}", status=413) from None
-    except Image.UnidentifiedImageError:  # its message is the repr of our in-memory buffer
-        raise UploadError(
-            f"not a readable image (the {len(data)} bytes in field 'file' are in no image format PIL reads)"
-        ) from None
-    except (OSError, ValueError, SyntaxError) as exc:
-        raise UploadError(f"not a readable image ({exc or type(exc).__name__})") from None
+        return decode_image(data, name="upload", max_pixels=max_pixels, max_bytes=max_bytes)
+    except ImageError as exc:
+        if exc.kind == "too_large":
+            raise UploadError(f"image of {exc.reason}", status=413) from None
+        if exc.kind == "format":
+            raise UploadError(
+                f"not a readable image (the {len(data)} bytes in field 'file' are {exc.reason})"
+            ) from None
+        raise UploadError(f"not a readable image ({exc.reason})") from None

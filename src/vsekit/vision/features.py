@@ -83,7 +83,7 @@ from vsekit.vision.engine import (
     resolve_engine,
 )
 from vsekit.vision.fne import DEFAULT_THRESHOLDS, FullNetworkEmbedding
-from vsekit.vision.preprocess import Preprocessing, load_image
+from vsekit.vision.preprocess import Preprocessing, load_image, upright_rgb
 from vsekit.vision.spec import FEATURE_KINDS, FeatureSpec
 
 __all__ = [
@@ -515,9 +515,9 @@ def _decode(source: Any) -> Image.Image:
     """An RGB image from a file path or an (already opened) PIL image."""
     if isinstance(source, Image.Image):
         try:
-            return source.convert("RGB")
+            return upright_rgb(source)  # a photo a user opened is seen upright, as its file would be
         except (OSError, ValueError, SyntaxError) as exc:
-            raise ImageError(f"{source!r}: cannot read image ({exc or type(exc).__name__})") from exc
+            raise ImageError(f"image: cannot read image ({exc or type(exc).__name__})") from exc
     return load_image(source)
 
 

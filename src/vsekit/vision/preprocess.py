@@ -8,8 +8,14 @@ record exactly which preprocessing produced them.
 
 from __future__ import annotations
 
+import io
+import logging
+import os
+import re
+import stat
+import threading
 from dataclasses import dataclass
-from pathlib import Path
+from typing import IO, NoReturn
 
 import numpy as np
 import torch
@@ -17,35 +23,191 @@ from PIL import Image, ImageOps
 
 from vsekit.errors import ImageError
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "Preprocessing", "load_image"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_PIXELS",
+    "IMAGE_FORMATS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "Preprocessing",
+    "decode_image",
+    "load_image",
+    "readable_formats",
+    "upright_rgb",
+]
+
+logger = logging.getLogger(__name__)
 
 # The per-channel statistics of the ImageNet training set used by torchvision's models.
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
 IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
+#: Pixels an image may declare before it is refused unread: Pillow's own hard limit (2 x its
+#: ``MAX_IMAGE_PIXELS``, ~179 megapixels), so a file the CLI read before still reads; the server asks less.
+DEFAULT_MAX_PIXELS = 2 * 89_478_485
+#: Bytes an image file may have (a 179-megapixel uncompressed 16-bit TIFF is ~1 GB).
+DEFAULT_MAX_BYTES = 1 << 30
 
-def load_image(path: str | Path) -> Image.Image:
-    """Open ``path`` and decode it completely into an upright (EXIF orientation applied) RGB image.
+#: The formats :func:`decode_image` opens, sniffed from the bytes (the file name plays no part). Others
+#: that Pillow knows are refused on purpose: EPS, for one, would run Ghostscript on a user's file. HEIF
+#: (HEIC, every iPhone) needs the ``pillow-heif`` plugin; AVIF is read by Pillow itself when built with it.
+IMAGE_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 
-    PIL decodes lazily, so a truncated or corrupt file would otherwise only fail later, deep inside a
-    batch loop; forcing ``load()`` here makes the error surface immediately and name the file.
+EXIF_ORIENTATION = 0x0112
+_formats: tuple[str, ...] | None = None
+_formats_lock = threading.Lock()
+
+
+def readable_formats() -> tuple[str, ...]:
+    """:data:`IMAGE_FORMATS` that this Pillow can open, registering the HEIF plugin on first use (lazily:
+    most commands never decode a photo, and importing it costs start-up time)."""
+    global _formats
+    with _formats_lock:
+        if _formats is None:
+            try:
+                from pillow_heif import register_heif_opener
+
+                register_heif_opener()
+            except ImportError:  # optional: without it a HEIC file is "not an image vsekit reads"
+                logger.debug("pillow-heif is not installed: HEIC/HEIF photos cannot be read")
+            Image.init()
+            _formats = tuple(f for f in IMAGE_FORMATS if f in Image.OPEN)
+        return _formats
+
+
+def _fail(name: str, reason: str, kind: str) -> NoReturn:
+    # The cause carries the reason alone, so a caller that prints ``exc.__cause__`` prints words, never
+    # the repr of an in-memory buffer (``<_io.BytesIO object at 0x...>``).
+    raise ImageError(f"{name}: cannot read image ({reason})", reason=reason, kind=kind) from ValueError(
+        reason
+    )
+
+
+def _name_of(source: object, name: str | None) -> str:
+    if name is not None:
+        return name
+    if isinstance(source, (str, os.PathLike)):
+        return str(source)
+    return "image"
+
+
+def _open_source(
+    source: str | os.PathLike[str] | bytes | IO[bytes], name: str, max_bytes: int
+) -> IO[bytes] | str | os.PathLike[str]:
+    """What :func:`Image.open` reads, after the byte limit and, for a path, the regular-file check (a
+    FIFO would block forever, ``/dev/zero`` would never end)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        size = len(source)
+        source = io.BytesIO(source)
+    elif isinstance(source, (str, os.PathLike)):
+        try:
+            st = os.stat(source)
+        except FileNotFoundError:
+            _fail(name, "file not found", "missing")
+        except OSError as exc:
+            _fail(name, exc.strerror or type(exc).__name__, "missing")
+        if not stat.S_ISREG(st.st_mode):
+            _fail(name, "not a regular file", "missing")
+        size = st.st_size
+    elif source.seekable():  # an open file: its size from where it stands to its end
+        start = source.tell()
+        size = source.seek(0, os.SEEK_END) - start
+        source.seek(start)
+    else:
+        size = None  # a stream: Pillow reads only what the header and the pixels need
+    if size == 0:
+        _fail(name, "empty file", "format")
+    if size is not None and size > max_bytes:
+        _fail(name, f"{size} bytes; the limit is {max_bytes}", "too_large")
+    return source
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """RGB pixels; 16- and 32-bit grey (scanned TIFFs) is scaled to 8 bits rather than clipped to white."""
+    if img.mode in ("I;16", "I;16L", "I;16B", "I;16N"):
+        grey = (np.asarray(img, dtype=np.uint16) >> 8).astype(np.uint8)
+        img = Image.fromarray(grey)
+    elif img.mode in ("I", "F"):
+        arr = np.asarray(img, dtype=np.float64)
+        top = float(arr.max()) if arr.size else 0.0
+        scale = 255.0 / top if top > 255.0 else 1.0
+        img = Image.fromarray(np.clip(arr * scale, 0, 255).astype(np.uint8))
+    return img if img.mode == "RGB" else img.convert("RGB")  # RGB already: no copy of a large photo
+
+
+def upright_rgb(img: Image.Image) -> Image.Image:
+    """An already opened image upright (EXIF orientation applied) and RGB.
+
+    A phone stores a portrait photo sideways plus an EXIF Orientation tag; every viewer turns it upright,
+    so the network must see it upright too. The result carries no orientation tag, so applying this twice
+    is applying it once.
+    """
+    if img.getexif().get(EXIF_ORIENTATION, 1) != 1:  # most photos: no copy for nothing
+        img = ImageOps.exif_transpose(img)
+    return _to_rgb(img)
+
+
+def decode_image(
+    source: str | os.PathLike[str] | bytes | IO[bytes],
+    *,
+    name: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    draft: tuple[int, int] | None = None,
+) -> Image.Image:
+    """The one decode of every image a user hands in (a path, bytes or an open binary file): the first
+    frame, upright by EXIF orientation, RGB, fully decoded.
+
+    The type is sniffed from the content (the name and extension play no part), the file must be a
+    regular file of at most ``max_bytes``, and the width x height its header declares must be at most
+    ``max_pixels`` before a pixel is decoded (a small file that expands to a huge image is refused
+    cheaply). ``draft``: a size the caller will shrink to anyway (a thumbnail); JPEG then decodes at
+    1/2 to 1/8 scale, never below it. ``name`` is how errors call the image (default: the path).
+
+    Raises:
+        ImageError: one line ``NAME: cannot read image (REASON)``; ``reason`` and ``kind`` say why.
+    """
+    name = _name_of(source, name)
+    opened = _open_source(source, name, max_bytes)
+    try:
+        with Image.open(opened, formats=readable_formats()) as img:
+            width, height = img.size
+            if width * height > max_pixels:
+                _fail(name, f"{width} x {height} pixels; the limit is {max_pixels} pixels", "too_large")
+            if draft is not None and img.format in ("JPEG", "MPO"):
+                img.draft("RGB", draft)
+            # PIL decodes lazily: load() here makes a truncated file fail now, naming it, not deep
+            # inside a batch loop later. An animation's first frame is the frame Image.open is on.
+            img.load()
+            return upright_rgb(img)
+    except ImageError:
+        raise
+    except Image.DecompressionBombError as exc:  # over Pillow's own limit, refused while opening
+        declared = re.search(r"\((\d+) pixels\)", str(exc))
+        pixels = f"{declared.group(1)} pixels" if declared else "too many pixels"
+        limit = min(max_pixels, 2 * (Image.MAX_IMAGE_PIXELS or DEFAULT_MAX_PIXELS // 2))
+        _fail(name, f"{pixels}; the limit is {limit} pixels", "too_large")
+    except FileNotFoundError:
+        _fail(name, "file not found", "missing")
+    except Image.UnidentifiedImageError:  # its message is the repr of the buffer it was given
+        _fail(name, f"not an image in a format vsekit reads ({', '.join(readable_formats())})", "format")
+    except (OSError, ValueError, SyntaxError, EOFError, MemoryError) as exc:
+        # "image file is truncated" is an OSError; some broken headers surface as ValueError/SyntaxError
+        # from the PIL plugins.
+        reason = str(exc) or type(exc).__name__
+        if "BytesIO" in reason or " at 0x" in reason:  # never an object's repr in a message
+            reason = type(exc).__name__
+        _fail(name, reason, "damaged")
+
+
+def load_image(path: str | os.PathLike[str] | bytes | IO[bytes]) -> Image.Image:
+    """Open ``path`` and decode it completely into an upright RGB image (:func:`decode_image` with the
+    default limits; errors name the path).
 
     Raises:
         ImageError: the file is missing, is not an image, or cannot be fully decoded.
     """
-    try:
-        with Image.open(path) as img:
-            img.load()
-            # A phone stores a portrait photo sideways plus an EXIF Orientation tag; every viewer turns it
-            # upright, so the network must see it upright too.
-            return ImageOps.exif_transpose(img).convert("RGB")
-    except FileNotFoundError:
-        raise ImageError(f"{path}: cannot read image (file not found)") from None
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        # UnidentifiedImageError and "image file is truncated" are both OSErrors; some broken headers
-        # surface as ValueError/SyntaxError from the PIL plugins.
-        reason = str(exc) or type(exc).__name__
-        raise ImageError(f"{path}: cannot read image ({reason})") from exc
+    return decode_image(path)
 
 
 @dataclass(frozen=True)
