@@ -29,7 +29,9 @@ DESCRIPTION = (
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--data", type=Path, default=SHARED)
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=0)

@@ -73,7 +73,9 @@ def test_bad_slice_files_are_named(tmp_path):
     bad.write_text(json.dumps({"name": "v", "source_split": "train", "seed": 0, "image_ids": ["a", "a"]}))
     with pytest.raises(VsekitError, match="bad.json: .*twice"):
         load_validation_slice(bad)
-    bad.write_text(json.dumps({"name": "v", "source_split": "train", "seed": 0, "image_ids": ["a"], "size": 2}))
+    bad.write_text(
+        json.dumps({"name": "v", "source_split": "train", "seed": 0, "image_ids": ["a"], "size": 2})
+    )
     with pytest.raises(VsekitError, match="bad.json: .*'size'"):
         load_validation_slice(bad)
     with pytest.raises(VsekitError, match="available validation slices: .*flickr8k-val1000"):

@@ -154,7 +154,8 @@ def apply_validation_slice(corpus: Corpus, vslice: ValidationSlice) -> Corpus:
     where = vslice.path or vslice.name
     if vslice.source_split not in corpus.splits:
         raise CorpusError(
-            f"{where}: the slice is drawn from split '{vslice.source_split}', which {corpus.root} does not have"
+            f"{where}: the slice is drawn from split '{vslice.source_split}', which {corpus.root} "
+            "does not have"
         )
     source = corpus.splits[vslice.source_split]
     held = set(vslice.image_ids)
@@ -198,7 +199,8 @@ def check_selection_splits(
     if train_split != vslice.fit_split:
         raise VsekitError(
             f"{source}: field 'train_split' must be {vslice.fit_split!r} with validation_slice "
-            f"{vslice.path or vslice.name!r} (the slice's images are held out of training; got {train_split!r})"
+            f"{vslice.path or vslice.name!r} (the slice's images are held out of training; "
+            f"got {train_split!r})"
         )
 
 
