@@ -431,7 +431,8 @@ def _dev_evaluator(
         decode_s = time.perf_counter() - t0
         scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
         scores = {**scores, **caption_diversity(texts), "decode_s": round(decode_s, 2)}
-        rounded = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()}
+        # plain floats: a NumPy scalar from a custom score_fn would make the checkpoint unreadable
+        rounded = {k: (round(float(v), 2) if isinstance(v, float) else v) for k, v in scores.items()}
         return float(scores["cider"] or 0.0), rounded
 
     return evaluate
