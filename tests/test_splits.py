@@ -107,3 +107,25 @@ def test_shipped_slice_is_remade_exactly_from_the_real_split_files(flickr8k_full
             assert not held & set(corpus.splits[other])
     sliced = apply_validation_slice(corpus, shipped)
     assert len(sliced.splits["train-minus-val1000"]) == 5000 and len(sliced.splits["val1000"]) == 1000
+
+
+def test_joint_embedding_recipe_with_a_slice_trains_on_the_rest_and_selects_on_the_slice(tmp_path):
+    from corpus_helpers import fake_image_features
+    from train_helpers import tiny_train_config
+    from vsekit.embedding.trainer import train
+
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "c", 16, 6, 6))
+    path = write_validation_slice(make_validation_slice(corpus, "val4", 4, seed=0), tmp_path / "val4.json")
+    config = tiny_train_config(
+        epochs=1, validation_slice=str(path), train_split="train-minus-val4", dev_split="val4"
+    )
+    summary = train(corpus, config, tmp_path / "run", progress=False, feature_fn=fake_image_features)
+    meta = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert meta["validation_slice"] == str(path) and summary["best_epoch"] == 1
+    from vsekit.training.checkpoint import read_checkpoint
+
+    identity = read_checkpoint(tmp_path / "run" / "checkpoint.pt", "joint-embedding")["data"]
+    assert (identity["n_train_captions"], identity["n_dev_captions"]) == (12 * 5, 4 * 5)
+    bad = tiny_train_config(epochs=1, validation_slice=str(path))
+    with pytest.raises(VsekitError, match="field 'dev_split' must be 'val4'"):
+        train(corpus, bad, tmp_path / "bad", progress=False, feature_fn=fake_image_features)

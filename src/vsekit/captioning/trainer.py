@@ -26,7 +26,7 @@ from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
 from vsekit.captioning.scst import BASELINES, scst_loss
 from vsekit.data.corpus import Corpus
-from vsekit.data.splits import apply_validation_slice, check_selection_splits, load_validation_slice
+from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
 from vsekit.errors import CorpusError, VsekitError
@@ -499,11 +499,8 @@ def train_captioner(
 def selection_corpus(corpus: Corpus, config: CaptionTrainConfig) -> Corpus:
     """``corpus`` with the recipe's validation slice applied (its ``train-minus-<slice>`` and ``<slice>``
     splits), after checking that the recipe trains on the one and selects on the other."""
-    if config.validation_slice is None:
-        return corpus
-    vslice = load_validation_slice(config.validation_slice)
-    check_selection_splits(f"recipe {config.name!r}", config.train_split, config.dev_split, vslice)
-    return apply_validation_slice(corpus, vslice)
+    source = f"recipe {config.name!r}"
+    return corpus_for_selection(corpus, config.train_split, config.dev_split, config.validation_slice, source)
 
 
 def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRNNCaptioner | None:

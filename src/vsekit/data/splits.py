@@ -37,6 +37,7 @@ __all__ = [
     "ValidationSlice",
     "apply_validation_slice",
     "check_selection_splits",
+    "corpus_for_selection",
     "draw_slice",
     "ids_sha256",
     "load_validation_slice",
@@ -202,6 +203,18 @@ def check_selection_splits(
             f"{vslice.path or vslice.name!r} (the slice's images are held out of training; "
             f"got {train_split!r})"
         )
+
+
+def corpus_for_selection(
+    corpus: Corpus, train_split: str, dev_split: str, validation_slice: str | None, source: str
+) -> Corpus:
+    """What a trainer trains and selects on: ``corpus`` itself without a slice; with one (a shipped name or
+    a file), ``corpus`` plus the slice's two splits, after :func:`check_selection_splits`."""
+    if validation_slice is None:
+        return corpus
+    vslice = load_validation_slice(validation_slice)
+    check_selection_splits(source, train_split, dev_split, vslice)
+    return apply_validation_slice(corpus, vslice)
 
 
 def write_validation_slice(vslice: ValidationSlice, path: str | os.PathLike[str]) -> Path:
