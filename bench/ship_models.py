@@ -10,9 +10,9 @@ ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers re
 candidates with the shipped joint model is tuned on the validation slice val1000 (selection protocol,
 docs/joint-embedding.md; ``--tune-split dev`` for the old behaviour) (weight x length penalty grid of
 :func:`vsekit.captioning.rerank.tune_rerank`, on the float16 weights that ship), and the beam with the best
-CIDEr-D on that split (ties: BLEU-4) is kept, with its weights and the joint model's sha256 pin. Ship `vse` first: the
-captioner is tuned against, and pinned to, whatever `vse` is in the package then. Every beam's grid goes to
-bench/results/captioner_rerank.json.
+CIDEr-D on that split (ties: BLEU-4) is kept, with its weights and the joint model's sha256 pin. Ship `vse`
+first: the captioner is tuned against, and pinned to, whatever `vse` is in the package then. Every beam's
+grid goes to bench/results/captioner_rerank.json.
 """
 
 from __future__ import annotations
