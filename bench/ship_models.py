@@ -7,11 +7,12 @@
 ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace ``extra.dev``.
 
 ``captioner``: the run's best epoch in float16; then for each beam size the reranking of that many beam
-candidates with the shipped joint model is tuned on dev (weight x length penalty grid of
+candidates with the shipped joint model is tuned on the validation slice val1000 (selection protocol,
+docs/joint-embedding.md; ``--tune-split dev`` for the old behaviour) (weight x length penalty grid of
 :func:`vsekit.captioning.rerank.tune_rerank`, on the float16 weights that ship), and the beam with the best
-dev CIDEr-D (ties: BLEU-4) is kept, with its weights and the joint model's sha256 pin. Ship `vse` first: the
-captioner is tuned against, and pinned to, whatever `vse` is in the package then. Every beam's grid goes to
-bench/results/captioner_rerank.json.
+CIDEr-D on that split (ties: BLEU-4) is kept, with its weights and the joint model's sha256 pin. Ship `vse`
+first: the captioner is tuned against, and pinned to, whatever `vse` is in the package then. Every beam's
+grid goes to bench/results/captioner_rerank.json.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import torch
 from vsekit.captioning.captioner import load_captioner, save_captioner
 from vsekit.captioning.trainer import default_score_fn, tune_captioner_rerank
 from vsekit.data import load_corpus
+from vsekit.data.splits import apply_validation_slice, load_validation_slice
 from vsekit.embedding.evaluate import model_features
 from vsekit.embedding.model import load_model, save_model
 from vsekit.metrics.ranking import evaluate_protocol
@@ -68,8 +70,12 @@ def ship_vse(run_model: Path, out: Path) -> None:
     )
 
 
-def ship_captioner(run_model: Path, out: Path, beams: list[int]) -> None:
+def ship_captioner(run_model: Path, out: Path, beams: list[int], tune_split: str = "val1000") -> None:
     corpus = load_corpus(SHARED)
+    if tune_split != "dev":  # the selection protocol: choices on the slice, dev read once for the report
+        slice_name = {"val1000": "flickr8k-val1000"}.get(tune_split, tune_split)
+        corpus = apply_validation_slice(corpus, load_validation_slice(slice_name))
+        tune_split = load_validation_slice(slice_name).name
     joint = pretrained_path("vse")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,7 +87,7 @@ def ship_captioner(run_model: Path, out: Path, beams: list[int]) -> None:
             info = tune_captioner_rerank(
                 tuned,
                 corpus,
-                "dev",
+                tune_split,
                 beam,
                 default_score_fn,
                 say=print,
@@ -93,7 +99,8 @@ def ship_captioner(run_model: Path, out: Path, beams: list[int]) -> None:
         save_captioner(load_captioner(best["path"]), out, half=True)  # float16 values: lossless
     print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB; kept beam {best['beam']}: {best['settings']}")
     record = {
-        "benchmark": "captioner rerank tuning (Flickr8K dev, 1,000 images)",
+        "benchmark": f"captioner rerank tuning (Flickr8K {tune_split})",
+        "tune_split": tune_split,
         "date": date.today().isoformat(),
         "captioner": str(run_model),
         "joint_model": "vse (shipped)",
@@ -112,13 +119,18 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="default: the shipped file of that name")
     parser.add_argument("--beams", default="3,5,7", help="captioner: beam sizes to tune the rerank for")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--tune-split",
+        default="val1000",
+        help="captioner: where the rerank is tuned (val1000, a slice, or dev)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or pretrained_path(args.what)
     if args.what == "vse":
         ship_vse(args.run_model, out)
     else:
-        ship_captioner(args.run_model, out, [int(b) for b in args.beams.split(",")])
+        ship_captioner(args.run_model, out, [int(b) for b in args.beams.split(",")], args.tune_split)
 
 
 if __name__ == "__main__":

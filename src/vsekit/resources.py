@@ -21,6 +21,7 @@ __all__ = [
     "REGION_CAPTION_RECIPES_DIR",
     "default_cache_root",
     "SCNLM_RECIPES_DIR",
+    "SPLITS_DIR",
     "is_shipped_joint_model",
     "pretrained_path",
     "recipe_names",
@@ -34,6 +35,8 @@ CAPTION_RECIPES_DIR = RECIPES_DIR / "captioning"
 SCNLM_RECIPES_DIR = RECIPES_DIR / "scnlm"
 ALIGNMENT_RECIPES_DIR = RECIPES_DIR / "alignment"
 REGION_CAPTION_RECIPES_DIR = RECIPES_DIR / "region_captioning"
+#: validation slices carved from training splits (the selection protocol: vsekit.data.splits)
+SPLITS_DIR = RECIPES_DIR / "splits"
 
 
 def default_cache_root() -> Path:

@@ -24,10 +24,14 @@ import torch
 
 from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
+from vsekit.captioning.scst import BASELINES, scst_loss
 from vsekit.data.corpus import Corpus
+from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
-from vsekit.errors import CorpusError
+from vsekit.errors import CorpusError, VsekitError
+from vsekit.fileio import content_fingerprint
+from vsekit.metrics.diversity import caption_diversity
 from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
 from vsekit.rng import seed_all
 from vsekit.training import (
@@ -59,6 +63,7 @@ __all__ = [
     "fit_captioner",
     "list_caption_recipes",
     "load_caption_recipe",
+    "selection_corpus",
     "train_captioner",
     "tune_captioner_rerank",
 ]
@@ -66,7 +71,9 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 CAPTIONER_NAME = "captioner.safetensors"
+INIT_NAME = "init_captioner.safetensors"  # the run's copy of the captioner it starts from (init_from)
 KIND = "captioner"  # the checkpoint kind this trainer writes
+OBJECTIVES = ("xent", "scst")
 
 FeatureFn = Callable[..., tuple[np.ndarray, Any]]
 ScoreFn = Callable[[dict[str, str], dict[str, list[str]]], dict[str, float | None]]
@@ -115,6 +122,16 @@ class CaptionTrainConfig(Recipe):
     num_threads: int | None = None
     train_split: str = "train"
     dev_split: str = "dev"
+    # the selection protocol: a validation slice file (recipes/splits/); train_split / dev_split must then
+    # name "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
+    validation_slice: str | None = None
+    eval_images: int | None = None  # select on the first N images of dev_split only (cheaper epochs)
+    # "xent": teacher-forced word prediction; "scst": self-critical sequence training for CIDEr-D
+    # (Rennie et al. 2017), which starts from the captioner ``init_from`` (a shipped name or a file)
+    objective: str = "xent"
+    init_from: str | None = None
+    scst_samples: int = 5  # captions sampled per image and step
+    scst_baseline: str = "greedy"  # "greedy" (Rennie et al.) or "mean" of the other samples (Luo 2020)
 
     def validate(self, source: str = "config") -> CaptionTrainConfig:
         def bad(name: str, why: str) -> Exception:
@@ -136,6 +153,18 @@ class CaptionTrainConfig(Recipe):
                 raise bad(name, "must be >= 1 or null")
         if self.lr <= 0:
             raise bad("lr", "must be > 0")
+        if self.objective not in OBJECTIVES:
+            raise bad("objective", f"must be one of {', '.join(OBJECTIVES)}")
+        if self.objective == "scst" and not self.init_from:
+            raise bad(
+                "init_from", "must name the cross-entropy captioner that self-critical training starts from"
+            )
+        if self.scst_baseline not in BASELINES:
+            raise bad("scst_baseline", f"must be one of {', '.join(BASELINES)}")
+        if self.scst_samples < (2 if self.scst_baseline == "mean" else 1):
+            raise bad("scst_samples", "must be >= 1 (>= 2 with the 'mean' baseline)")
+        if self.eval_images is not None and self.eval_images < 1:
+            raise bad("eval_images", "must be >= 1 or null")
         return self
 
 
@@ -199,7 +228,8 @@ def default_score_fn(
 
 @dataclass
 class CaptionData:
-    """Training pairs (image row, word ids), image features and the dev references."""
+    """Training pairs (image row, word ids), image features and the dev references; for SCST also the
+    reward's references (every training image's captions as word ids)."""
 
     vocab: Vocabulary
     pairs: list[tuple[int, list[int]]]
@@ -209,16 +239,23 @@ class CaptionData:
     dev_refs: dict[str, list[str]]
     fne: Any
     image: dict[str, Any]  # backbone, kind, image_dim: what the captioner file records
+    reward_rows: list[int] | None = None  # SCST: the train_x rows of the images it samples for
+    reward_refs: list[list[list[int]]] | None = None  # SCST: their captions; ids past the vocab: rare words
+    reward_max_id: int = 0
 
 
-def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn) -> CaptionData:
+def _load_caption_data(
+    corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn, init: MRNNCaptioner | None = None
+) -> CaptionData:
     train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
     if not train_split.captions:
         raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
     dev_refs = {i: caps for i, caps in dev_split.captions_by_image().items() if caps}
     if not dev_refs:
         raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to select a model on")
-    vocab = build_caption_vocabulary(train_split, config.min_word_count)
+    dev_ids = list(dev_refs)[: config.eval_images]  # the split's first images: a fixed subset
+    dev_refs = {i: dev_refs[i] for i in dev_ids}
+    vocab = init.vocab if init is not None else build_caption_vocabulary(train_split, config.min_word_count)
     train_ids = train_split.image_ids()
     row_of = {image_id: row for row, image_id in enumerate(train_ids)}
     pairs = [
@@ -226,17 +263,43 @@ def _load_caption_data(corpus: Corpus, config: CaptionTrainConfig, feature_fn: F
         for c in train_split.captions
     ]
     pairs = [(row, ids) for row, ids in pairs if ids]
-    dev_ids = list(dev_refs)
-    train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features)
+    fne_kw = {"fne": init.fne} if init is not None and init.fne is not None else {}
+    train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features, **fne_kw)
+    fne = init.fne if init is not None and init.fne is not None else fne
     dev_feats, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne)
     train_x = torch.as_tensor(np.asarray(train_feats))
     dev_x = torch.as_tensor(np.asarray(dev_feats))
     image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}
-    return CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
+    data = CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
+    if config.objective == "scst":
+        _add_reward_references(data, train_split, row_of)
+    return data
 
 
-def _build_state(config: CaptionTrainConfig, data: CaptionData, device: torch.device) -> TrainState:
-    """The m-RNN (output biases at the log word frequencies), its optimiser and schedule."""
+def _add_reward_references(data: CaptionData, train_split: Corpus, row_of: dict[str, int]) -> None:
+    """Every training image's captions as word ids for the CIDEr-D reward: vocabulary words keep their
+    ids (so sampled captions need no mapping), rarer words get ids after them (they still count in the
+    references' n-grams and document frequencies, as in CIDEr-D on text)."""
+    index = {w: i for i, w in enumerate(data.vocab.words)}
+    rows, refs = [], []
+    for image_id, captions in train_split.captions_by_image().items():
+        encoded = [[index.setdefault(w, len(index)) for w in tokenize(c)] for c in captions]
+        encoded = [ids for ids in encoded if ids]
+        if encoded:
+            rows.append(row_of[image_id])
+            refs.append(encoded)
+    data.reward_rows, data.reward_refs, data.reward_max_id = rows, refs, len(index) - 1
+
+
+def _build_state(
+    config: CaptionTrainConfig, data: CaptionData, device: torch.device, init: MRNNCaptioner | None = None
+) -> TrainState:
+    """The m-RNN (output biases at the log word frequencies, or the weights of ``init``), its optimiser
+    and schedule."""
+    if init is not None:
+        model = MultimodalRNN(init.model.config)
+        model.load_state_dict(init.model.state_dict())
+        return _state_for(model.to(device), config)
     model = MultimodalRNN(
         MultimodalRNNConfig(
             image_dim=data.image["image_dim"],
@@ -250,7 +313,10 @@ def _build_state(config: CaptionTrainConfig, data: CaptionData, device: torch.de
         )
     )
     model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
-    model.to(device)
+    return _state_for(model.to(device), config)
+
+
+def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState:
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "adam":
         optimizer: torch.optim.Optimizer = torch.optim.Adam(
@@ -301,6 +367,58 @@ def _caption_epoch_trainer(
     return train_epoch
 
 
+def _scst_epoch_trainer(
+    state: TrainState, config: CaptionTrainConfig, data: CaptionData, device: torch.device, progress: bool
+) -> Callable[[int], dict[str, Any]]:
+    """One epoch of self-critical training: every training image once, in a seeded order, in batches of
+    ``batch_size`` images with ``scst_samples`` sampled captions each (:func:`scst_loss`). Samples are drawn
+    from ``state.generator``, which the checkpoint saves, so a resumed run draws the same captions."""
+    from vsekit.metrics.cider_reward import CiderD
+
+    model, optimizer = state.model, state.optimizer
+    params = [p for p in model.parameters() if p.requires_grad]
+    assert data.reward_refs is not None and data.reward_rows is not None
+    reward = CiderD(data.reward_refs, max_id=data.reward_max_id)  # document frequencies: training captions
+    rows = torch.tensor(data.reward_rows, dtype=torch.long)
+
+    def train_epoch(epoch: int) -> dict[str, Any]:
+        model.eval()  # no dropout: the policy that samples is the one differentiated (captioning.scst)
+        order = torch.randperm(len(rows), generator=state.generator)
+        batches = shard([order[i : i + config.batch_size] for i in range(0, len(order), config.batch_size)])
+        t0 = time.perf_counter()
+        sums = {"reward": 0.0, "baseline": 0.0, "greedy": 0.0, "words": 0.0}
+        seen = 0
+        bar = epoch_bar(batches, epoch, config.epochs, progress)
+        for batch in bar:
+            feats = data.train_x[rows[batch]].to(device)
+            loss, stats = scst_loss(
+                model, feats, batch, reward, config.scst_samples, config.scst_baseline,
+                config.max_decode_words, state.generator,
+            )  # fmt: skip
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_value_(params, config.grad_clip_value)
+            optimizer.step()
+            measured = (stats.reward, stats.baseline, stats.greedy_reward or 0.0, stats.sample_words)
+            for key, value in zip(sums, measured, strict=True):
+                sums[key] += value * len(batch)
+            seen += len(batch)
+            bar.set_postfix(reward=f"{100 * sums['reward'] / seen:.1f}")
+        n = max(seen, 1)
+        # CIDEr-D x100 (as the papers print it) on the training images, with the training df
+        out = {
+            "train_reward": round(100 * sums["reward"] / n, 2),
+            "train_baseline": round(100 * sums["baseline"] / n, 2),
+            "train_sample_words": round(sums["words"] / n, 2),
+            "train_s": round(time.perf_counter() - t0, 1),
+        }
+        if config.scst_baseline == "greedy":
+            out["train_greedy_reward"] = round(100 * sums["greedy"] / n, 2)
+        return out
+
+    return train_epoch
+
+
 def _dev_evaluator(
     state: TrainState, config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
 ) -> Callable[[int], tuple[float, dict[str, Any]]]:
@@ -312,8 +430,9 @@ def _dev_evaluator(
         texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
         decode_s = time.perf_counter() - t0
         scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
-        scores = {**scores, "decode_s": round(decode_s, 2)}
-        rounded = {k: (round(v, 2) if isinstance(v, float) else v) for k, v in scores.items()}
+        scores = {**scores, **caption_diversity(texts), "decode_s": round(decode_s, 2)}
+        # plain floats: a NumPy scalar from a custom score_fn would make the checkpoint unreadable
+        rounded = {k: (round(float(v), 2) if isinstance(v, float) else v) for k, v in scores.items()}
         return float(scores["cider"] or 0.0), rounded
 
     return evaluate
@@ -321,10 +440,20 @@ def _dev_evaluator(
 
 def _epoch_line(entry: dict[str, Any], epochs: int) -> str:
     d = entry["dev"]
-    return (
-        f"epoch {entry['epoch']}/{epochs}  loss {entry['train_loss']:.3f}  {entry['train_s']:.0f}s  "
-        f"dev greedy B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}" + ("  *best" if entry.get("best") else "")
+    if "train_loss" in entry:
+        train = f"loss {entry['train_loss']:.3f}"
+    else:
+        train = f"reward {entry['train_reward']:.1f} (baseline {entry['train_baseline']:.1f})"
+    line = (
+        f"epoch {entry['epoch']}/{epochs}  {train}  {entry['train_s']:.0f}s  "
+        f"dev greedy B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}"
     )
+    if "mean_words" in d:
+        line += (
+            f"  words {d['mean_words']:.1f}  distinct {d['distinct_pct']:.0f}%  vocab {d['vocab_used']:.0f}  "
+            f"'a a' {d['repeat_end_pct']:.1f}%"
+        )
+    return line + ("  *best" if entry.get("best") else "")
 
 
 def train_captioner(
@@ -348,21 +477,64 @@ def train_captioner(
     """
     config.validate()
     say = log if log is not None else logger.info
-    check_run(config, out_dir, resume)  # before any feature work
+    corpus = selection_corpus(corpus, config)
+    ckpt = check_run(config, out_dir, resume)  # before any feature work
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     feature_fn = feature_fn or image_features
     score_fn = score_fn or default_score_fn
-    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
-    data = _load_caption_data(corpus, config, feature_fn)
-    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say)
     out = Path(out_dir)
+    init = _init_captioner(config, out, resumed=ckpt is not None)
+    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
+    data = _load_caption_data(corpus, config, feature_fn, init)
+    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say, init=init)
     rerank = None
     if config.rerank_beam and summary["best_epoch"]:
         rerank = tune_captioner_rerank(
             out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
         )
     return {**summary, "rerank": rerank}
+
+
+def selection_corpus(corpus: Corpus, config: CaptionTrainConfig) -> Corpus:
+    """``corpus`` with the recipe's validation slice applied (its ``train-minus-<slice>`` and ``<slice>``
+    splits), after checking that the recipe trains on the one and selects on the other."""
+    source = f"recipe {config.name!r}"
+    return corpus_for_selection(corpus, config.train_split, config.dev_split, config.validation_slice, source)
+
+
+def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRNNCaptioner | None:
+    """The captioner a run starts from (``init_from``). A new run copies it into the run directory and a
+    resumed one reads that copy, so replacing the shipped captioner meanwhile changes nothing for the run.
+    Its architecture and image features must be the recipe's."""
+    if config.init_from is None:
+        return None
+    from vsekit.captioning.captioner import load_captioner
+    from vsekit.fileio import atomic_write_bytes
+
+    local = out / INIT_NAME
+    if not resumed:
+        source = resolve_model_path(config.init_from, "captioner")
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(local, source.read_bytes())
+    elif not local.is_file():
+        raise VsekitError(f"{local}: missing; it is the captioner this run started from ({config.init_from})")
+    init = load_captioner(local)
+    have = {
+        "backbone": init.image["backbone"],
+        "image_features": init.image["kind"],
+        "cell": init.model.config.cell,
+        "word_dim": init.model.config.word_dim,
+        "hidden_dim": init.model.config.hidden_dim,
+        "image_rank": init.model.config.image_rank or None,
+    }
+    for name, value in have.items():
+        if getattr(config, name) != value:
+            raise VsekitError(
+                f"{local}: the captioner to start from has {name}={value!r}; the recipe says "
+                f"{getattr(config, name)!r} (init_from {config.init_from})"
+            )
+    return init
 
 
 def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resume: bool) -> dict | None:
@@ -385,17 +557,19 @@ def fit_captioner(
     device: str | torch.device = "auto",
     score_fn: ScoreFn | None = None,
     say: Callable[[str], None] = logger.info,
+    init: MRNNCaptioner | None = None,
 ) -> dict[str, Any]:
     """The training loop of :func:`train_captioner` on prepared :class:`CaptionData` (any image-like
     features with their captions: whole images, or regions and their snippets): the run directory,
-    checkpoint, exact resume and best-epoch selection by dev CIDEr-D of greedy captions."""
+    checkpoint, exact resume and best-epoch selection by dev CIDEr-D of greedy captions. ``init``: the
+    captioner to start from (its weights; ``data`` must use its vocabulary)."""
     out = Path(out_dir)
     run = RunDir(out, KIND)
     ckpt = check_run(config, out, resume)
     dev = resolve_device(device)
     score_fn = score_fn or default_score_fn
     seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
-    state = _build_state(config, data, dev)
+    state = _build_state(config, data, dev, init)
     if ckpt is not None:
         state.load_state_dict(ckpt)
     history = run.start(config.to_dict(), state.epoch)
@@ -410,12 +584,15 @@ def fit_captioner(
             "dev_greedy": {k: v for k, v in dev_scores.items() if not k.endswith("_s")},
             "vsekit": __version__,
         }
+        if init is not None:  # what it was fine-tuned from, pinned by content
+            meta["init"] = {"from": config.init_from, "sha256": content_fingerprint(out / INIT_NAME)}
         captioner = MRNNCaptioner(
             model=state.model, vocab=data.vocab, image=data.image, fne=data.fne, meta=meta
         )
         save_captioner(captioner, out / CAPTIONER_NAME)
 
-    train_epoch = _caption_epoch_trainer(state, config, data, dev, progress)
+    epoch_trainer = _scst_epoch_trainer if config.objective == "scst" else _caption_epoch_trainer
+    train_epoch = epoch_trainer(state, config, data, dev, progress)
     evaluate = _dev_evaluator(state, config, data, score_fn)
     describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
     extra = {"config": config.to_dict()}

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from vsekit.data.corpus import Corpus
+from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss
@@ -145,6 +146,9 @@ class TrainConfig(Recipe):
     ensemble_seeds: list[int] | None = None
     eval_every: int = 1
     num_threads: int | None = None
+    # the selection protocol: a validation slice (recipes/splits/); train_split / dev_split must then name
+    # "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
+    validation_slice: str | None = None
 
     def validate(self, source: str = "config") -> TrainConfig:
         """Raise VsekitError naming ``source`` and the field for any out-of-range value; returns self."""
@@ -431,6 +435,10 @@ def train(
     """
     config.validate()
     say = log if log is not None else logger.info
+    source = f"recipe {config.name!r}"
+    corpus = corpus_for_selection(
+        corpus, config.train_split, config.dev_split, config.validation_slice, source
+    )
     joined = init_from_env(resolve_device(device))  # under torchrun (WORLD_SIZE > 1) only
     if not is_main_process():
         say, progress = (lambda line: None), False  # rank 0 tells the story
