@@ -44,7 +44,7 @@ def train_aligner(
     cache_root: CacheRootOption = None,
     progress: ProgressOption = True,
 ) -> None:
-    """Train a region-word aligner; the best epoch by dev rsum goes to OUT/aligner.safetensors."""
+    """Train a region-word aligner; the best epoch on the selection split goes to OUT/aligner.safetensors."""
     from vsekit.alignment.trainer import load_aligner_recipe
     from vsekit.alignment.trainer import train_aligner as run_training
     from vsekit.data import load_corpus

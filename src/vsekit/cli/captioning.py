@@ -55,11 +55,12 @@ def train_captioner(
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
-    """Train a caption generator; the best epoch by dev CIDEr-D goes to OUT/captioner.safetensors.
+    """Train a caption generator; the best epoch on the selection split goes to OUT/captioner.safetensors.
 
-    Image features come from the feature cache (computed on first use). Each epoch ends with greedy
-    captions for every dev image scored with BLEU and CIDEr-D. Interrupt at any time and rerun with
-    --resume to continue from the last finished epoch.
+    The selection split is the recipe's dev_split (val1000, a slice of train, in recipes that follow the
+    selection protocol; dev in older ones). Image features come from the feature cache (computed on first
+    use). Each epoch ends with greedy captions for the selection images scored with BLEU and CIDEr-D.
+    Interrupt at any time and rerun with --resume to continue from the last finished epoch.
     """
     from vsekit.captioning.trainer import load_caption_recipe
     from vsekit.captioning.trainer import train_captioner as run_training

@@ -56,7 +56,8 @@ def train(
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
 ) -> None:
-    """Train a joint image-sentence embedding; the best model by dev rsum goes to OUT/model.safetensors.
+    """Train a joint image-sentence embedding; the best epoch on the selection split (the recipe's
+    dev_split: val1000 under the selection protocol) goes to OUT/model.safetensors.
 
     Interrupt it at any time: `--resume` with the same arguments continues from the last finished epoch
     and gives exactly the weights an uninterrupted run would have. Data-parallel:
