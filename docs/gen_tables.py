@@ -988,6 +988,41 @@ def t_kill_campaign() -> str:
     return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
 
 
+def t_confidence() -> str:
+    d = load("confidence.json")
+    rows = [["shipped: " + d["made_with"]["rule"].split("; ")[1].split(" (")[0], f3(d["weak_below"])]]
+    rows[0] += [f2(d["at_threshold"][k]) for k in ("precision", "recall", "f1")]
+    if "f1_optimal" in d:
+        o = d["f1_optimal"]
+        rows.append(["for comparison: the F1-optimal threshold", f3(o["weak_below"])])
+        rows[-1] += [f2(o[k]) for k in ("precision", "recall", "f1")]
+    header = ["threshold", "weak below", "precision", "recall", "F1"]
+    best = d["best_score"]
+    spread = [
+        [label, *(f3(best[key][p]) for p in ("p5", "p25", "p50", "p75", "p95"))]
+        for label, key in (("its photo is in the gallery", "has_match"), ("its photo is not", "no_match"))
+    ]
+    probes = [
+        [
+            f"`{text}`",
+            f3(v["best_score_over_1000"]),
+            "yes" if v["weak"] else "no",
+            v["language_warning"] or "",
+        ]
+        for text, v in d["probes_over_the_1000_photos"].items()
+    ]
+    note = f"{d['queries']['has_match']:,} + {d['queries']['no_match']:,} caption searches; {d['made_with']['data']}"
+    return (
+        table(header, rows)
+        + "\n\nBest score of a search, percentiles 5 / 25 / 50 / 75 / 95:\n\n"
+        + table(["the query's photo", "p5", "p25", "p50", "p75", "p95"], spread)
+        + "\n\nProbe queries over the 1,000 photos:\n\n"
+        + table(["query", "best score", "weak", "language warning"], probes, right_from=1)
+        + "\n\n"
+        + source("confidence.json", {**d, "load_avg_1m": d.get("load_1min", 0.0)}, None, note)
+    )
+
+
 # ---------------------------------------------------------------------------------------------- the papers
 # The papers' own numbers (their tables, as printed: constants, not measurements of ours) beside our rows from
 # the JSON, with the command that makes each of ours.
@@ -1164,6 +1199,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "ray": t_ray,
     "serve-load": t_serve_load,
     "kill-campaign": t_kill_campaign,
+    "confidence": t_confidence,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,
     "paper-karpathy-captions": t_paper_karpathy_captions,

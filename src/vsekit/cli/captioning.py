@@ -44,7 +44,7 @@ _CAPTION_RECIPES = ", ".join(recipe_names(CAPTION_RECIPES_DIR))  # the shipped r
 def train_captioner(
     data: Path = typer.Option(..., "--data", help="Corpus with train and dev splits."),
     recipe: str = typer.Option(
-        ..., "--recipe", help=f"Captioning recipe ({_CAPTION_RECIPES}) or path of a recipe JSON file."
+        ..., "--recipe", help="A captioning recipe (named above) or a recipe JSON file."
     ),
     out: Path = typer.Option(..., "--out", help="Run directory: captioner, checkpoint, log and config."),
     resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its last epoch."),
@@ -61,6 +61,7 @@ def train_captioner(
     selection protocol; dev in older ones). Image features come from the feature cache (computed on first
     use). Each epoch ends with greedy captions for the selection images scored with BLEU and CIDEr-D.
     Interrupt at any time and rerun with --resume to continue from the last finished epoch.
+    Shipped recipes: {recipes}.
     """
     from vsekit.captioning.trainer import load_caption_recipe
     from vsekit.captioning.trainer import train_captioner as run_training
@@ -84,6 +85,9 @@ def train_captioner(
         return
     console.print(scores_table(f"best dev epoch {summary['best_epoch']} (greedy captions)", best))
     console.print(plain(f"captioner: {summary['model_path']}"), soft_wrap=True)
+
+
+train_captioner.__doc__ = (train_captioner.__doc__ or "").replace("{recipes}", _CAPTION_RECIPES)
 
 
 def caption(
@@ -138,7 +142,7 @@ def caption(
         None,
         "--out",
         help="Write the captions here as they are done: F.jsonl ({path, captions} per photo, path relative "
-        "to the folder given) or F.csv (path, caption or caption_1..caption_N); with --data, JSON lines "
+        "to the folder given) or F.csv (path, caption; or caption_1 to caption_N); with --data, JSON lines "
         "of the split's captions.",
     ),
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
