@@ -988,6 +988,27 @@ def t_kill_campaign() -> str:
     return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
 
 
+def t_rerank() -> str:
+    d = load("rerank.json")
+    meta, half = d["meta"], d["held_out_half"]
+    rows = [["plain (the index's cosines)", *[f2(half["plain"][k]) for k in ("R@1", "R@5", "R@10")],
+             f1(half["plain"]["p50_ms"]), f1(half["plain"]["p99_ms"])]]  # fmt: skip
+    keys = sorted((k for k in half if k.startswith("rerank")), key=lambda k: int(k[6:]))
+    for n, key in enumerate(keys):  # the first pass fills the region cache, later ones find it filled
+        r, cache = half[key], "filling the region cache" if n == 0 else "regions cached"
+        rows.append([f"`rerank={key[6:]}`, {cache}", *[f2(r[k]) for k in ("R@1", "R@5", "R@10")],
+                     f1(r["p50_ms"]), f1(r["p99_ms"])])  # fmt: skip
+    header = ["search", "R@1", "R@5", "R@10", "p50 ms", "p99 ms"]
+    note = (
+        f"image search through the folder contract on the odd-numbered half of {meta['split']} "
+        f"({half['photos']} photos, {half['queries']:,} captions as queries; the fusion's weight was chosen "
+        f"on the even half); a cold re-rank of the top 50 (regions computed) took {f1(half['cold_rerank_ms_p50'])} "
+        "ms at the median; `python bench/bench_rerank.py --parts odd --threads 1`"
+    )
+    flat = {**meta, "load_avg_1m": meta["loadavg"][0]}
+    return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
+
+
 def t_confidence() -> str:
     d = load("confidence.json")
     rows = [["shipped: " + d["made_with"]["rule"].split("; ")[1].split(" (")[0], f3(d["weak_below"])]]
@@ -1200,6 +1221,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-load": t_serve_load,
     "kill-campaign": t_kill_campaign,
     "confidence": t_confidence,
+    "rerank": t_rerank,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,
     "paper-karpathy-captions": t_paper_karpathy_captions,
