@@ -218,7 +218,7 @@ def _rows(
     results = []
     for h in hits:
         result = {"path": printable(h.path), "score": round(h.score, 6)}
-        caption = index.caption(h.path) if index is not None else None
+        caption = index.caption(h.path) if hasattr(index, "caption") else None  # not across shards
         if caption:
             result["caption"] = caption
         results.append(result)
