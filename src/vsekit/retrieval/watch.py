@@ -96,12 +96,15 @@ class _Settling:
 
 
 class _Records:
-    """The index's newest committed records, read over the watcher's own connection (no read transaction
-    is held between rounds, so the watcher never keeps SQLite from folding its log back)."""
+    """The index's newest committed records, read over the watcher's own connection, again only when a
+    generation was committed since (a round that finds none costs one small query). No read transaction
+    is held between rounds, so the watcher never keeps SQLite from folding its log back."""
 
     def __init__(self, index: Index) -> None:
         self.path = index.path / DB
         self.conn: sqlite3.Connection | None = None
+        self.generation = -1
+        self.known: tuple[dict[str, PhotoEntry], dict[str, dict]] = ({}, {})
 
     def read(self) -> tuple[dict[str, PhotoEntry], dict[str, dict]] | None:
         """``({id: entry}, {id: unreadable file})``, or None where there is no store to read (an index in
@@ -111,24 +114,39 @@ class _Records:
         try:
             if self.conn is None:
                 self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.conn.execute("BEGIN")  # both tables from one generation
+            self.conn.execute("BEGIN")  # the generation and both tables from one snapshot
             try:
-                photos = self.conn.execute("SELECT id, size, mtime_ns, sha256 FROM photos").fetchall()
-                failed = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed").fetchall()
+                generation = self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0]
+                if generation != self.generation:
+                    photos = self.conn.execute("SELECT id, size, mtime_ns, sha256 FROM photos").fetchall()
+                    failed = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed").fetchall()
+                    self.known = _entries(photos), _failed(failed)
+                    self.generation = generation
             finally:
                 self.conn.execute("COMMIT")
         except sqlite3.Error as exc:
             logger.debug("%s: records not read (%s)", self.path, exc)
             self.close()
             return None
-        entries = {id_text(i): PhotoEntry(id_text(i), s, m, h) for i, s, m, h in photos}
-        return entries, {id_text(i): {"size": s, "mtime_ns": m, "error": e} for i, s, m, e in failed}
+        return self.known
 
     def close(self) -> None:
         if self.conn is not None:
             with contextlib.suppress(sqlite3.Error):
                 self.conn.close()
-            self.conn = None
+            self.conn, self.generation = None, -1
+
+
+def _entries(rows: list[tuple]) -> dict[str, PhotoEntry]:
+    entries = {}
+    for raw, size, mtime_ns, sha in rows:
+        photo_id = id_text(raw)
+        entries[photo_id] = PhotoEntry(photo_id, size, mtime_ns, sha)
+    return entries
+
+
+def _failed(rows: list[tuple]) -> dict[str, dict]:
+    return {id_text(i): {"size": s, "mtime_ns": m, "error": e} for i, s, m, e in rows}
 
 
 class Watcher:
