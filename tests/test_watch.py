@@ -9,6 +9,8 @@ import contextlib
 import logging
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 
 import vsekit
-from kill_helpers import calls_during, run_self_signalled
+from kill_helpers import calls_during, job_env, run_self_signalled
 from serve_helpers import running_server
 from store_helpers import index_content
 from vsekit.resources import sample_data_path
@@ -236,3 +238,44 @@ def test_a_watcher_stopped_inside_a_round_continues_when_restarted(tmp_path, mod
     Watcher(Index.open(clean, model=model), settle=0).round()
     assert_same_photos(index_content(out)["photos"], index_content(clean)["photos"])
     assert len(Index.open(out)) == 42
+
+
+CLI_WATCH_CAPTIONS = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even as a background job
+from vsekit.cli import app
+app(["index", "update", sys.argv[1], "--watch", "--every", "0.2", "--settle", "0.2"])
+"""
+
+
+def test_the_command_prints_a_line_per_change_captions_new_photos_and_stops_on_ctrl_c(tmp_path, model):
+    """What a user sees: a start line, one line for the round that added a photo (its caption stored,
+    since the index stores captions), nothing while nothing changes; Ctrl-C: "stopped", exit 0."""
+    photos = folder_of(tmp_path, SAMPLE[:2])
+    out = tmp_path / "index"
+    Index.build(photos, out, model, progress=False).set_captions({p.name: "a photo" for p in SAMPLE[:2]})
+    env = job_env() | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI_WATCH_CAPTIONS, str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        lines = [proc.stdout.readline()]
+        assert lines[0].startswith("watching "), lines
+        time.sleep(1.0)  # idle rounds print nothing
+        shutil.copy2(SAMPLE[2], photos / "new.jpg")
+        while "captioned" not in lines[-1]:
+            lines.append(proc.stdout.readline())
+            assert lines[-1], f"the watcher ended: {lines} {proc.stderr.read()}"
+        proc.send_signal(signal.SIGINT)
+        rest, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert stderr.strip().splitlines()[-1] == "stopped", stderr
+    assert len(lines) == 3 and not rest.strip(), (lines, rest)
+    assert lines[1].split(" ", 1)[1].strip() == f"{out}: 3 photos (1 added, 0 changed, 0 removed)"
+    assert lines[2].strip() == f"{out}: 1 photos captioned"
+    caption = vsekit.Index.open(out).caption("new.jpg")
+    assert caption and caption != "a photo"
