@@ -23,6 +23,7 @@ import vsekit
 from kill_helpers import calls_during, job_env, run_self_signalled
 from serve_helpers import running_server
 from store_helpers import index_content
+from vsekit.errors import VsekitError
 from vsekit.resources import sample_data_path
 from vsekit.retrieval.index import Index
 from vsekit.retrieval.watch import Watcher, watch
@@ -179,7 +180,7 @@ def test_a_missing_or_empty_folder_does_not_empty_the_index(tmp_path, model, cap
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and "no photos in the folder" in said[0], said  # said once, not per round
     photos.rmdir()
-    with pytest.raises(Exception, match="does not exist"):
+    with pytest.raises(VsekitError, match="does not exist"):
         watcher.round()  # watch() logs it once and tries again a round later
     aside.rename(photos)
     assert watcher.round() is None and len(Index.open(tmp_path / "index")) == 2

@@ -212,6 +212,8 @@ def _watch(index: Index, every: float | None, settle: float | None, captions: bo
         soft_wrap=True,
     )
     try:
+        if captions:  # photos a stopped run left without a caption
+            _caption_photos(index.path, "auto")
         watch(index, every, settle, on_round=report, progress=show_progress())
     except KeyboardInterrupt:
         err_console.print("stopped")
