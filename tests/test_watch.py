@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from vsekit.serve.app import ServeSettings, create_app
 SAMPLE = sorted((sample_data_path() / "Images").glob("*.jpg"))
 QUERY = "a dog runs through the grass"
 READ = ("vsekit.retrieval.build", "read_photo")  # one call per photo an update reads
+SCAN = ("vsekit.retrieval.watch", "scan_photos")  # a watcher's full look at the folder
 
 
 def folder_of(tmp: Path, photos: list[Path]) -> Path:
@@ -164,8 +166,15 @@ def test_a_file_waits_until_its_size_and_mtime_have_settled(tmp_path, model):
     now[0] = 9.0
     done = watcher.round()
     assert done is not None and done.added == ["slow.jpg"] and not done.unreadable and watcher.waiting == 0
-    assert watcher.round() is None  # nothing changed since: no update, nothing read
+    assert watcher.round() is None  # nothing changed since: no update, nothing read, not even scanned
     assert calls_during(watcher.round, READ) == 0
+    assert calls_during(watcher.round, SCAN) == 0
+    mtime = (photos / "slow.jpg").stat().st_mtime_ns
+    os.utime(photos / "slow.jpg", ns=(mtime, mtime + 10**9))  # touched: the same size and bytes
+    assert calls_during(watcher.round, SCAN) == 1 and watcher.waiting == 1
+    now[0] = 14.0
+    done = watcher.round()
+    assert done is not None and not done.changed_anything  # read again, found the same bytes
 
 
 def test_a_missing_or_empty_folder_does_not_empty_the_index(tmp_path, model, caplog):

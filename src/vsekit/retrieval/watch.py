@@ -1,8 +1,10 @@
 """Keep an index current with its photo folder while files come and go (``vsekit index update --watch``).
 
-Every ``every`` seconds the watcher looks at the photo folder (one ``stat`` per file, no file is read)
-and compares what it sees with the index's records (size and mtime, one query): when nothing changed,
-that is all a round costs. When files were added, changed or removed, the round is an ordinary
+Every ``every`` seconds the watcher walks the photo folder (one ``stat`` per file, no file is read) and
+compares the walk with the one of its last round that found nothing to do: when nothing changed, that
+is all a round costs. Otherwise it scans the folder as an update does and compares the scan with the
+index's records (size and mtime; the records are read again only after a commit). When files were
+added, changed or removed, the round is an ordinary
 :meth:`Index.update <vsekit.retrieval.index.Index.update>`: new and changed files are read and embedded
 (a file touched but with the same bytes keeps its vector), removed ones dropped, all in one committed
 generation, which a running ``vsekit serve`` picks up a second later.
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.retrieval.index import Index
@@ -167,11 +171,17 @@ class Watcher:
         self.records = _Records(index)
         self.waiting = 0
         self._said: str | None = None  # the last warning (see warn_once)
+        self._quiet: tuple[list[tuple], int] | None = None  # the quick look of the last idle round
 
     def round(self) -> WatchRound | None:
         """Look once; update the index if a file was added, changed (and has settled) or removed.
         Returns what the update did, or None when there was nothing to do yet."""
         started = time.monotonic()
+        self.index.maybe_refresh(every_s=0.0)  # another writer's update: hold its generation
+        quick = self._quick_look()
+        if quick is not None and quick == self._quiet:
+            return None  # nothing changed since a look that found nothing to do
+        self._quiet = None
         plan = self._look()
         if plan is None:
             self.waiting = 0
@@ -181,6 +191,7 @@ class Watcher:
         if self.waiting:
             logger.debug("%d file(s) still changing; read in a later round", self.waiting)
         if not ready and not plan.removed:
+            self._quiet = quick if not plan.todo else None
             return None
         progress = self.progress and len(ready) >= _PROGRESS_FROM
         report = self.index.update(progress=progress, ready=self.settling.ready)
@@ -203,9 +214,16 @@ class Watcher:
         self._said = None
         return done
 
+    def _quick_look(self) -> tuple[list[tuple], int] | None:
+        """The folder's walk and the index's generation (None: the folder cannot be walked)."""
+        try:
+            walk = _walk(self.index.photos_dir)
+        except OSError:
+            return None
+        return walk, self.index.generation()
+
     def _look(self) -> UpdatePlan | None:
         """The update the folder asks for now (None: nothing to compare, or the folder is unavailable)."""
-        self.index.maybe_refresh(every_s=0.0)  # another writer's update: hold its generation
         scan = scan_photos(self.index.photos_dir)
         known = self.records.read()
         if known is None:  # no store to compare with: let an update convert or repair it
@@ -229,6 +247,39 @@ class Watcher:
 
     def close(self) -> None:
         self.records.close()
+
+
+def _walk(folder: Path) -> list[tuple]:
+    """Every entry under ``folder`` (names starting with "." left out, folders not followed through links,
+    as :func:`~vsekit.retrieval.photos.scan_photos` walks) with its mode, size and mtime as ``stat``
+    sees it through links. Six times cheaper than the scan (no path objects, no rules; 0.07 against
+    0.44 s for 30,000 files): a round compares it with the walk of the last round that found nothing
+    to do, and any difference (even of order) means a full look. It covers everything the scan looks
+    at, so an unchanged walk means an unchanged scan."""
+    found: list[tuple] = []
+    root = os.fspath(folder)
+    pending = [root]
+    while pending:
+        path = pending.pop()
+        try:
+            with os.scandir(path) as listing:
+                for entry in listing:
+                    if entry.name.startswith("."):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                        continue
+                    try:
+                        st = entry.stat()
+                    except OSError as exc:
+                        found.append((entry.path, exc.errno))
+                        continue
+                    found.append((entry.path, st.st_mode, st.st_size, st.st_mtime_ns))
+        except OSError as exc:
+            if path == root:
+                raise
+            found.append((path, exc.errno))
+    return found
 
 
 def watch(
