@@ -207,11 +207,12 @@ def _watch(index: Index, every: float | None, settle: float | None, captions: bo
 
     main = threading.current_thread() is threading.main_thread()
     before = signal.signal(signal.SIGTERM, interrupt) if main else None
-    console.print(
-        plain(f"watching {index.photos_dir} every {every:g} s for {index.path} (Ctrl-C stops)"),
-        soft_wrap=True,
-    )
     try:
+        _ = index.model  # loaded now: the first photo copied in does not also wait for the model
+        console.print(
+            plain(f"watching {index.photos_dir} every {every:g} s for {index.path} (Ctrl-C stops)"),
+            soft_wrap=True,
+        )
         if captions:  # photos a stopped run left without a caption
             _caption_photos(index.path, "auto")
         watch(index, every, settle, on_round=report, progress=show_progress())
