@@ -3,6 +3,7 @@ arithmetic (Kiros et al. 2014, Eq. 15)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -135,17 +136,99 @@ def update(
         "--captions/--no-captions",
         help="Caption new and changed photos (default: when the index already stores captions).",
     ),
+    watch: bool = typer.Option(
+        False,
+        "--watch",
+        help="Keep watching the photo folder and update the index as files are added, changed or removed "
+        "(Ctrl-C stops).",
+    ),
+    every: float = typer.Option(
+        None, "--every", help="With --watch: seconds between two looks at the folder (default 5).", min=0.05
+    ),
+    settle: float = typer.Option(
+        None,
+        "--settle",
+        help="With --watch: seconds a new or changed file must stay the same size and time before it is "
+        "read (default 2; a file being copied waits).",
+        min=0.0,
+    ),
 ) -> None:
-    """Bring an index up to date with its photo folder (new, changed and deleted files)."""
+    """Bring an index up to date with its photo folder (new, changed and deleted files).
+
+    With --watch it keeps doing so: one line for each round that changed the index; a running
+    `vsekit serve` on the same index follows each round within a second."""
     from vsekit.retrieval.index import Index
 
     with user_errors(interrupted="re-run the same command to resume"):
+        if not watch and (every is not None or settle is not None):
+            raise VsekitError("--every and --settle apply with --watch")
         opened = Index.open(index)
         _scan(opened.photos_dir)  # an empty folder (a drive not mounted) must not empty the index
         had_captions = len(opened.uncaptioned()) < len(opened)
+        with_captions = captions or (captions is None and had_captions)
+        if watch:
+            _watch(opened, every, settle, with_captions)
+            return
         _print_report(opened, opened.update(progress=show_progress()))
-        if captions or (captions is None and had_captions):
+        if with_captions:
             _caption_photos(opened.path, "auto")
+
+
+def _watch(index: Index, every: float | None, settle: float | None, captions: bool) -> None:
+    """``update --watch``: rounds until Ctrl-C (or SIGTERM), which stops between or inside a round (the
+    store keeps its last generation; a restart continues) with "stopped" and exit status 0."""
+    import signal
+    import threading
+    import time
+
+    from vsekit.retrieval.watch import DEFAULT_EVERY_S, DEFAULT_SETTLE_S, WatchRound, watch
+
+    every = DEFAULT_EVERY_S if every is None else every
+    settle = DEFAULT_SETTLE_S if settle is None else settle
+
+    def report(done: WatchRound) -> None:
+        for error in done.unreadable.values():
+            warn(error, "unreadable")
+        if not done.changed_anything:
+            return
+        unreadable = f", {len(done.unreadable)} unreadable" if done.unreadable else ""
+        console.print(
+            plain(
+                f"{time.strftime('%H:%M:%S')} {index.path}: {done.count} photos ({len(done.added)} added, "
+                f"{len(done.changed)} changed, {len(done.removed)} removed{unreadable})"
+            ),
+            soft_wrap=True,
+        )
+        if captions and (done.added or done.changed):
+            _caption_photos(index.path, "auto")
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGTERM, interrupt) if main else None
+    try:
+        _ = index.model  # loaded now: the first photo copied in does not also wait for the model
+        console.print(
+            plain(f"watching {index.photos_dir} every {every:g} s for {index.path} (Ctrl-C stops)"),
+            soft_wrap=True,
+        )
+        if captions:  # photos a stopped run left without a caption
+            _caption_photos(index.path, "auto")
+        watch(index, every, settle, on_round=report, progress=show_progress())
+    except KeyboardInterrupt:
+        err_console.print("stopped")
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, before)
+
+
+@functools.cache
+def _captioner(device: str):  # noqa: ANN202 - the library's captioner, imported in the command
+    """The shipped captioner, loaded once (``update --watch`` captions in every round that adds photos)."""
+    from vsekit.api import load_captioner
+
+    return load_captioner(device=device)
 
 
 def _caption_photos(index: Path, device: str) -> None:
@@ -153,14 +236,13 @@ def _caption_photos(index: Path, device: str) -> None:
     time (an interrupted run keeps what it finished)."""
     from tqdm.auto import tqdm
 
-    from vsekit.api import load_captioner
     from vsekit.collection import Index
 
     opened = Index.open(index)
     todo = len(opened.uncaptioned())
     if not todo:
         return
-    captioner = load_captioner(device=device)
+    captioner = _captioner(device)
     bar = tqdm(total=todo, desc="caption photos", unit="photo", disable=not show_progress())
 
     def step(done: int, total: int) -> None:

@@ -259,6 +259,9 @@ class Builder:
     progress: bool
     runner: ChunkRunner | None = None
     text_queries: Callable[[], np.ndarray | None] = lambda: None
+    #: Which new or changed files to read now (None: all). A file left out is neither added nor removed:
+    #: its old record, if any, stays until a later update (``index update --watch``: still being written).
+    ready: Callable[[PhotoFile], bool] | None = None
 
     def run(self) -> BuildReport:
         settings = self._settings()
@@ -267,6 +270,8 @@ class Builder:
         records, damaged = self._records()
         old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
         plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
+        if self.ready is not None:
+            plan.todo = [p for p in plan.todo if self.ready(p)]
         chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
         keys = [self._chunk_key(chunk) for chunk in chunks]
         self.store.recover(keep_chunks=set(keys))

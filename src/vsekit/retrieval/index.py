@@ -37,6 +37,7 @@ from vsekit.resources import is_shipped_joint_model, sample_data_path
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, legacy_snapshot, read_manifest
+from vsekit.retrieval.photos import PhotoFile
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
@@ -145,6 +146,7 @@ class Index:
         device: str = "auto",
         progress: bool = True,
         runner: ChunkRunner | None = None,
+        ready: Callable[[PhotoFile], bool] | None = None,
     ) -> Index:
         """Index every photo under ``photos_dir`` into ``out_dir`` (or bring an existing index up to date).
 
@@ -153,8 +155,10 @@ class Index:
         ``float16`` storage; ``engine``: ``auto`` (default), ``exact``, ``flat``, ``hnsw``, ``ivf`` or
         ``ivfpq`` (:mod:`vsekit.retrieval.search`). ``chunk_size`` photos are committed at a time. The
         :class:`BuildReport` is in ``index.report``. ``runner`` embeds the chunks elsewhere (the Ray
-        actor pool of :mod:`vsekit.distributed.index`); the store written is the same. An ``out_dir``
-        that holds other files and no index is refused before anything is written.
+        actor pool of :mod:`vsekit.distributed.index`); the store written is the same. ``ready(photo)``
+        picks which new or changed files are read now (the others are neither added nor removed: see
+        :mod:`vsekit.retrieval.watch`). An ``out_dir`` that holds other files and no index is refused
+        before anything is written.
         """
         out, photos = Path(out_dir), Path(photos_dir).expanduser().resolve()
         if dtype is not None and dtype not in DTYPES:
@@ -181,6 +185,7 @@ class Index:
                     progress=progress,
                     runner=runner,
                     text_queries=lambda: calibration_sentences(loaded),
+                    ready=ready,
                 )
                 report = builder.run()
             except sqlite3.Error as exc:
@@ -193,9 +198,17 @@ class Index:
         index.report = report
         return index
 
-    def update(self, progress: bool = True, chunk_size: int = 32) -> BuildReport:
-        """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`."""
-        fresh = Index.build(self.photos_dir, self.path, self.model, chunk_size=chunk_size, progress=progress)
+    def update(
+        self,
+        progress: bool = True,
+        chunk_size: int = 32,
+        ready: Callable[[PhotoFile], bool] | None = None,
+    ) -> BuildReport:
+        """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`
+        (``ready``: which new or changed files to read now)."""
+        fresh = Index.build(
+            self.photos_dir, self.path, self.model, chunk_size=chunk_size, progress=progress, ready=ready
+        )
         self._view = fresh._view
         self.report = fresh.report
         return fresh.report
