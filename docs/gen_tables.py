@@ -1009,6 +1009,42 @@ def t_rerank() -> str:
     return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
 
 
+def t_reselect_vse() -> str:
+    d = load("reselect.json")
+    v = d["vse_val1000"]
+    dev, shipped, test = v["dev"], v["shipped_vse_dev"], v["shipped_vse_test_independent"]
+    rows = [
+        ["re-selected on val1000 (seeds 1+3, 5,000 training photos), **dev**", f1(dev["i2t"]["r1"]),
+         f1(dev["t2i"]["r1"]), f1(dev["rsum"])],
+        ["shipped `vse`, selected on dev (seeds 1+2, 6,000 photos), **dev**", f1(shipped["i2t_r1"]),
+         f1(shipped["t2i_r1"]), f1(shipped["rsum"])],
+        ["shipped `vse`, held-out **test** (measured independently)", f1(test["i2t_r1"]), f1(test["t2i_r1"]),
+         f1(test["rsum"])],
+    ]  # fmt: skip
+    members = "; ".join(
+        f"seed {s}: epoch {m['epoch']}, val1000 rsum {f1(m['rsum'])}" for s, m in v["members"].items()
+    )
+    meta = {**d["meta"], "load_avg_1m": d["meta"]["loadavg"][0]}
+    note = f"members chosen on val1000 ({members}); `python bench/reselect_vse.py`, `bench/pack_members.py`"
+    return table(["model", "i2t R@1", "t2i R@1", "rsum"], rows) + "\n\n" + source(
+        "reselect.json", meta, "vse_val1000", note
+    )
+
+
+def t_scst_dev() -> str:
+    d = load("reselect.json")
+    c = d["captioner_scst"]
+    keys = ("bleu1", "bleu4", "meteor", "rouge_l", "cider")
+    rows = [
+        ["cross-entropy captioner, greedy", *(f1(c["cross_entropy_dev_greedy"][k]) for k in keys)],
+        ["after SCST (epoch 1, chosen on val1000), greedy", *(f1(c["dev_greedy"][k]) for k in keys)],
+        ["shipped: cross-entropy, beam 7 + rerank", *(f1(c["shipped_dev_beam7_rerank"][k]) for k in keys)],
+    ]
+    meta = {**d["meta"], "load_avg_1m": d["meta"]["loadavg"][0]}
+    header = ["captioner on dev", "BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D"]
+    return table(header, rows) + "\n\n" + source("reselect.json", meta, "captioner_scst", c["what"])
+
+
 def t_confidence() -> str:
     d = load("confidence.json")
     rows = [["shipped: " + d["made_with"]["rule"].split("; ")[1].split(" (")[0], f3(d["weak_below"])]]
@@ -1222,6 +1258,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "kill-campaign": t_kill_campaign,
     "confidence": t_confidence,
     "rerank": t_rerank,
+    "reselect-vse": t_reselect_vse,
+    "scst-dev": t_scst_dev,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,
     "paper-karpathy-captions": t_paper_karpathy_captions,

@@ -1,0 +1,79 @@
+"""Re-select the shipped joint model (`vse`) under the selection protocol (issue 24 item 1).
+
+    python bench/reselect_vse.py --run /work/runs/vse-effnet-val1000
+
+The run is ``vsekit train --recipe bench/recipes/vse-best-effnet-val1000.json``: the shipped recipe
+(vse-best-effnet) trained on ``train-minus-val1000`` with seeds 0-3, every epoch scored on ``val1000``.
+This script reads the members' logs (finished or not) and writes bench/results/vse_reselect.json: per seed
+the val1000 curve, the epoch val1000 picks, and the two seeds val1000 would put in the ensemble, beside
+what dev picked for the shipped model (seeds 1 and 2, epochs 14 and 15). Dev is not read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "vse_reselect.json"
+SHIPPED = {"seeds": [1, 2], "best_epochs": [14, 15], "selected_on": "dev"}
+
+
+def member(seed_dir: Path) -> dict:
+    log_path = seed_dir / "log.jsonl"
+    lines = log_path.read_text().splitlines() if log_path.is_file() else []
+    log = [json.loads(line) for line in lines if line.strip()]
+    scored = [e for e in log if e.get("dev")]
+    curve = [
+        {"epoch": e["epoch"], "rsum": round(e["dev"]["rsum"], 2), "i2t_r1": e["dev"]["i2t"]["r1"],
+         "t2i_r1": e["dev"]["t2i"]["r1"]}
+        for e in scored
+    ]  # fmt: skip
+    best = max(curve, key=lambda c: c["rsum"], default=None)
+    return {"epochs_done": len(log), "val1000": curve, "best": best}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run", type=Path, required=True)
+    args = parser.parse_args()
+    config = json.loads((args.run / "config.json").read_text())
+    members = {seed: member(args.run / f"seed-{seed}") for seed in config["ensemble_seeds"]}
+    done = {s: m for s, m in members.items() if m["best"] is not None}
+    ranked = sorted(done, key=lambda s: -done[s]["best"]["rsum"])
+    finished = all(m["epochs_done"] >= config["epochs"] for m in members.values())
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    payload = {
+        "benchmark": "re-selection of the shipped vse under the selection protocol (val1000)",
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "threads": config.get("num_threads"),
+        "commit": commit.stdout.strip(),
+        "backbone": config["backbone"],
+        "run": str(args.run),
+        "recipe": config["name"],
+        "finished": finished,
+        "members": members,
+        "val1000_ranking": ranked,
+        "val1000_would_ensemble": ranked[:2] if len(ranked) >= 2 and finished else None,
+        "shipped": SHIPPED,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    for seed, m in members.items():
+        b = m["best"]
+        best = f"best epoch {b['epoch']} rsum {b['rsum']:.1f}" if b else "no epoch yet"
+        print(f"seed {seed}: {m['epochs_done']} epochs, {best}")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
