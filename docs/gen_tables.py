@@ -1002,8 +1002,9 @@ def t_rerank() -> str:
     note = (
         f"image search through the folder contract on the odd-numbered half of {meta['split']} "
         f"({half['photos']} photos, {half['queries']:,} captions as queries; the fusion's weight was chosen "
-        f"on the even half); a cold re-rank of the top 50 (regions computed) took {f1(half['cold_rerank_ms_p50'])} "
-        "ms at the median; `python bench/bench_rerank.py --parts odd --threads 1`"
+        "on the even half); a cold re-rank of the top 50 (regions computed) took "
+        f"{f1(half['cold_rerank_ms_p50'])} ms at the median; "
+        "`python bench/bench_rerank.py --parts odd --threads 1`"
     )
     flat = {**meta, "load_avg_1m": meta["loadavg"][0]}
     return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
@@ -1068,7 +1069,8 @@ def t_confidence() -> str:
         ]
         for text, v in d["probes_over_the_1000_photos"].items()
     ]
-    note = f"{d['queries']['has_match']:,} + {d['queries']['no_match']:,} caption searches; {d['made_with']['data']}"
+    queries = d["queries"]
+    note = f"{queries['has_match']:,} + {queries['no_match']:,} caption searches; {d['made_with']['data']}"
     return (
         table(header, rows)
         + "\n\nBest score of a search, percentiles 5 / 25 / 50 / 75 / 95:\n\n"
