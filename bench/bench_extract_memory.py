@@ -42,7 +42,8 @@ _LAUNCHER = (
 
 _FLOOR = (
     "import torch\n"
-    "from vsekit.vision.features import _CNN, _spec_for_layers\n"
+    "from vsekit.vision.extract import _CNN\n"
+    "from vsekit.vision.store import _spec_for_layers\n"
     "_CNN(_spec_for_layers('mobilenet_v2', 'one-layer', None), 'cpu')\n"
 )
 

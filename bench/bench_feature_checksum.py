@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.resources import default_cache_root
-from vsekit.vision.features import FeatureStore, _matrix_digest
+from vsekit.vision.store import FeatureStore, _matrix_digest
 
 RESULTS = Path(__file__).resolve().parent / "results" / "feature_checksum.json"
 

@@ -69,7 +69,7 @@ def run_and_signal(
 # that runs once per unit of work, a moment that depends on no clock, so the kill lands mid-work on a
 # machine of any speed. ``where`` = (module, attribute path) of that function.
 STEP = ("torch", "Tensor.backward")  # a training step
-BATCH = ("vsekit.vision.features", "_load_batch")  # a batch of photos read for the CNN
+BATCH = ("vsekit.vision.extract", "_load_batch")  # a batch of photos read for the CNN
 
 SELF_SIGNAL = """
 import importlib, os, signal
