@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -283,20 +283,18 @@ def main() -> None:
 
     if full:
         out["full_flickr8k_runs"] = {
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **run_meta(threads=torch.get_num_threads()),
             "load_note": args.note,
             "runs": full,
         }
     if args.full_only:
-        path.write_text(json.dumps(out, indent=2) + "\n")
+        write_result(path, out, indent=2)
         print(f"wrote {path} (full_flickr8k_runs)")
         return
     out.update(
         {
             "benchmark": "extract",
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
-            f"{torch.get_num_threads()}",
+            **run_meta(threads=torch.get_num_threads()),
             "load_note": args.note,
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,
@@ -307,7 +305,7 @@ def main() -> None:
             "decode_batch_sweep": sweep_rows,
         }
     )
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    write_result(path, out, indent=2)
     print(f"wrote {path}")
 
 
