@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_corpus import make_coco, make_karpathy_coco
+from corpus_format_helpers import make_coco, make_karpathy_coco
 from vsekit.data import corpus as corpus_module
 from vsekit.data import jsonstream, load_coco, load_coco_dir, load_corpus, load_karpathy
 from vsekit.data.formats import coco as coco_module
