@@ -1,7 +1,10 @@
-"""What every benchmark records with its numbers: when, where, how loaded, how many threads, which commit.
+"""What every benchmark records with its numbers: when, where, how loaded, how many threads, which commit;
+and the few measurements several benchmarks take the same way (load now, peak RSS, latency percentiles).
 
 from _common import run_meta, write_result
 write_result("duplicates.json", {"meta": run_meta(threads=2), ...})
+
+Scripts run as ``python bench/NAME.py``, so ``bench/`` is on the path and ``_common`` imports as is.
 """
 
 from __future__ import annotations
@@ -10,9 +13,13 @@ import datetime as _dt
 import json
 import os
 import platform
+import resource
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -28,20 +35,65 @@ def git_commit() -> str:
     return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
-def run_meta(threads: int | None = None, **extra: Any) -> dict[str, Any]:
-    """Date (UTC), machine, load averages (1/5/15 min), thread count and git commit."""
+def load_now() -> dict[str, Any]:
+    """The load average now: ``loadavg`` (1/5/15 min) and ``loadavg_1m`` (what docs/gen_tables.py reads)."""
+    loadavg = [round(x, 2) for x in os.getloadavg()]
+    return {"loadavg_1m": loadavg[0], "loadavg": loadavg}
+
+
+def machine() -> str:
+    """CPU architecture, core count and Python version: the machine line of every result."""
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def run_meta(threads: Any = None, **extra: Any) -> dict[str, Any]:
+    """Date (UTC), machine, load averages (1/5/15 min), thread count and git commit; ``extra`` is kept
+    (and wins: a script may say more about its machine or its threads)."""
     return {
         "date": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
+        "machine": machine(),
+        **load_now(),
         "threads": threads,
         "commit": git_commit(),
         **extra,
     }
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write ``bench/results/<name>`` (pretty JSON, trailing newline)."""
-    path = RESULTS / name
-    path.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+def latency_ms(seconds: Iterable[float], percentiles: Iterable[int] = (50, 99)) -> dict[str, float]:
+    """``{"p50_ms": ..., "p99_ms": ...}`` of durations given in seconds (unrounded)."""
+    ms = 1000.0 * np.asarray(list(seconds), dtype=np.float64)
+    return {f"p{q}_ms": float(np.percentile(ms, q)) for q in percentiles}
+
+
+def peak_rss_mb(children: bool = False) -> float:
+    """Peak resident memory in MiB of this process (or of its waited-for children), from ``ru_maxrss``
+    (KiB on Linux). A child's figure carries the parent's peak across ``exec``: read ``VmHWM`` of the
+    child (:func:`proc_status_kib`) where that matters."""
+    who = resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def proc_status_kib(pid: int | str = "self", keys: Iterable[str] = ("VmRSS", "VmHWM")) -> dict[str, int]:
+    """Memory fields of ``/proc/<pid>/status`` in KiB (Linux): VmRSS now, VmHWM its peak, RssAnon..."""
+    wanted = set(keys)
+    fields: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in wanted:
+                fields[key] = int(value.split()[0])
+    return fields
+
+
+def memory_gb() -> dict[str, float]:
+    """This process's RSS now and its peak, in GB (10^9 bytes), rounded to 0.01."""
+    now = proc_status_kib(keys=("VmRSS",))["VmRSS"] / 1e6
+    return {"rss_gb": round(now, 2), "peak_rss_gb": round(peak_rss_mb() * 1024 / 1e6, 2)}
+
+
+def write_result(name: str | Path, result: dict[str, Any], indent: int = 1, default: Any = None) -> Path:
+    """Write ``bench/results/<name>`` (or the path ``name``, when it is one) as pretty JSON with a
+    trailing newline."""
+    path = name if isinstance(name, Path) else RESULTS / name
+    path.write_text(json.dumps(result, indent=indent, default=default) + "\n", encoding="utf-8")
     return path

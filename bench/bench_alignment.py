@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 from datetime import date
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from _common import run_meta, write_result
 from vsekit.alignment import Aligner
 from vsekit.alignment.evaluate import evaluate_scores
 from vsekit.alignment.fusion import FUSION_FILE, FusionSpec
@@ -85,11 +85,7 @@ def main() -> None:
     dev_ids = corpus.split("dev").image_ids()
     path = RESULTS / "alignment.json"
     result = json.loads(path.read_text()) if path.is_file() else {}
-    result.update(
-        date=date.today().isoformat(),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores, torch threads {args.threads}",
-        backbone="mobilenet_v2",
-    )
+    result.update(run_meta(threads=args.threads), backbone="mobilenet_v2")
     if not args.skip_regions:
         n_total = len(corpus.split("train").image_ids()) + len(dev_ids)
         result["regions"] = time_regions([corpus.images[i] for i in dev_ids[: args.images]], n_total)
@@ -103,7 +99,7 @@ def main() -> None:
         if args.words:
             result["word_magnitudes"] = word_magnitudes(aligner, corpus)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(path, result)
 
 
 def _dev_pairs(corpus) -> tuple[list[str], list[str], list[str]]:

@@ -16,14 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-from datetime import date
 from pathlib import Path
 
 import torch
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -130,13 +130,12 @@ def main() -> None:
     merged = {r["name"]: r for r in previous.get("rows", [])}
     merged.update({r["name"]: r for r in rows})
     payload = {
-        "date": date.today().isoformat(),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
+        **run_meta(threads=args.threads, torch=torch.__version__),
         "split": "Flickr8K dev (1,000 images, 5 references each)",
         "rows": list(merged.values()),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(RESULTS, payload, indent=2)
     labels = ("B-1", "B-2", "B-3", "B-4", "MET", "R-L")
     print(f"{'row':34} " + " ".join(f"{x:>5}" for x in labels) + f" {'CIDEr':>6} {'train%':>6} {'cap/s':>7}")
     for r in payload["rows"]:

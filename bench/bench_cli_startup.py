@@ -16,14 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
+
+from _common import load_now, run_meta, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cli_startup.json"
 COMMANDS = (["--help"], ["search", "--help"], ["index", "build", "--help"], ["--version"])
@@ -43,7 +43,7 @@ def _time(argv: list[str], runs: int, env: dict[str, str]) -> dict:
     """Wall time (what a user waits; inflated by the machine's load) and CPU time of the process (user +
     system: far less sensitive to other processes on a shared machine)."""
     times, cpu = [], []
-    load_before = os.getloadavg()[0]
+    load_before = load_now()["loadavg_1m"]
     for _ in range(runs):
         start, cpu_start = time.perf_counter(), _cpu()
         done = subprocess.run(argv, capture_output=True, check=False, env=env)
@@ -57,7 +57,7 @@ def _time(argv: list[str], runs: int, env: dict[str, str]) -> dict:
         "max_s": round(max(times), 3),
         "median_cpu_s": round(statistics.median(cpu), 3),
         "runs": runs,
-        "load_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "load_1min": [load_before, load_now()["loadavg_1m"]],
     }
 
 
@@ -115,12 +115,12 @@ def main() -> None:
             f"(load {row['load_1min']})",
             flush=True,
         )
+    # the commit timed is --src's when one is given, else this checkout's (run_meta's)
+    timed = {"commit": args.src_commit or _commit(args.src)} if args.src is not None else {}
     result = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": args.src_commit or _commit(args.src),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared, loaded), Python "
-        f"{platform.python_version()}",
-        "threads": "one process per run, default torch threads (no torch import is the point)",
+        **run_meta(
+            threads="one process per run, default torch threads (no torch import is the point)", **timed
+        ),
         "commands": commands,
         "importtime": _importtime(env),
     }
@@ -129,7 +129,7 @@ def main() -> None:
     previous.setdefault("benchmark", "cli_startup")
     previous.setdefault("target", "vsekit --help and vsekit search --help under 0.5 s (issue 22 item 9)")
     previous[args.label] = result
-    RESULTS.write_text(json.dumps(previous, indent=1) + "\n")
+    write_result(RESULTS, previous)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,9 @@ import os
 import random
 import subprocess
 import sys
-from datetime import date
 from pathlib import Path
+
+from _common import run_meta, write_result
 
 N_IMAGES, PER_IMAGE = 123_287, 5
 WORDS = "a man woman dog cat child red blue green sits stands runs on in with the of near park street beach "
@@ -130,13 +131,12 @@ def main() -> None:
     karpathy, coco = write(args.work)
     result = json.loads(args.out.read_text()) if args.out.is_file() else {"benchmark": "corpus_memory"}
     result[args.label] = {
-        "date": date.today().isoformat(),
-        "load_avg_1m": os.getloadavg()[0],
+        **run_meta(threads=1),  # OMP_NUM_THREADS=1 in the measured process
         "karpathy": measure(karpathy),
         "coco": measure(coco),
     }
     print(json.dumps(result[args.label], indent=1))
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result)
 
 
 if __name__ == "__main__":

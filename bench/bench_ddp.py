@@ -16,17 +16,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+
+from _common import run_meta, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ddp.json"
 
@@ -91,8 +91,7 @@ def main() -> None:
     for r in runs:
         r["speedup_last_epoch"] = round(base / r["epoch_s"][-1], 2)
     result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo",
+        **run_meta(threads=1, torch=torch.__version__, backend="gloo"),
         "recipe": args.recipe,
         "backbone": args.backbone or "the recipe's",
         "seed": args.seed,
@@ -103,7 +102,7 @@ def main() -> None:
         "runs": runs,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(RESULTS, result, indent=2)
     shutil.rmtree(work, ignore_errors=True)
     print(f"wrote {RESULTS}")
 

@@ -23,14 +23,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -59,8 +59,9 @@ def _timed(fn, repeats: int = 1) -> float:
 def stages(files: list[Path], backbone: str, layers: str, batch: int, repeats: int) -> dict:
     """Seconds per stage for ``files``, one stage at a time, and the network rate of each engine."""
     from vsekit.fileio import atomic_save_npy
-    from vsekit.vision.features import _CNN, _spec_for_layers
+    from vsekit.vision.extract import _CNN
     from vsekit.vision.preprocess import load_image
+    from vsekit.vision.store import _spec_for_layers
 
     spec = _spec_for_layers(backbone, layers, None)
     prep = spec.preprocessing
@@ -138,18 +139,18 @@ def end_to_end(corpus, backbone: str, layers: str, batch: int, engine: str) -> d
 
 
 def sweep(corpus, batch_sizes: tuple[int, ...], workers: tuple[int, ...]) -> list[dict]:
-    from vsekit.vision import features
+    from vsekit.vision import extract
 
     rows = []
-    default_workers = features._DECODE_WORKERS
+    default_workers = extract._DECODE_WORKERS
     try:
         for w in workers:
-            features._DECODE_WORKERS = w
+            extract._DECODE_WORKERS = w
             for b in batch_sizes:
                 run = end_to_end(corpus, "mobilenet_v2", "one-layer", b, "auto")
                 rows.append({"decode_threads": w, "batch_size": b, "img_s": run["img_s"]})
     finally:
-        features._DECODE_WORKERS = default_workers
+        extract._DECODE_WORKERS = default_workers
     return rows
 
 
@@ -172,7 +173,7 @@ def full_extraction(batch: int, engine: str) -> dict:
 def first_use_export(backbone: str, layers: str) -> float:
     """Seconds to export + check one graph into an empty cache (what a fresh install pays once)."""
     from vsekit.vision.engine import OnnxCNN
-    from vsekit.vision.features import _spec_for_layers
+    from vsekit.vision.store import _spec_for_layers
 
     spec = _spec_for_layers(backbone, layers, None)
     with tempfile.TemporaryDirectory() as tmp:
@@ -282,20 +283,18 @@ def main() -> None:
 
     if full:
         out["full_flickr8k_runs"] = {
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            **run_meta(threads=torch.get_num_threads()),
             "load_note": args.note,
             "runs": full,
         }
     if args.full_only:
-        path.write_text(json.dumps(out, indent=2) + "\n")
+        write_result(path, out, indent=2)
         print(f"wrote {path} (full_flickr8k_runs)")
         return
     out.update(
         {
             "benchmark": "extract",
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads "
-            f"{torch.get_num_threads()}",
+            **run_meta(threads=torch.get_num_threads()),
             "load_note": args.note,
             "torch": torch.__version__,
             "onnxruntime": onnxruntime.__version__,
@@ -306,7 +305,7 @@ def main() -> None:
             "decode_batch_sweep": sweep_rows,
         }
     )
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    write_result(path, out, indent=2)
     print(f"wrote {path}")
 
 

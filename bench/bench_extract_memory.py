@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -42,7 +43,8 @@ _LAUNCHER = (
 
 _FLOOR = (
     "import torch\n"
-    "from vsekit.vision.features import _CNN, _spec_for_layers\n"
+    "from vsekit.vision.extract import _CNN\n"
+    "from vsekit.vision.store import _spec_for_layers\n"
     "_CNN(_spec_for_layers('mobilenet_v2', 'one-layer', None), 'cpu')\n"
 )
 
@@ -124,14 +126,13 @@ def main() -> None:
     path = RESULTS / "extract.json"
     out = json.loads(path.read_text()) if path.exists() else {}
     out["memory"] = {
-        "date": date.today().isoformat(),
-        "machine": f"{os.uname().machine}, {os.cpu_count()} cores (shared with other jobs)",
+        **run_meta(threads="vsekit extract's default (torch: one per core)"),
         "backbone": "mobilenet_v2 one-layer",
         "how": "peak RSS of a child `vsekit extract`, fresh cache, read by a small launcher",
         "rows": rows,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2) + "\n")
+    write_result(path, out, indent=2)
     print(f"wrote {path}")
 
 

@@ -14,17 +14,14 @@ Writes bench/results/feature_checksum.json.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
+from _common import run_meta, write_result
 from vsekit.resources import default_cache_root
-from vsekit.vision.features import FeatureStore, _matrix_digest
+from vsekit.vision.store import FeatureStore, _matrix_digest
 
 RESULTS = Path(__file__).resolve().parent / "results" / "feature_checksum.json"
 
@@ -61,12 +58,10 @@ def main() -> None:
         print(rows[-1], flush=True)
     out = {
         "benchmark": "feature_checksum",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared, loaded), Python "
-        f"{platform.python_version()}",
+        **run_meta(threads=1),  # hashing and reading are single-threaded
         "rows": rows,
     }
-    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    write_result(RESULTS, out)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import run_meta, write_result  # noqa: E402
+from _common import load_now, run_meta, write_result  # noqa: E402
 from vsekit.resources import sample_data_path  # noqa: E402
 from vsekit.vision.features import compute_features  # noqa: E402
 from vsekit.vision.spec import FeatureSpec  # noqa: E402
@@ -83,7 +83,7 @@ def main() -> None:
     for backbone in sorted({BACKBONE[m] for m in args.models}):
         result["speed"][backbone] = speed(backbone, args.repeat)
         print(backbone, result["speed"][backbone], flush=True)
-    result["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["meta"]["loadavg_end"] = load_now()["loadavg"]
     write_result("int8.json", result)
 
 

@@ -26,27 +26,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 
+from _common import latency_ms, load_now, memory_gb, proc_status_kib, run_meta, write_result
+
 K = 10
 _CHUNK = 250_000
-
-
-def _rss_gb() -> dict:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB -> GB
-    with open("/proc/self/status") as f:
-        now = next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1e6
-    return {"rss_gb": round(now, 2), "peak_rss_gb": round(peak, 2)}
-
-
-def _load() -> dict:
-    return {"loadavg_1m": os.getloadavg()[0]}
 
 
 class Mixture:
@@ -95,13 +83,8 @@ def generate(store: Path, n: int, mixture: Mixture) -> float:
 def _mem() -> dict:
     """RSS now (anonymous: the process's own memory; file: store pages mapped in, which the kernel can
     drop) and the peak of the whole RSS."""
-    fields = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key = line.split(":")[0]
-            if key in ("RssAnon", "RssFile", "VmRSS", "VmHWM"):
-                fields[key] = round(int(line.split()[1]) / 1e6, 2)
-    return fields
+    fields = proc_status_kib(keys=("RssAnon", "RssFile", "VmRSS", "VmHWM"))
+    return {key: round(kib / 1e6, 2) for key, kib in fields.items()}
 
 
 def _timed(search, queries: np.ndarray) -> tuple[dict, np.ndarray]:
@@ -112,8 +95,7 @@ def _timed(search, queries: np.ndarray) -> tuple[dict, np.ndarray]:
         start = time.perf_counter()
         found.append(search(q[None])[1][0])
         times.append(time.perf_counter() - start)
-    ms = np.asarray(times) * 1e3
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}, np.asarray(found)
+    return latency_ms(times), np.asarray(found)
 
 
 def _recall(truth: np.ndarray, found: np.ndarray) -> float:
@@ -122,7 +104,7 @@ def _recall(truth: np.ndarray, found: np.ndarray) -> float:
 
 def _save(result: dict, out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(out, result)
 
 
 def run(args, store: Path, mixture: Mixture, result: dict) -> None:
@@ -194,7 +176,7 @@ def run(args, store: Path, mixture: Mixture, result: dict) -> None:
             print(json.dumps(row), flush=True)
     result["sweep"] = sweep
     result["memory_end"] = _mem()
-    result["load_end"] = _load()
+    result["load_end"] = load_now()
     _save(result, args.out)
 
 
@@ -237,7 +219,7 @@ def query_stage(args, store: Path, mixture: Mixture) -> None:
             print(json.dumps(row), flush=True)
     result["sweep_new"] = sweep
     result["memory_query"] = _mem()
-    result["load_query_end"] = _load()
+    result["load_query_end"] = load_now()
     _save(result, args.out)
 
 
@@ -262,7 +244,7 @@ def main() -> None:
     mixture = Mixture(args.dim, args.clusters, args.spread)
     store = args.work / f"vectors-{args.n}x{args.dim}.npy"
     gen_s = generate(store, args.n, mixture)
-    print(json.dumps({"generate_s": gen_s, **_rss_gb()}), flush=True)
+    print(json.dumps({"generate_s": gen_s, **memory_gb()}), flush=True)
     if args.stage == "generate":
         return
     if args.stage in ("truth", "query"):
@@ -270,9 +252,7 @@ def main() -> None:
         return
     result = {
         "benchmark": "ivfpq_10m",
-        "date": date.today().isoformat(),
-        "machine": f"{os.uname().machine}, {os.cpu_count()} cores, cpu",
-        "threads": 1,
+        **run_meta(threads=1),
         "note": "run under nice -n 15 with 1 thread while other jobs used the machine: latencies pessimistic",
         "n": args.n,
         "dim": args.dim,
@@ -283,7 +263,7 @@ def main() -> None:
         },
         "store": {"path_kind": "float16 .npy, memory-mapped", "bytes": store.stat().st_size},
         "generate_s": gen_s,
-        "load_start": _load(),
+        "load_start": load_now(),
     }
     run(args, store, mixture, result)
 

@@ -17,14 +17,14 @@ import argparse
 import fcntl
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -133,12 +133,10 @@ def _save(measured: dict[str, dict]) -> dict[str, dict]:
         out = {
             "benchmark": "ranking",
             "split": "Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
-            "date": date.today().isoformat(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores",
-            "torch": torch.__version__,
+            **run_meta(threads="per row (each training's --num-threads)", torch=torch.__version__),
             "rows": list(rows.values()),
         }
-        RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
+        write_result(RESULTS, out, indent=2, default=float)
     return rows
 
 

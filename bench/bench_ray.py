@@ -20,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from _common import load_now, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -108,7 +109,7 @@ def main() -> None:
                 if args.configs is not None and k not in args.configs:
                     continue
                 cache = Path(tmp) / f"{r}-{engine}-{n}-{threads}"
-                load_before = os.getloadavg()[0]
+                load_before = load_now()["loadavg_1m"]
                 proc = subprocess.run(
                     [
                         sys.executable,
@@ -127,7 +128,7 @@ def main() -> None:
                 if proc.returncode:
                     sys.exit(f"{name}: failed\n{proc.stderr[-3000:]}")
                 row = {"config": name, "round": r, **json.loads(proc.stdout.strip().splitlines()[-1])}
-                row["load_avg_1min_before_after"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+                row["load_avg_1min_before_after"] = [load_before, load_now()["loadavg_1m"]]
                 row["img_per_s_extract"] = round(row["images"] / row["extract_s"], 1)
                 print(json.dumps(row), flush=True)
                 runs.append(row)
@@ -138,8 +139,7 @@ def main() -> None:
                     for f in ("meta.json", "raw.f16", "done.npy")
                 )
     result = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        **run_meta(threads="per row (CONFIGS: torch threads per process / Ray worker)"),
         "versions": _versions(),
         "note": "run under nice 15 on the shared 2-core machine beside other jobs: timings are pessimistic; "
         "compare the rows of one run",
@@ -149,7 +149,7 @@ def main() -> None:
         "cache_identical_to_single_process": same,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.out, result)
     print(f"wrote {args.out}")
 
 

@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
-from datetime import date
 from pathlib import Path
 
 import torch
 from PIL import Image
 
+from _common import run_meta, write_result
 from vsekit.alignment import Aligner
 from vsekit.alignment.describe import (
     describe_regions,
@@ -159,8 +158,7 @@ def main() -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     entry = results.setdefault("region_captions", {})
     entry.update(
-        date=str(date.today()),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores shared with other jobs, torch threads 1",
+        **run_meta(threads=1),  # torch threads
         backbone="mobilenet_v2",
         aligner=str(args.aligner),
         aligner_recipe=aligner.extra.get("recipe"),
@@ -169,7 +167,7 @@ def main() -> None:
     entry.setdefault("runs", {}).setdefault(args.recipe, {}).update(run)
     if pics is not None:
         entry["pictures"] = pics
-    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    write_result(RESULTS, results)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vsekit  # noqa: E402
-from _common import run_meta, write_result  # noqa: E402
+from _common import latency_ms, load_now, run_meta, write_result  # noqa: E402
 from vsekit.data import load_corpus  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,12 +46,7 @@ def evaluate(index: vsekit.Index, queries: list[tuple[str, str]], n: int, top: i
         seconds.append(time.perf_counter() - start)
         found = [h.path for h in hits]
         ranks.append(found.index(image) + 1 if image in found else 10**9)
-    ms = np.asarray(seconds) * 1000
-    return {
-        **recalls(ranks),
-        "p50_ms": round(float(np.median(ms)), 1),
-        "p99_ms": round(float(np.percentile(ms, 99)), 1),
-    }
+    return {**recalls(ranks), **{k: round(v, 1) for k, v in latency_ms(seconds).items()}}
 
 
 def run(name: str, ids: list[str], by_image: dict, corpus, ns: list[int], root: Path) -> dict:
@@ -100,7 +95,7 @@ def main() -> None:
         if "all" in args.parts:
             result["all_dev"] = run("all", ids, by_image, corpus, args.n, Path(tmp))
             print("all dev:", result["all_dev"], flush=True)
-    result["meta"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    result["meta"]["loadavg_end"] = load_now()["loadavg"]
     write_result("rerank.json", result)
 
 

@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_ivfpq_10m as B  # noqa: E402
+from _common import load_now, run_meta, write_result  # noqa: E402
 
 K = 10
 
@@ -38,7 +37,7 @@ def one_size(vectors: np.ndarray, new_queries: np.ndarray) -> dict:
     from vsekit.retrieval.search import ann_search, calibrate, exact_search, serialize_ann
 
     n = len(vectors)
-    row: dict = {"n": n, "load_start": B._load()}
+    row: dict = {"n": n, "load_start": load_now()}
     exact_timing, truth = B._timed(lambda q: exact_search(vectors, q, K), new_queries)
     row["exact"] = exact_timing
     start = time.perf_counter()
@@ -72,8 +71,7 @@ def main() -> None:
     new_queries = mixture.draw(100, seed=11)
     result = {
         "benchmark": "scaling_search",
-        "date": date.today().isoformat(),
-        "machine": f"{os.uname().machine}, {os.cpu_count()} cores, cpu; 1 thread, nice 15, shared",
+        **run_meta(threads=1, note="nice 15, on a machine shared with other jobs"),
         "vectors": f"first n rows of {args.store.name} (clustered mixture, float16, memory-mapped)",
         "rows": [],
     }
@@ -81,7 +79,7 @@ def main() -> None:
         row = one_size(store[:n], new_queries)
         print(json.dumps(row), flush=True)
         result["rows"].append(row)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(args.out, result)
 
 
 if __name__ == "__main__":

@@ -23,23 +23,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import time
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
+from _common import run_meta, write_result
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 RESULTS = REPO / "bench" / "results" / "scst.json"
-
-
-def _commit() -> str:
-    done = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-    return done.stdout.strip()
 
 
 def _run_data(run: Path, with_reward: bool):
@@ -151,12 +145,8 @@ def main() -> None:
     best = max((e for e in log if e.get("best")), key=lambda e: e["epoch"], default=None)
     payload = {
         "benchmark": "self-critical sequence training of the captioner (Flickr8K, selection on val1000)",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores, torch {torch.__version__}",
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "threads": args.threads,
+        **run_meta(threads=args.threads, torch=torch.__version__),
         "training_threads": config.get("num_threads"),
-        "commit": _commit(),
         "backbone": config["backbone"],
         "run": str(args.run),
         "recipe": config,
@@ -179,7 +169,7 @@ def main() -> None:
         "note": "training under heavy shared load (about 7 sessions on 2 cores): seconds are not speeds",
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(RESULTS, payload, indent=2)
     s = start
     print(f"start: val CIDEr {s['cider']:.1f} B-4 {s['bleu4']:.1f} words {s['mean_words']:.1f}")
     for row in payload["curves"]:

@@ -47,10 +47,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
+
+from _common import latency_ms, load_now, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -73,12 +74,11 @@ def _load() -> dict:
             continue
         if float(pcpu) >= 10 and not args.startswith("ps "):
             others.append(f"{float(pcpu):.0f}% {args[:100]}")
-    return {"loadavg_1m": round(os.getloadavg()[0], 2), "other_processes": others}
+    return {**load_now(), "other_processes": others}
 
 
 def _pct(times_s: list[float]) -> dict:
-    ms = np.asarray(times_s) * 1000.0
-    return {"p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+    return latency_ms(times_s)
 
 
 def _queries_near(vectors: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -697,8 +697,9 @@ def _save(section: str, value) -> dict:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "search"}
     out[section] = value
-    out[f"{section}_date"] = date.today().isoformat()
-    RESULTS.write_text(json.dumps(out, indent=2, default=float) + "\n")
+    out[f"{section}_run"] = run_meta(threads=out.get("threads"))  # sections are measured at other times
+    out[f"{section}_date"] = out[f"{section}_run"]["date"][:10]
+    write_result(RESULTS, out, indent=2, default=float)
     return out
 
 
@@ -742,15 +743,14 @@ def main() -> None:
     threadpool_limits(args.threads)
     save = (lambda s, v: None) if args.no_save else _save
     header = {
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or 'cpu'}",
-        "threads": args.threads,
+        **run_meta(threads=args.threads),
         "versions": _versions(),
         "model": "vse (shipped: MobileNetV2 one-layer + MiniLM, 2048-d ensemble of 2)",
     }
     if not args.no_save:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "search"}
-        RESULTS.write_text(json.dumps({**out, **header}, indent=2, default=float) + "\n")
+        write_result(RESULTS, {**out, **header}, indent=2, default=float)
 
     if "engines" in args.only:
         spectrum = _real_spectrum(2048) if "real-spectrum" in args.distribution else None

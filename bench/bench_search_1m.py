@@ -28,25 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_search as B  # noqa: E402
+from _common import memory_gb, run_meta  # noqa: E402
 
 K = 10
-
-
-def _rss_gb() -> dict:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB -> GB
-    with open("/proc/self/status") as f:
-        now = next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1e6
-    return {"rss_gb": round(now, 2), "peak_rss_gb": round(peak, 2)}
 
 
 def generate(path: Path, n: int, spectrum, components: int, seed: int = 0) -> np.ndarray:
@@ -103,7 +95,7 @@ def exact_vs_flat(vectors, queries: np.ndarray) -> dict:
     for s in range(0, n, 65_536):
         flat.add(np.asarray(vectors[s : s + 65_536], dtype=np.float32))
     build_s = time.perf_counter() - start
-    mem = _rss_gb()
+    mem = memory_gb()
     for q in queries[:3]:
         exact_search(vectors, q[None], K)
         flat.search(q[None], K)
@@ -194,7 +186,7 @@ def ivf_sq(vectors, centroids, query_sets, truths) -> dict:
     )
     index.train(np.asarray(vectors[:1000], dtype=np.float32))  # quantizer trained: only the SQ (no-op)
     add_s = _add(index, vectors)
-    mem = _rss_gb()
+    mem = memory_gb()
     grid = [{"nprobe": p} for p in (8, 16, 32, 64, 128, 256, 512) if p <= nlist]
     sweep = _sweep(index, lambda ix, p: setattr(ix, "nprobe", p["nprobe"]), grid, query_sets, truths)
     out = {
@@ -222,7 +214,7 @@ def ivf_pq_refine(vectors, centroids, query_sets, truths, pq_m: int, n_train: in
     refine = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
     index = faiss.IndexRefine(base, refine)
     add_s = _add(index, vectors)
-    mem = _rss_gb()
+    mem = memory_gb()
 
     def set_params(ix, p):
         faiss.downcast_index(ix.base_index).nprobe = p["nprobe"]
@@ -253,7 +245,7 @@ def hnsw_sq(vectors, query_sets, truths) -> dict:
     index.hnsw.efConstruction = 80
     index.train(np.asarray(vectors[:1000], dtype=np.float32))
     add_s = _add(index, vectors)
-    mem = _rss_gb()
+    mem = memory_gb()
     grid = [{"efSearch": e} for e in (32, 64, 128, 256, 512, 1024)]
     sweep = _sweep(index, lambda ix, p: setattr(ix.hnsw, "efSearch", p["efSearch"]), grid, query_sets, truths)
     return {"engine": "HNSW32,SQfp16", "build_s": add_s, "memory": mem, "sweep": sweep}
@@ -296,7 +288,7 @@ def main() -> None:
     # sections measured by an earlier run (same N) are kept unless measured again
     saved = json.loads(B.RESULTS.read_text()).get("engines_1m", {}) if B.RESULTS.is_file() else {}
     result: dict = saved if saved.get("n") == args.n else {}
-    result |= {"n": args.n, "dim": 2048, "threads": args.threads, "load_before": B._load()}
+    result |= {"n": args.n, "dim": 2048, **run_meta(threads=args.threads), "load_before": B._load()}
 
     spectrum = B._real_spectrum(2048)
     total = float((spectrum[2] ** 2).sum())
@@ -326,9 +318,9 @@ def main() -> None:
     print(json.dumps(result), flush=True)
 
     def save(key: str, value) -> None:
-        result[key] = value | {"date": date.today().isoformat(), "load_at_end": B._load()}
+        result[key] = value | {"date": run_meta()["date"], "load_at_end": B._load()}
         result["load_after"] = B._load()
-        result["memory"] = _rss_gb()
+        result["memory"] = memory_gb()
         print(json.dumps({key: value}, default=float), flush=True)
         if not args.no_save:
             B._save("engines_1m", result)

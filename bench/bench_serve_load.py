@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import signal
 import socket
@@ -39,10 +38,11 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+
+from _common import latency_ms, proc_status_kib, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -68,12 +68,7 @@ def _photos_and_queries(which: str, folder: Path) -> tuple[Path, list[str], str]
 
 
 def _rss_kib(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            fields[key] = int(value.split()[0])
-    return fields
+    return proc_status_kib(pid, ("VmRSS", "VmHWM"))
 
 
 class _Sampler(threading.Thread):
@@ -226,14 +221,9 @@ def _tracemalloc_diff(first: Path, last: Path, top: int = 15) -> list[dict]:
 
 
 def _ms(values: list[float]) -> dict:
-    ms = np.asarray(values) * 1000.0
-    if not len(ms):
+    if not values:
         return {"requests": 0}
-    return {
-        "requests": len(ms),
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-    }
+    return {"requests": len(values), **latency_ms(values)}
 
 
 def run(args: argparse.Namespace, work: Path) -> dict:
@@ -329,10 +319,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="serve_load_") as tmp:
         row = run(args, Path(tmp))
-    row["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    row["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, Python {platform.python_version()}"
+    row.update(run_meta(threads=args.threads))  # the server's OMP threads
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"benchmark": "serve_load", **row}, indent=2) + "\n")
+    write_result(args.out, {"benchmark": "serve_load", **row}, indent=2)
     summary = {k: v for k, v in row.items() if k != "rss_samples"}
     print(json.dumps(summary, indent=2))
 

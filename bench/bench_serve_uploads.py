@@ -19,7 +19,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -27,11 +26,12 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
 import numpy as np
+
+from _common import git_commit, latency_ms, load_now, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "serve_uploads.json"
@@ -54,13 +54,8 @@ def _big_png(side: int) -> bytes:
 def _summary(values: list[float]) -> dict[str, float | int]:
     if not values:
         return {"n": 0}
-    ms = np.asarray(values) * 1000
-    return {
-        "n": len(values),
-        "p50_ms": round(float(np.percentile(ms, 50)), 1),
-        "p90_ms": round(float(np.percentile(ms, 90)), 1),
-        "max_ms": round(float(ms.max()), 1),
-    }
+    rounded = {k: round(v, 1) for k, v in latency_ms(values, (50, 90)).items()}
+    return {"n": len(values), **rounded, "max_ms": round(1000 * max(values), 1)}
 
 
 def _poll(url: str, stop: threading.Event, busy: threading.Event, out: dict[str, list[float]]) -> None:
@@ -127,7 +122,7 @@ def main() -> None:
     import vsekit
     from vsekit.resources import sample_data_path
 
-    load_before = os.getloadavg()
+    load_before = load_now()
     png = _big_png(args.side)
     with tempfile.TemporaryDirectory(prefix="bench_serve_uploads_") as tmp:
         photos = Path(tmp) / "photos"
@@ -171,20 +166,20 @@ def main() -> None:
 
     entry = {
         "server_src": str(args.src) if args.src else "this checkout",
-        "git_commit": _git_commit(args.src),
         "upload": {"pixels": args.side * args.side, "bytes": len(png), "count": args.uploads},
         "small_requests_meanwhile": not args.no_poll,
         "upload_s": [round(s, 3) for s in upload_s],
         **{k: _summary(v) for k, v in latencies.items()},
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.node()} {platform.machine()} {os.cpu_count()} CPUs",
-        "threads": {"torch": _torch_threads(), "omp": os.environ.get("OMP_NUM_THREADS")},
-        "load_average": {"before": [round(x, 2) for x in load_before], "after": list(os.getloadavg())},
+        **run_meta(
+            threads={"torch": _torch_threads(), "omp": os.environ.get("OMP_NUM_THREADS")},
+            commit=_git_commit(args.src) if args.src is not None else git_commit(),  # the server's code
+        ),
+        "load_average": {"before": load_before["loadavg"], "after": load_now()["loadavg"]},
     }
     results = json.loads(args.out.read_text()) if args.out.is_file() else {}
     results["benchmark"] = "small requests while a 40-megapixel PNG upload is processed (issue 21 item 5)"
     results.setdefault("runs", {})[args.label] = entry
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_result(args.out, results, indent=2)
     print(json.dumps(entry, indent=2))
 
 

@@ -22,15 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from _common import load_now, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -46,12 +46,10 @@ def _save(data: dict) -> None:
     data.update(
         benchmark="tree_lstm",
         split="Flickr8K dev (1,000 images x 5,000 captions, flickr protocol)",
-        date=date.today().isoformat(),
-        machine=f"{platform.machine()}, {os.cpu_count()} cores",
-        torch=torch.__version__,
+        **run_meta(threads="per row (rows: the training's, speed: --threads)", torch=torch.__version__),
     )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2, default=float) + "\n")
+    write_result(RESULTS, data, indent=2, default=float)
 
 
 def _recalls(ranks: np.ndarray) -> dict:
@@ -209,7 +207,7 @@ def speed(recipes: list[str], threads: int, repeats: int, n_batches: int, batch:
         "batch": batch,
         "sentences": len(texts),
         "repeats": repeats,
-        "load_avg_before": os.getloadavg()[0],
+        "load_avg_before": load_now()["loadavg_1m"],
         "models": out,
     }
 

@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import time
 import warnings
 from collections import Counter
-from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from _common import run_meta
 from vsekit.data import load_corpus, tokenize
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.fileio import file_sha256
@@ -180,13 +178,9 @@ def main() -> None:
             "weak": best < threshold,
             "language_warning": language_warning(text, frozenset(words)),
         }
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     result = {
         "benchmark": "confidence",
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit.stdout.strip(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared)",
-        "load_1min": round(os.getloadavg()[0], 1),
+        **run_meta(threads=torch.get_num_threads()),
         "model": "vse",
         "model_sha256": sha,
         "made_with": made,

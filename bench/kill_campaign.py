@@ -20,13 +20,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import random
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +34,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import test_kill as tk  # noqa: E402
+from _common import run_meta, write_result  # noqa: E402
 from corpus_helpers import fake_image_features, write_tiny_corpus  # noqa: E402
 from kill_helpers import overlap_score, run_and_signal, scnlm_run, seconds_after_ready, tmp_files  # noqa: E402
 from vsekit.data import load_corpus  # noqa: E402
@@ -326,13 +325,12 @@ def main() -> None:
             print(f"{job.name}: {args.trials} kills", flush=True)
             results[job.name] = campaign(job, tmp / job.name.replace(" ", "_"), args.trials, args.seed)
     payload = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {platform.processor() or 'cpu'}, torch threads 1 (shared, loaded)",
+        **run_meta(threads=1),  # torch threads of every job
         "seed": args.seed,
         "minutes": round((time.perf_counter() - started) / 60, 1),
         "jobs": results,
     }
-    args.out.write_text(json.dumps(payload, indent=1) + "\n")
+    write_result(args.out, payload)
     print("| job | trials | killed while running | identical after rerun | unreadable leftovers |")
     print("| --- | --- | --- | --- | --- |")
     for name, r in results.items():

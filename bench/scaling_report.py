@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import date
 from pathlib import Path
+
+from _common import run_meta, write_result
 
 RESULTS = Path(__file__).parent / "results"
 COCO_IMAGES, COCO_CAPTIONS = 123_287, 616_435
@@ -151,15 +152,17 @@ def main() -> None:
     }
     result = {
         "benchmark": "scaling",
-        "date": date.today().isoformat(),
-        "machine": "x86_64, 2 cores, 24 GB, no GPU, shared with other jobs (latencies pessimistic)",
+        **run_meta(
+            threads="none: a report over bench/results, nothing measured here",
+            machine="x86_64, 2 cores, 24 GB, no GPU, shared with other jobs (latencies pessimistic)",
+        ),
         "sources": sorted(p.name for p in RESULTS.glob("*.json") if p.name != "scaling.json"),
         "curves": c,
         "fits": fits,
         "projections": projections(c),
         "cited_if_present": {name: (RESULTS / name).is_file() for name in ("ddp.json", "ray.json")},
     }
-    (RESULTS / "scaling.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_result("scaling.json", result)
     print(json.dumps({"fits": fits, "projections": result["projections"]}, indent=1))
 
 

@@ -18,15 +18,14 @@ grid goes to bench/results/captioner_rerank.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
-from datetime import date
 from pathlib import Path
 
 import torch
 
+from _common import run_meta, write_result
 from vsekit.captioning.captioner import load_captioner, save_captioner
 from vsekit.captioning.trainer import default_score_fn, tune_captioner_rerank
 from vsekit.data import load_corpus
@@ -101,13 +100,13 @@ def ship_captioner(run_model: Path, out: Path, beams: list[int], tune_split: str
     record = {
         "benchmark": f"captioner rerank tuning (Flickr8K {tune_split})",
         "tune_split": tune_split,
-        "date": date.today().isoformat(),
+        **run_meta(threads=torch.get_num_threads()),
         "captioner": str(run_model),
         "joint_model": "vse (shipped)",
         "chosen_beam": best["beam"],
         "beams": [{k: v for k, v in r.items() if k != "path"} for r in results],
     }
-    RERANK_RESULTS.write_text(json.dumps(record, indent=2) + "\n")
+    write_result(RERANK_RESULTS, record, indent=2)
 
 
 def main() -> None:

@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import resource
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+
+from _common import peak_rss_mb, run_meta, write_result
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,8 +155,8 @@ def main() -> None:
         "reloaded_float16_same_top1": f"{same}/{n_check}",
         "reloaded_generate_seconds": reload_s,
         "model_file_bytes": model_path.stat().st_size,
-        "threads": args.threads,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        **run_meta(threads=args.threads),
+        "peak_rss_mb": peak_rss_mb(),
         "tokenizer": "ptb" if java_available() else "vsekit",
         "measured": time.strftime("%Y-%m-%d"),
         "examples": [
@@ -165,7 +165,7 @@ def main() -> None:
         ],
     }
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(Path(args.json), result, indent=2)
 
     keys = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
     print("\n| SC-NLM (Flickr8K dev) | " + " | ".join(keys) + " |")

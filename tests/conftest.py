@@ -1,4 +1,5 @@
-"""Shared fixtures. `flickr8k_full` finds the real Flickr8K (train + dev) or skips the test that needs it."""
+"""Shared fixtures. `flickr8k_full` finds the real Flickr8K (train + dev) or skips the test that needs it;
+`photo_index` builds a small photo index for the tests that serve one."""
 
 from __future__ import annotations
 
@@ -35,6 +36,21 @@ def flickr8k_full() -> Path:
     if path is None:
         pytest.skip(reason)
     return path
+
+
+@pytest.fixture(scope="session")
+def photo_index(tmp_path_factory):
+    """``photo_index(name, n)``: a ``vsekit.Index`` over ``n`` bundled sample photos, built in a fresh
+    folder ``<name>N/`` (``photos/`` and ``index/``); callable from fixtures of any scope."""
+
+    def build(name: str, n: int):
+        import vsekit
+        from search_helpers import make_photo_folder
+
+        photos = make_photo_folder(tmp_path_factory.mktemp(name) / "photos", n=n)
+        return vsekit.Index.build(photos, photos.parent / "index", progress=False)
+
+    return build
 
 
 @pytest.fixture

@@ -69,7 +69,24 @@ def run_and_signal(
 # that runs once per unit of work, a moment that depends on no clock, so the kill lands mid-work on a
 # machine of any speed. ``where`` = (module, attribute path) of that function.
 STEP = ("torch", "Tensor.backward")  # a training step
-BATCH = ("vsekit.vision.features", "_load_batch")  # a batch of photos read for the CNN
+BATCH = ("vsekit.vision.extract", "_load_batch")  # a batch of photos read for the CNN
+
+# A captioner training (cross-entropy or SCST, as its recipe says) in a fresh Python, resumable, on fake
+# features: argv = corpus folder, run folder, the recipe as JSON. It prints "ready" before it trains.
+CAPTIONER_JOB = """
+import json, sys, torch
+torch.set_num_threads(1)
+from corpus_helpers import fake_image_features
+from kill_helpers import overlap_score
+from vsekit.captioning.trainer import CaptionTrainConfig, train_captioner
+from vsekit.data import load_corpus
+corpus = load_corpus(sys.argv[1])
+config = CaptionTrainConfig.from_dict(json.loads(sys.argv[3]))
+print("ready", flush=True)
+train_captioner(corpus, config, sys.argv[2], resume=True, progress=False, device="cpu",
+                feature_fn=fake_image_features, score_fn=overlap_score, log=print)
+"""
+
 
 SELF_SIGNAL = """
 import importlib, os, signal

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from test_corpus import make_coco, make_karpathy_coco
+from corpus_format_helpers import make_coco, make_karpathy_coco
 from vsekit.data import corpus as corpus_module
 from vsekit.data import jsonstream, load_coco, load_coco_dir, load_corpus, load_karpathy
+from vsekit.data.formats import coco as coco_module
+from vsekit.data.formats import karpathy as karpathy_module
 from vsekit.errors import CorpusError
 
 pytest.importorskip("ijson")
@@ -39,7 +41,8 @@ def whole(load, *args):
 def streamed(load, *args):
     """``load(*args)`` with the whole-file JSON reader forbidden: it must stream."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(corpus_module, "_read_json", lambda path: pytest.fail(f"{path} was read whole"))
+        for module in (corpus_module, coco_module, karpathy_module):
+            mp.setattr(module, "read_json", lambda path: pytest.fail(f"{path} was read whole"))
         return outcome(load, *args)
 
 

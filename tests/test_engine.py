@@ -15,7 +15,8 @@ from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.resources import sample_data_path
 from vsekit.vision import FeatureSpec, compute_features
 from vsekit.vision import engine as engine_module
-from vsekit.vision import features as features_module
+from vsekit.vision import extract as extract_module
+from vsekit.vision import store as store_module
 from vsekit.vision.backbones import resolve_weights
 from vsekit.vision.engine import OnnxCNN, OnnxMismatchError, onnx_model_path
 from vsekit.vision.features import FeatureStore, extract_features, feature_config
@@ -85,13 +86,13 @@ def test_onnxruntime_gives_the_features_of_pytorch(photos, kind):
     """The stored (float16) features of both engines agree to a float16 step; the float32 difference of the
     exported graph is far inside the stated tolerance."""
     layers = "one-layer" if kind == "one-layer" else "full"
-    spec = features_module._spec_for_layers("mobilenet_v2", layers, None)
+    spec = store_module._spec_for_layers("mobilenet_v2", layers, None)
     items = [(str(k), p) for k, p in enumerate(photos)]
-    torch_cnn = features_module._CNN(spec, CPU, "torch")
-    ort_cnn = features_module._CNN(spec, CPU, "onnxruntime")
+    torch_cnn = extract_module._CNN(spec, CPU, "torch")
+    ort_cnn = extract_module._CNN(spec, CPU, "onnxruntime")
     assert (torch_cnn.engine, ort_cnn.engine) == ("torch", "onnxruntime")
     assert torch_cnn.dims == ort_cnn.dims
-    ids, crops, bad = features_module._load_batch(items, spec.preprocessing)
+    ids, crops, bad = extract_module._load_batch(items, spec.preprocessing)
     assert not bad
     a, b = torch_cnn(crops), ort_cnn(crops)
     assert a.shape == b.shape == (len(photos), torch_cnn.dim)
@@ -122,7 +123,7 @@ def test_export_is_cached_and_reexported_when_weights_or_opset_change(onnx_cache
 def test_damaged_export_is_exported_again_not_loaded(onnx_cache, photos, damage):
     spec = FeatureSpec("mobilenet_v2")
     good = OnnxCNN(spec, CPU)
-    ids, crops, _ = features_module._load_batch([(p.name, p) for p in photos], spec.preprocessing)
+    ids, crops, _ = extract_module._load_batch([(p.name, p) for p in photos], spec.preprocessing)
     expected = good(crops)
     if damage == "truncate":
         good.path.write_bytes(good.path.read_bytes()[:1000])
@@ -147,13 +148,13 @@ def test_a_graph_that_disagrees_with_pytorch_is_refused(onnx_cache, photos, monk
         return real(spec, model, path)
 
     monkeypatch.setattr(engine_module, "_export", bad_export)
-    spec = features_module._spec_for_layers("mobilenet_v2", "one-layer", None)
+    spec = store_module._spec_for_layers("mobilenet_v2", "one-layer", None)
     with pytest.raises(OnnxMismatchError, match="differs from PyTorch"):
         OnnxCNN(spec, CPU)
     with pytest.raises(VsekitError, match="--engine torch"):  # recorded: refused again, not rechecked
-        features_module._CNN(spec, CPU, "onnxruntime")
+        extract_module._CNN(spec, CPU, "onnxruntime")
     with caplog.at_level(logging.WARNING):
-        cnn = features_module._CNN(spec, CPU, "auto")
+        cnn = extract_module._CNN(spec, CPU, "auto")
     assert cnn.engine == "torch" and "extracting with PyTorch instead" in caplog.text
     # and nothing from it reaches a feature cache
     with pytest.raises(VsekitError):
@@ -217,7 +218,7 @@ def test_torch_engine_works_without_onnxruntime(small_corpus, tmp_path, monkeypa
 def test_batched_preprocessing_is_bit_identical_to_one_image_at_a_time(photos):
     """The uint8 crops normalised as a batch give exactly what Preprocessing gave per image before."""
     spec = FeatureSpec("mobilenet_v2")
-    _, crops, _ = features_module._load_batch([(p.name, p) for p in photos], spec.preprocessing)
+    _, crops, _ = extract_module._load_batch([(p.name, p) for p in photos], spec.preprocessing)
     batched = torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2)
     from vsekit.vision.preprocess import load_image
 

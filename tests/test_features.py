@@ -11,7 +11,9 @@ from vsekit.data import ImageCollection, load_corpus
 from vsekit.errors import ConfigMismatchError, ImageError, VsekitError
 from vsekit.resources import sample_data_path
 from vsekit.vision import FeatureSpec, compute_features, features_for_model, image_features
+from vsekit.vision import extract as extract_module
 from vsekit.vision import features as features_module
+from vsekit.vision import store as store_module
 from vsekit.vision.backbones import load_backbone
 from vsekit.vision.features import FeatureStore, extract_features, extract_fne, feature_config
 from vsekit.vision.preprocess import load_image
@@ -65,13 +67,13 @@ def test_one_layer_features_match_the_network(small_corpus, tmp_path):
 def test_second_run_recomputes_nothing(small_corpus, tmp_path, monkeypatch):
     extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
     calls = []
-    monkeypatch.setattr(features_module, "_load_batch", lambda *a: calls.append(a) or ([], None, {}))
+    monkeypatch.setattr(extract_module, "_load_batch", lambda *a: calls.append(a) or ([], None, {}))
     store = extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
     assert calls == [] and store.done_mask().all()
 
 
 def test_interrupted_extraction_resumes_without_recomputing(small_corpus, tmp_path, monkeypatch):
-    real_load = features_module._load_batch
+    real_load = extract_module._load_batch
     seen = []
 
     def load_then_interrupt(paths, prep):
@@ -80,7 +82,7 @@ def test_interrupted_extraction_resumes_without_recomputing(small_corpus, tmp_pa
         seen.extend(i for i, _ in paths)
         return real_load(paths, prep)
 
-    monkeypatch.setattr(features_module, "_load_batch", load_then_interrupt)
+    monkeypatch.setattr(extract_module, "_load_batch", load_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=1, progress=False)
     partial = FeatureStore.open(tmp_path / "c")
@@ -89,7 +91,7 @@ def test_interrupted_extraction_resumes_without_recomputing(small_corpus, tmp_pa
 
     resumed = []
     monkeypatch.setattr(
-        features_module,
+        extract_module,
         "_load_batch",
         lambda paths, prep: resumed.extend(i for i, _ in paths) or real_load(paths, prep),
     )
@@ -111,23 +113,23 @@ def test_a_bit_flipped_in_the_matrix_is_named_and_its_generation_extracted_again
     data = bytearray(raw_path.read_bytes())
     data[len(data) // 2] ^= 0x10  # header, length and done flags intact: only the checksum can tell
     raw_path.write_bytes(bytes(data))
-    features_module._VERIFIED.clear()  # as a fresh process: nothing verified yet
+    store_module._VERIFIED.clear()  # as a fresh process: nothing verified yet
     with pytest.raises(features_module.DamagedMatrixError) as exc:
         FeatureStore.open(cache)
     assert str(raw_path) in str(exc.value) and "\n" not in str(exc.value)
 
-    real_load, again = features_module._load_batch, []
+    real_load, again = extract_module._load_batch, []
     monkeypatch.setattr(
-        features_module, "_load_batch", lambda paths, prep: again.extend(paths) or real_load(paths, prep)
+        extract_module, "_load_batch", lambda paths, prep: again.extend(paths) or real_load(paths, prep)
     )
     with pytest.warns(UserWarning, match=f"{raw_path}: damaged feature matrix.*extracting its {N} rows"):
         store = extract_features(small_corpus, cache_dir=cache, batch_size=5, progress=False)
     assert len(again) == N and np.array_equal(store.raw(), before)
 
     hashed = []
-    digest = features_module._matrix_digest
-    monkeypatch.setattr(features_module, "_matrix_digest", lambda *a: hashed.append(a) or digest(*a))
-    features_module._VERIFIED.clear()
+    digest = store_module._matrix_digest
+    monkeypatch.setattr(store_module, "_matrix_digest", lambda *a: hashed.append(a) or digest(*a))
+    store_module._VERIFIED.clear()
     for _ in range(3):
         FeatureStore.open(cache)
     assert len(hashed) == 1  # once per process per file version
@@ -137,7 +139,7 @@ def test_an_unfinished_extraction_records_no_checksum(small_corpus, tmp_path, mo
     def interrupt(paths, prep):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(features_module, "_load_batch", interrupt)
+    monkeypatch.setattr(extract_module, "_load_batch", interrupt)
     with pytest.raises(KeyboardInterrupt):
         extract_features(small_corpus, cache_dir=tmp_path / "c", batch_size=4, progress=False)
     assert "checksum" not in FeatureStore.open(tmp_path / "c").meta
@@ -163,10 +165,10 @@ def test_default_cache_dirs_differ_by_configuration(small_corpus, tmp_path):
 
 def test_splits_accumulate_in_one_store(small_corpus, tmp_path, monkeypatch):
     extract_features(small_corpus.split("dev"), cache_root=tmp_path, progress=False)
-    real_load = features_module._load_batch
+    real_load = extract_module._load_batch
     loaded = []
     monkeypatch.setattr(
-        features_module,
+        extract_module,
         "_load_batch",
         lambda paths, prep: loaded.extend(i for i, _ in paths) or real_load(paths, prep),
     )
@@ -285,7 +287,7 @@ def _no_cnn(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the CNN was loaded")
 
-    monkeypatch.setattr(features_module, "load_backbone", fail)
+    monkeypatch.setattr(extract_module, "load_backbone", fail)
 
 
 def test_a_folder_of_photos_is_cached_and_read_back_without_the_cnn(small_corpus, tmp_path, monkeypatch):

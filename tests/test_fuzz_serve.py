@@ -11,7 +11,6 @@ import pytest
 from hypothesis import settings
 
 from fuzz_helpers import NASTY_BYTES  # noqa: F401  (loads the profile)
-from search_helpers import make_photo_folder
 from serve_helpers import running_server
 
 pytest.importorskip(
@@ -20,7 +19,6 @@ pytest.importorskip(
 schemathesis = pytest.importorskip("schemathesis", reason="pip install schemathesis (the dev extra)")
 uvicorn = pytest.importorskip("uvicorn", reason="pip install uvicorn")
 
-import vsekit  # noqa: E402
 from vsekit.serve import ServeSettings, create_app  # noqa: E402
 
 EXAMPLES_PER_OPERATION = 25
@@ -28,10 +26,10 @@ TIMEOUT_S = 30  # per request: a caption on a loaded 2-core machine takes well u
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("fuzz_serve") / "photos", n=4)
-    index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    return create_app(index, ServeSettings(max_pixels=2_000_000, allow_hosts=("testserver",)))
+def app(photo_index):
+    return create_app(
+        photo_index("fuzz_serve", 4), ServeSettings(max_pixels=2_000_000, allow_hosts=("testserver",))
+    )
 
 
 @pytest.fixture(scope="module")

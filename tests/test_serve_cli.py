@@ -14,8 +14,6 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-import vsekit
-from search_helpers import make_photo_folder
 from vsekit.cli import app
 
 pytest.importorskip(
@@ -25,10 +23,8 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def index_dir(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("serve_cli") / "photos", n=2)
-    vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    return photos.parent / "index"
+def index_dir(photo_index):
+    return photo_index("serve_cli", 2).path
 
 
 def test_a_missing_index_is_one_line_and_no_serving(tmp_path):

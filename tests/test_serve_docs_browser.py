@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import vsekit
-from search_helpers import SAMPLE_IMAGES, make_photo_folder
+from search_helpers import SAMPLE_IMAGES
 from serve_helpers import running_server
 
 pytest.importorskip(
@@ -29,10 +28,8 @@ from vsekit.serve import create_app  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def offline_page(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("docs_browser") / "photos", n=2)
-    index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    with running_server(create_app(index)) as url, sync_playwright() as p:
+def offline_page(photo_index):
+    with running_server(create_app(photo_index("docs_browser", 2))) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page()
         page.set_default_timeout(60_000)

