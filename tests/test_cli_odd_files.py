@@ -101,10 +101,10 @@ def test_the_scan_takes_regular_files_and_says_why_it_left_each_other_entry_out(
 
 
 def test_a_folder_without_photos_is_one_line_naming_what_it_holds(tmp_path):
-    for name in ("a.heic", "b.HEIC", "c.heic", "report.docx"):
+    for name in ("a.cr2", "b.CR2", "c.cr2", "report.docx"):  # camera RAW: no Pillow opener reads them
         (tmp_path / name).write_bytes(b"x")
     line = scan_photos(tmp_path).nothing_to_index()
-    assert line.startswith(f"no photos in {tmp_path}: found 3 .heic, 1 .docx; vsekit reads ")
+    assert line.startswith(f"no photos in {tmp_path}: found 3 .cr2, 1 .docx; vsekit reads ")
     assert all(ext in line for ext in (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".tif", ".tiff"))
     if ".heic" not in photo_extensions():
         assert "pillow-heif" in line
@@ -112,7 +112,7 @@ def test_a_folder_without_photos_is_one_line_naming_what_it_holds(tmp_path):
     empty.mkdir()
     assert "the folder is empty" in scan_photos(empty).nothing_to_index()
     with pytest.raises(CorpusError, match="not a folder"):
-        scan_photos(tmp_path / "a.heic")
+        scan_photos(tmp_path / "a.cr2")
     with pytest.raises(CorpusError, match="does not exist"):
         scan_photos(tmp_path / "missing")
 
@@ -170,7 +170,7 @@ def test_unreadable_reasons_are_words_without_addresses_and_the_same_every_time(
     (tmp_path / "text.png").write_text("hello")
     for name, reason in (
         ("broken.jpg", "cannot read image ("),  # Pillow's words ("Truncated File Read")
-        ("text.png", "cannot read image (not an image format vsekit can decode)"),
+        ("text.png", "cannot read image (not an image in a format vsekit reads"),
         ("cut.jpg", "cannot read image (image file is truncated"),
     ):
         first, again = read_photo(_photo(tmp_path / name)), read_photo(_photo(tmp_path / name))
@@ -202,14 +202,14 @@ def no_model(monkeypatch):
 def test_index_build_checks_its_paths_before_any_model_and_leaves_no_folder(tmp_path, no_model):
     photo = tmp_path / "one.jpg"
     shutil.copyfile(SAMPLE_IMAGES[0], photo)
-    heic = tmp_path / "iphone"
-    heic.mkdir()
-    for name in ("a.heic", "b.heic", "c.HEIC", "d.docx"):
-        (heic / name).write_bytes(b"x")
+    raw = tmp_path / "camera"  # camera RAW files: not photos vsekit reads (HEIC is, through pillow-heif)
+    raw.mkdir()
+    for name in ("a.cr2", "b.cr2", "c.CR2", "d.docx"):
+        (raw / name).write_bytes(b"x")
     cases = [
         ([str(photo)], "one.jpg: not a folder"),
         ([str(tmp_path / "nowhere")], "nowhere: photo folder does not exist"),
-        ([str(heic)], f"no photos in {heic}: found 3 .heic, 1 .docx; vsekit reads .avif"),
+        ([str(raw)], f"no photos in {raw}: found 3 .cr2, 1 .docx; vsekit reads .avif"),
     ]
     for args, message in cases:
         out = tmp_path / "index"
@@ -310,3 +310,14 @@ def test_quiet_hides_the_progress_bars_of_update(odd_index):
         assert "1 added" in result.output and "index photos" not in result.output
     finally:
         (photos / "new.jpg").unlink()
+
+
+def test_heic_counts_as_a_photo_exactly_when_the_decoder_reads_it(tmp_path):
+    """The scan and the decode agree on HEIC in a fresh process (nothing else registered the plugin)."""
+    code = (
+        "from vsekit.data import photo_extensions; from vsekit.vision.preprocess import readable_formats; "
+        "print('.heic' in photo_extensions(), 'HEIF' in readable_formats())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    scan_says, decoder_says = done.stdout.split()
+    assert scan_says == decoder_says

@@ -30,8 +30,19 @@ def photo_extensions() -> frozenset[str]:
     format Pillow can open in this process (the one place that answers "which files are photos")."""
     from PIL import Image
 
+    _register_heif()
     Image.init()  # imports Pillow's own plugins; a third-party opener registered itself on import
     return PHOTO_EXTENSIONS | {ext for ext, fmt in OPTIONAL_PHOTO_EXTENSIONS.items() if fmt in Image.OPEN}
+
+
+def _register_heif() -> None:
+    """Register pillow-heif's opener when it is installed, so that a scan counts .heic files as photos
+    exactly when the decoder can read them (whatever else this process has imported before)."""
+    try:
+        from pillow_heif import register_heif_opener
+    except ImportError:
+        return
+    register_heif_opener()
 
 
 @dataclass(frozen=True, eq=False)
