@@ -1010,6 +1010,27 @@ def t_rerank() -> str:
     return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
 
 
+def t_serve_latency() -> str:
+    runs = [
+        ("text search alone, 1 client", "serve_text_c1.json", ["search"]),
+        ("text search alone, 16 clients", "serve_text_c16.json", ["search"]),
+        ("the mix, 16 clients", "serve_mix_c16.json", ["search", "search_image", "caption", "caption_id"]),
+    ]
+    rows, sources = [], []
+    for label, name, kinds in runs:
+        d = load(name)
+        for kind in kinds:
+            k = d["per_kind"][kind]
+            rows.append([label, f"`{kind}`", k["requests"], f1(k["p50_ms"]), f1(k["p99_ms"]), d["errors"]])
+        sources.append(source(name, d, "per_kind"))
+    header = ["run", "request", "requests", "p50 ms", "p99 ms", "errors (run)"]
+    note = (
+        "`python bench/bench_serve_load.py --only search --concurrency 1` / `--concurrency 16`, and the "
+        "full mix (half text search, a quarter photo search, an eighth caption uploads and indexed captions)"
+    )
+    return table(header, rows, right_from=2) + "\n\n" + "\n\n".join(sources) + "\n\n" + note
+
+
 def t_reselect_vse() -> str:
     d = load("reselect.json")
     v = d["vse_val1000"]
@@ -1260,6 +1281,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "kill-campaign": t_kill_campaign,
     "confidence": t_confidence,
     "rerank": t_rerank,
+    "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
     "scst-dev": t_scst_dev,
     "paper-kiros": t_paper_kiros,
