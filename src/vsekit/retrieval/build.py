@@ -199,7 +199,7 @@ def compact(
     chosen = plan_compaction(store.segments(), everything)
     if not chosen:
         return False
-    settings = store.settings()
+    settings = _written_settings(store)
     dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
     rows = _records(store.conn, chosen)
     maps = {n: _verified(store, n) for n in chosen}
@@ -526,7 +526,7 @@ def add_vectors(
         store = Store.open(out)
         try:
             store.recover()
-            settings = store.settings()
+            settings = _written_settings(store)
             stored = store.records_of([p.id for p in photos] + list(removed))
             keep = [i for i, p in enumerate(photos) if stored.get(p.id) != (p.size, p.mtime_ns, p.sha256)]
             gone = [i for i in removed if i in stored]
@@ -559,6 +559,14 @@ def compact_store(out: Path, everything: bool = True) -> bool:
             return compact(store, everything)
         finally:
             store.close()
+
+
+def _written_settings(store: Store) -> dict[str, Any]:
+    """The settings of a store that has had its first commit (a database without them is damaged)."""
+    settings = store.settings()
+    if "model" not in settings:
+        raise damaged(store.out / DB, "no settings", store.out)
+    return settings
 
 
 @contextlib.contextmanager
