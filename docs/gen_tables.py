@@ -988,6 +988,82 @@ def t_kill_campaign() -> str:
     return table(header, body) + "\n\n" + source("kill_campaign.json", d, "jobs", note)
 
 
+def _meta_source(name: str, d: dict[str, Any], key: str | None, note: str) -> str:
+    """``source`` for a result written through bench/_common.py (conditions under ``meta``)."""
+    meta = d["meta"]
+    load = f"load average {meta['loadavg'][0]} (1 min) at the end"
+    if "loadavg_before" in meta:
+        load += f", {meta['loadavg_before'][0]} at the start"
+    return source(name, meta | {"load": load}, key, note)
+
+
+FAULT_OUTCOMES = ["identical", "clear_error", "unclear_error", "traceback", "wrong", "hang"]
+
+
+def t_fault_campaign() -> str:
+    d = load("fault_campaign.json")
+    counts = d["counts"]
+
+    def row(label: str, c: dict[str, int]) -> list[Any]:
+        return [label, sum(c.values()), *(c.get(o, 0) for o in FAULT_OUTCOMES)]
+
+    body = [row(f"fault `{k[6:]}`", v) for k, v in counts.items() if k.startswith("fault ")]
+    body += [row(f"file `{k[5:]}`", v) for k, v in counts.items() if k.startswith("file ")]
+    body += [row(f"index `{k[4:]}`", v) for k, v in counts.items() if k.startswith("kit ")]
+    body += [row(f"action `{k[7:]}`", v) for k, v in counts.items() if k.startswith("action ")]
+    body.append(row("**all trials**", counts["all"]))
+    if "baseline" in d:
+        base = d["baseline"]
+        body.append(
+            row(f"all, the store before these fixes (commit {base['meta']['commit']})", base["counts"]["all"])
+        )
+    header = ["trials by", "trials", *(o.replace("_", " ") for o in FAULT_OUTCOMES)]
+    note = f"seed {d['seed']}, {d['minutes']} minutes; `{d['command']}`"
+    return table(header, body) + "\n\n" + _meta_source("fault_campaign.json", d, "counts", note)
+
+
+def t_live_update() -> str:
+    d = load("live_update.json")
+    body = []
+    for engine, e in d["engines"].items():
+        served = [x for x in e["commit_to_served_s"] if x is not None]
+        body.append(
+            [
+                f"`{engine}`",
+                f"{e['requests_total']:,}",
+                e["errors_total"],
+                f"{e['info_counts_never_committed']} of {e['info_answers']:,}",
+                f"{len(e['updates'])} ({sum(u['rc'] == 0 for u in e['updates'])} ok)",
+                f"{e['photos_at_start']} -> {e['count_served_at_end']}"
+                f" ({e['photos_in_folder_at_end']} in the folder)",
+                f"{e['new_photos_seen_in_results']} of {e['new_photos_added']}",
+                "-"
+                if not served
+                else f"{min(served):.2f} / {e['commit_to_served_mean_s']:.2f} / {max(served):.2f}",
+                e["updates_never_served"],
+            ]
+        )
+    header = [
+        "engine",
+        "requests",
+        "errors (non-2xx)",
+        "`/api/info` counts never committed",
+        "`index update` runs",
+        "photos served, start -> end",
+        "new photos seen in results",
+        "commit to served s (min / mean / max)",
+        "updates never served",
+    ]
+    s = d["settings"]
+    note = (
+        f"{s['threads']} client threads + one `/api/info` poller every 50 ms, {s['photos']} sample photos at "
+        f"the start, each update adds 3 and removes 1, {s['settle']} s between updates; "
+        f"{d['minutes']} minutes; "
+        f"`{d['command']}`"
+    )
+    return table(header, body) + "\n\n" + _meta_source("live_update.json", d, "engines", note)
+
+
 # ---------------------------------------------------------------------------------------------- the papers
 # The papers' own numbers (their tables, as printed: constants, not measurements of ours) beside our rows from
 # the JSON, with the command that makes each of ours.
@@ -1164,6 +1240,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "ray": t_ray,
     "serve-load": t_serve_load,
     "kill-campaign": t_kill_campaign,
+    "fault-campaign": t_fault_campaign,
+    "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,
     "paper-karpathy-captions": t_paper_karpathy_captions,
