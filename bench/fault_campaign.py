@@ -382,6 +382,7 @@ def main() -> int:
                 f"file {kind_of(plan['file'])}",
                 f"kit {plan['kit']}",
                 f"action {plan['action']}",
+                f"cell {plan['fault']} x {kind_of(plan['file'])}",
             ):
                 counts[key][outcome] += 1
             if len(examples[outcome]) < (6 if outcome in ("identical", "clear_error") else 30):

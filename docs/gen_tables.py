@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -1011,6 +1012,11 @@ def t_fault_campaign() -> str:
     body += [row(f"file `{k[5:]}`", v) for k, v in counts.items() if k.startswith("file ")]
     body += [row(f"index `{k[4:]}`", v) for k, v in counts.items() if k.startswith("kit ")]
     body += [row(f"action `{k[7:]}`", v) for k, v in counts.items() if k.startswith("action ")]
+    floats = Counter()
+    for fault in ("flip-data", "flip-keep-mtime"):
+        floats.update(counts.get(f"cell {fault} x segment .npy", {}))
+    if floats:
+        body.append(row("one bit in a segment's floats (`flip-data`, `flip-keep-mtime` of a `.npy`)", floats))
     body.append(row("**all trials**", counts["all"]))
     if "baseline" in d:
         base = d["baseline"]
