@@ -1018,6 +1018,12 @@ def t_fault_campaign() -> str:
     if floats:
         body.append(row("one bit in a segment's floats (`flip-data`, `flip-keep-mtime` of a `.npy`)", floats))
     body.append(row("**all trials**", counts["all"]))
+    if (RESULTS / "fault_campaign_seed22.json").is_file():
+        other = load("fault_campaign_seed22.json")
+        label = (
+            f"all, another run: seed {other['seed']} (`fault_campaign_seed22.json`, {other['meta']['date']})"
+        )
+        body.append(row(label, other["counts"]["all"]))
     if "baseline" in d:
         base = d["baseline"]
         body.append(
