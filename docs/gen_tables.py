@@ -1020,8 +1020,10 @@ def t_fault_campaign() -> str:
     body.append(row("**all trials**", counts["all"]))
     if (RESULTS / "fault_campaign_seed22.json").is_file():
         other = load("fault_campaign_seed22.json")
+        m = other["meta"]
         label = (
-            f"all, another run: seed {other['seed']} (`fault_campaign_seed22.json`, {other['meta']['date']})"
+            f"all, another run: seed {other['seed']} (`fault_campaign_seed22.json`, {m['date']}, "
+            f"load average {m['loadavg_before'][0]} -> {m['loadavg'][0]}, commit {m['commit']})"
         )
         body.append(row(label, other["counts"]["all"]))
     if "baseline" in d:
