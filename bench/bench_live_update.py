@@ -117,6 +117,24 @@ def change_folder(photos: Path, spare: list[Path], rng: random.Random, step: int
     return 3, 1
 
 
+def run_cli(command: list[str], step: int, watch: Watch) -> dict[str, Any]:
+    """One ``vsekit index update`` / ``compact`` in a child process (niced, one thread)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    before = max(watch.seen) if watch.seen else 0
+    began = time.monotonic()
+    run = subprocess.run(["nice", "-n", "10", *command], env=env, capture_output=True, text=True)
+    done = {
+        "step": step,
+        "command": command[2],
+        "rc": run.returncode,
+        "seconds": round(time.monotonic() - began, 2),
+        "generation_before": before,
+    }
+    if run.returncode:
+        done["stderr"] = run.stderr[-500:]
+    return done
+
+
 def run_engine(engine: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     import vsekit
     from vsekit.embedding.pipeline import VSEModel
@@ -155,32 +173,14 @@ def run_engine(engine: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
         for t in threads:
             t.start()
         time.sleep(2.0)
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        vsekit_cli = str(Path(sys.executable).parent / "vsekit")
         for step in range(args.updates):
             change_folder(photos, spare, rng, step)
-            before = max(watch.seen) if watch.seen else 0
-            began = time.monotonic()
-            run = subprocess.run(
-                [
-                    "nice",
-                    "-n",
-                    "10",
-                    str(Path(sys.executable).parent / "vsekit"),
-                    "index",
-                    "update",
-                    str(out),
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-            )
-            ended = time.monotonic()
-            updates.append(
-                {"step": step, "rc": run.returncode, "seconds": round(ended - began, 2), "before": before}
-            )
-            if run.returncode:
-                updates[-1]["stderr"] = run.stderr[-500:]
+            updates.append(run_cli([vsekit_cli, "index", "update", str(out)], step, watch))
             time.sleep(args.settle)
+            if args.compact_every and (step + 1) % args.compact_every == 0:
+                updates.append(run_cli([vsekit_cli, "index", "compact", str(out)], step, watch))
+                time.sleep(args.settle)
         time.sleep(2.0)
         stop.set()
         for t in threads:
@@ -190,6 +190,7 @@ def run_engine(engine: str, args: argparse.Namespace, tmp: Path) -> dict[str, An
     summary = summarise(engine, stats, watch, updates, start_count)
     summary["photos_in_folder_at_end"] = len(list(photos.glob("*.jpg")))
     summary["new_photos_added"] = 3 * args.updates
+    summary["compactions"] = sum(u["command"] == "compact" for u in updates)
     summary["new_photos_seen_in_results"] = len(stats["new_in_results"])
     return summary
 
@@ -231,6 +232,9 @@ def main() -> int:
     parser.add_argument("--photos", type=int, default=24, help="sample photos indexed at the start")
     parser.add_argument("--threads", type=int, default=3, help="client threads (plus one /api/info poller)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds between updates")
+    parser.add_argument(
+        "--compact-every", type=int, default=3, help="`vsekit index compact` after every N updates"
+    )
     parser.add_argument("--seed", type=int, default=22)
     parser.add_argument("--out", default="live_update.json")
     args = parser.parse_args()

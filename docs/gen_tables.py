@@ -1036,6 +1036,13 @@ def t_fault_campaign() -> str:
     return table(header, body) + "\n\n" + _meta_source("fault_campaign.json", d, "counts", note)
 
 
+def _runs(updates: list[dict[str, Any]]) -> str:
+    """``6 / 2 (all exit 0)``: the update and compact runs of a live-update bench and their exit codes."""
+    kinds = [sum(u.get("command", "update") == c for u in updates) for c in ("update", "compact")]
+    failed = sum(u["rc"] != 0 for u in updates)
+    return f"{kinds[0]} / {kinds[1]} ({'all exit 0' if not failed else f'{failed} failed'})"
+
+
 def t_live_update() -> str:
     d = load("live_update.json")
     body = []
@@ -1047,7 +1054,7 @@ def t_live_update() -> str:
                 f"{e['requests_total']:,}",
                 e["errors_total"],
                 f"{e['info_counts_never_committed']} of {e['info_answers']:,}",
-                f"{len(e['updates'])} ({sum(u['rc'] == 0 for u in e['updates'])} ok)",
+                _runs(e["updates"]),
                 f"{e['photos_at_start']} -> {e['count_served_at_end']}"
                 f" ({e['photos_in_folder_at_end']} in the folder)",
                 f"{e['new_photos_seen_in_results']} of {e['new_photos_added']}",
@@ -1062,7 +1069,7 @@ def t_live_update() -> str:
         "requests",
         "errors (non-2xx)",
         "`/api/info` counts never committed",
-        "`index update` runs",
+        "`index update` / `index compact` runs",
         "photos served, start -> end",
         "new photos seen in results",
         "commit to served s (min / mean / max)",
