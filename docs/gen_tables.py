@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -1103,6 +1104,102 @@ def t_confidence() -> str:
     )
 
 
+def _meta_source(name: str, d: dict[str, Any], key: str | None, note: str) -> str:
+    """``source`` for a result written through bench/_common.py (conditions under ``meta``)."""
+    meta = d["meta"]
+    load = f"load average {meta['loadavg'][0]} (1 min) at the end"
+    if "loadavg_before" in meta:
+        load += f", {meta['loadavg_before'][0]} at the start"
+    return source(name, meta | {"load": load}, key, note)
+
+
+FAULT_OUTCOMES = ["identical", "clear_error", "unclear_error", "traceback", "wrong", "hang"]
+
+
+def t_fault_campaign() -> str:
+    d = load("fault_campaign.json")
+    counts = d["counts"]
+
+    def row(label: str, c: dict[str, int]) -> list[Any]:
+        return [label, sum(c.values()), *(c.get(o, 0) for o in FAULT_OUTCOMES)]
+
+    body = [row(f"fault `{k[6:]}`", v) for k, v in counts.items() if k.startswith("fault ")]
+    body += [row(f"file `{k[5:]}`", v) for k, v in counts.items() if k.startswith("file ")]
+    body += [row(f"index `{k[4:]}`", v) for k, v in counts.items() if k.startswith("kit ")]
+    body += [row(f"action `{k[7:]}`", v) for k, v in counts.items() if k.startswith("action ")]
+    floats = Counter()
+    for fault in ("flip-data", "flip-keep-mtime"):
+        floats.update(counts.get(f"cell {fault} x segment .npy", {}))
+    if floats:
+        body.append(row("one bit in a segment's floats (`flip-data`, `flip-keep-mtime` of a `.npy`)", floats))
+    body.append(row("**all trials**", counts["all"]))
+    if (RESULTS / "fault_campaign_seed22.json").is_file():
+        other = load("fault_campaign_seed22.json")
+        m = other["meta"]
+        label = (
+            f"all, another run: seed {other['seed']} (`fault_campaign_seed22.json`, {m['date']}, "
+            f"load average {m['loadavg_before'][0]} -> {m['loadavg'][0]}, commit {m['commit']})"
+        )
+        body.append(row(label, other["counts"]["all"]))
+    if "baseline" in d:
+        base = d["baseline"]
+        body.append(
+            row(f"all, the store before these fixes (commit {base['meta']['commit']})", base["counts"]["all"])
+        )
+    header = ["trials by", "trials", *(o.replace("_", " ") for o in FAULT_OUTCOMES)]
+    note = f"seed {d['seed']}, {d['minutes']} minutes; `{d['command']}`"
+    return table(header, body) + "\n\n" + _meta_source("fault_campaign.json", d, "counts", note)
+
+
+def _runs(updates: list[dict[str, Any]]) -> str:
+    """``6 / 2 (all exit 0)``: the update and compact runs of a live-update bench and their exit codes."""
+    kinds = [sum(u.get("command", "update") == c for u in updates) for c in ("update", "compact")]
+    failed = sum(u["rc"] != 0 for u in updates)
+    return f"{kinds[0]} / {kinds[1]} ({'all exit 0' if not failed else f'{failed} failed'})"
+
+
+def t_live_update() -> str:
+    d = load("live_update.json")
+    body = []
+    for engine, e in d["engines"].items():
+        served = [x for x in e["commit_to_served_s"] if x is not None]
+        body.append(
+            [
+                f"`{engine}`",
+                f"{e['requests_total']:,}",
+                e["errors_total"],
+                f"{e['info_counts_never_committed']} of {e['info_answers']:,}",
+                _runs(e["updates"]),
+                f"{e['photos_at_start']} -> {e['count_served_at_end']}"
+                f" ({e['photos_in_folder_at_end']} in the folder)",
+                f"{e['new_photos_seen_in_results']} of {e['new_photos_added']}",
+                "-"
+                if not served
+                else f"{min(served):.2f} / {e['commit_to_served_mean_s']:.2f} / {max(served):.2f}",
+                e["updates_never_served"],
+            ]
+        )
+    header = [
+        "engine",
+        "requests",
+        "errors (non-2xx)",
+        "`/api/info` counts never committed",
+        "`index update` / `index compact` runs",
+        "photos served, start -> end",
+        "new photos seen in results",
+        "commit to served s (min / mean / max)",
+        "updates never served",
+    ]
+    s = d["settings"]
+    note = (
+        f"{s['threads']} client threads + one `/api/info` poller every 50 ms, {s['photos']} sample photos at "
+        f"the start, each update adds 3 and removes 1, {s['settle']} s between updates; "
+        f"{d['minutes']} minutes; "
+        f"`{d['command']}`"
+    )
+    return table(header, body) + "\n\n" + _meta_source("live_update.json", d, "engines", note)
+
+
 # ---------------------------------------------------------------------------------------------- the papers
 # The papers' own numbers (their tables, as printed: constants, not measurements of ours) beside our rows from
 # the JSON, with the command that makes each of ours.
@@ -1284,6 +1381,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
     "scst-dev": t_scst_dev,
+    "fault-campaign": t_fault_campaign,
+    "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,
     "paper-karpathy-captions": t_paper_karpathy_captions,

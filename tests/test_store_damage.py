@@ -4,8 +4,10 @@ build` will rebuild it, or the undamaged results; never a traceback and never a 
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import sqlite3
 from collections import Counter
 from pathlib import Path
 
@@ -15,7 +17,8 @@ import pytest
 from test_store import record, vector
 from vsekit.errors import VsekitError
 from vsekit.retrieval.build import add_vectors, new_store
-from vsekit.retrieval.index import Index
+from vsekit.retrieval.index import Index, _open_store_for_writing
+from vsekit.retrieval.store import check_out_dir
 
 DIM = 16
 
@@ -116,3 +119,116 @@ def test_a_write_over_damage_never_serves_it(tmp_path, what):
         assert "\n" not in str(exc) and "vsekit index build" in str(exc)
     with pytest.raises(VsekitError, match="damaged index file.*vsekit index build"):
         answers(out)
+
+
+def store_with_wal(tmp_path: Path) -> Path:
+    """The store of make_store copied while a reader held its first generation: the second commit is
+    still in store.sqlite-wal (as after a crash, or while a server has the index open)."""
+    work = tmp_path / "work"
+    new_store(work, DIM, dtype="float16", engine="exact")
+    names = [f"p{i:02d}.jpg" for i in range(20)]
+    add_vectors(
+        work, [record(n, i) for i, n in enumerate(names)], np.stack([vector(i, DIM) for i in range(20)])
+    )
+    reader = sqlite3.connect(work / "store.sqlite", isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM photos").fetchone()
+    add_vectors(work, [record("new.jpg", 99)], vector(99, DIM)[None], removed=names[:3], auto_compact=False)
+    out = tmp_path / "i"
+    shutil.copytree(work, out)
+    reader.close()
+    assert (out / "store.sqlite-wal").stat().st_size > 0
+    return out
+
+
+@pytest.mark.parametrize("how", ["delete", "flip", "truncate"])
+def test_a_lost_or_damaged_wal_is_not_an_older_index(tmp_path, how):
+    """A WAL frame that fails its checksum ends the log there, so a flipped, cut or deleted
+    store.sqlite-wal opened (without any SQLite error) as the previous generation: the photos of the last
+    update gone, the deleted ones back. The generation mark outside the database tells them apart."""
+    out = store_with_wal(tmp_path)
+    wal = out / "store.sqlite-wal"
+    if how == "delete":
+        wal.unlink()
+    else:
+        data = bytearray(wal.read_bytes())
+        data = data[: len(data) - 100] if how == "truncate" else data
+        data[-50] ^= 0x10
+        wal.write_bytes(bytes(data))
+    with pytest.raises(VsekitError, match=r"store.sqlite: damaged index file \(it holds generation 2, but "):
+        Index.open(out)
+    with pytest.raises(VsekitError, match="vsekit index build"):  # a writer would make the loss look whole
+        add_vectors(out, [record("later.jpg", 98)], vector(98, DIM)[None])
+
+
+def test_a_flip_that_keeps_size_and_mtime_is_found_by_the_same_process(tmp_path):
+    """The checked-file cache (a server opens an index many times) keys on ctime too: a bit flipped in
+    place with the mtime put back by os.utime is read again and refused."""
+    out = make_store(tmp_path / "i", 0)
+    reference = answers(out)  # this process has checked every segment
+    segment = sorted((out / "segments").glob("*.npy"))[0]
+    st = segment.stat()
+    with open(segment, "r+b") as f:
+        f.seek(st.st_size - 7)
+        byte = f.read(1)
+        f.seek(st.st_size - 7)
+        f.write(bytes([byte[0] ^ 0x40]))
+    os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert segment.stat().st_mtime_ns == st.st_mtime_ns and segment.stat().st_size == st.st_size
+    with pytest.raises(VsekitError, match=r"\.npy: damaged index file \(sha256"):
+        answers(out)
+    assert reference[-1] == 47
+
+
+@pytest.mark.parametrize("keep", [0, 100, 4096, 9000, 20000])
+def test_a_writer_over_a_cut_database_says_one_line(tmp_path, keep):
+    """add_vectors over a truncated database (a WAL beside it) raised sqlite3.DatabaseError."""
+    out = store_with_wal(tmp_path)
+    db = out / "store.sqlite"
+    db.write_bytes(db.read_bytes()[:keep])
+    try:
+        add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None])
+    except VsekitError as exc:
+        assert "\n" not in str(exc) and "vsekit index build" in str(exc)
+
+
+def test_a_build_over_a_deleted_database_is_allowed_and_keeps_the_old_files(tmp_path):
+    """`vsekit index build` was the reader's advice for a deleted store.sqlite, and then refused the
+    folder ("holds other files (segments) and no vsekit index"). Now the folder is recognised by its
+    generation mark, a new database numbers its segments past the old files and touches none of them."""
+    out = make_store(tmp_path / "i", 0)
+    (out / "store.sqlite").unlink()
+    with pytest.raises(VsekitError, match="vsekit index build"):
+        Index.open(out)
+    check_out_dir(out)  # no refusal
+    unmarked = shutil.copytree(out, tmp_path / "unmarked")
+    (unmarked / "segments" / "generation").unlink()
+    with pytest.raises(VsekitError, match="holds other files"):  # without the mark: not provably an index
+        check_out_dir(unmarked)
+    before = {p.name: p.read_bytes() for p in (out / "segments").glob("*.npy")}
+    store = _open_store_for_writing(out)
+    try:
+        assert store.generation() == 0 and store.settings()["next_segment"] == 1 + max(
+            int(n[:-4]) for n in before
+        )
+    finally:
+        store.close()
+    assert {p.name: p.read_bytes() for p in (out / "segments").glob("*.npy")} == before
+
+
+def test_a_build_does_not_keep_a_damaged_record(tmp_path):
+    """A bit flipped in a photo record's sha256 (still valid text) was kept by the next build (the
+    photo's size and mtime were unchanged), so readers refused the index after every rebuild. A writer
+    now checks every record's CRC and starts over from the photo folder."""
+    out = make_store(tmp_path / "i", 0)
+    conn = sqlite3.connect(out / "store.sqlite")
+    conn.execute("UPDATE photos SET sha256 = 'f' || substr(sha256, 2) WHERE id = ?", (b"p10.jpg",))
+    conn.commit()
+    conn.close()
+    with pytest.raises(VsekitError, match="a photo record does not match its checksum"):
+        Index.open(out).paths[:]
+    store = _open_store_for_writing(out)
+    try:
+        assert store.generation() == 0  # a new database: the build embeds every photo again
+    finally:
+        store.close()

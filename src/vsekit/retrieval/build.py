@@ -17,12 +17,15 @@ IVF-PQ) are built per segment when a segment is written, for the segments the en
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -43,6 +46,7 @@ from vsekit.retrieval.search import (
 )
 from vsekit.retrieval.segments import verify_file
 from vsekit.retrieval.store import (
+    DB,
     SEGMENTS,
     STORE_FORMAT,
     STORE_VERSION,
@@ -50,6 +54,9 @@ from vsekit.retrieval.store import (
     PhotoRecord,
     Store,
     StoreChange,
+    committed_mark,
+    damaged,
+    is_damage,
     plan_compaction,
     writer_lock,
 )
@@ -192,7 +199,7 @@ def compact(
     chosen = plan_compaction(store.segments(), everything)
     if not chosen:
         return False
-    settings = store.settings()
+    settings = _written_settings(store)
     dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
     rows = _records(store.conn, chosen)
     maps = {n: _verified(store, n) for n in chosen}
@@ -264,6 +271,7 @@ class Builder:
     ready: Callable[[PhotoFile], bool] | None = None
 
     def run(self) -> BuildReport:
+        lost = self._lost_generations()
         settings = self._settings()
         self.dtype, self.engine = settings["dtype"], settings["engine"]
         self.dim = int(settings["model"]["embed_dim"])
@@ -275,7 +283,7 @@ class Builder:
         chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
         keys = [self._chunk_key(chunk) for chunk in chunks]
         self.store.recover(keep_chunks=set(keys))
-        if plan.changes_nothing and not damaged:
+        if plan.changes_nothing and not damaged and not lost:
             self._finish()
             return _report(plan, old_entries, [], {})
         self._records_of = records
@@ -285,6 +293,22 @@ class Builder:
         self._commit(plan, done, failed, damaged)
         self._finish()
         return _report(plan, old_entries, new_entries, failed)
+
+    def _lost_generations(self) -> bool:
+        """A database that lost committed generations (its WAL lost or damaged) is brought up to date
+        from the photo folder like any other: the scan re-embeds what the lost generations added."""
+        self.store.repairs = True
+        witnessed, generation = committed_mark(self.store.out), self.store.generation()
+        if witnessed is not None and generation < witnessed:
+            logger.warning(
+                "%s: holds generation %d of %d committed (its write-ahead log was lost or damaged); "
+                "indexing the photo folder again",
+                self.store.out / DB,
+                generation,
+                witnessed,
+            )
+            return True
+        return False
 
     # -- settings and records ------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -323,7 +347,13 @@ class Builder:
                 if vectors.shape != (rows, self.dim):
                     raise VsekitError(f"{path}: shape {vectors.shape}")
                 self._maps[n] = vectors
-            except (VsekitError, OSError, ValueError) as exc:
+            except (
+                VsekitError,
+                OSError,
+                ValueError,
+                SyntaxError,
+                TokenError,
+            ) as exc:  # np.load of a bad header
                 logger.warning("%s; its photos are embedded again", str(exc).split(";")[0])
                 damaged.append(n)
         records = {i: r for i, r in self.store.photos().items() if r[3] not in damaged}
@@ -497,11 +527,11 @@ def add_vectors(
     """One generation: ``photos`` (row i has ``vectors[i]``) added or replacing the photo of the same id,
     ``removed`` ids deleted; a photo whose record (size, mtime, sha256) is already stored is skipped,
     so running the same call again changes nothing. Returns the committed generation."""
-    with writer_lock(out):
+    with writer_lock(out), _damage_is_one_line(out):
         store = Store.open(out)
         try:
             store.recover()
-            settings = store.settings()
+            settings = _written_settings(store)
             stored = store.records_of([p.id for p in photos] + list(removed))
             keep = [i for i, p in enumerate(photos) if stored.get(p.id) != (p.size, p.mtime_ns, p.sha256)]
             gone = [i for i in removed if i in stored]
@@ -527,10 +557,30 @@ def add_vectors(
 
 def compact_store(out: Path, everything: bool = True) -> bool:
     """:func:`compact` under the writers' lock (``everything``: merge all segments into one)."""
-    with writer_lock(out):
+    with writer_lock(out), _damage_is_one_line(out):
         store = Store.open(out)
         try:
             store.recover()
             return compact(store, everything)
         finally:
             store.close()
+
+
+def _written_settings(store: Store) -> dict[str, Any]:
+    """The settings of a store that has had its first commit (a database without them is damaged)."""
+    settings = store.settings()
+    if "model" not in settings:
+        raise damaged(store.out / DB, "no settings", store.out)
+    return settings
+
+
+@contextlib.contextmanager
+def _damage_is_one_line(out: Path) -> Iterator[None]:
+    """A damaged database met by a writer of given vectors is the damaged-index line (a build from the
+    photo folder moves such a database aside instead: ``index._open_store_for_writing``)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        if not is_damage(exc):
+            raise
+        raise damaged(Path(out) / DB, str(exc), Path(out)) from None

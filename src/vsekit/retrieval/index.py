@@ -42,6 +42,7 @@ from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
     DB,
+    GENERATION_MARK,
     LEGACY_MANIFEST,
     SEGMENTS,
     Store,
@@ -563,6 +564,8 @@ def _open_store_for_writing(out: Path) -> Store:
     """The store of ``out`` for a writer. A damaged database is moved aside and a new store started
     (whose build embeds every photo again); the files the damaged one listed, when it can still list
     them, and the damaged database itself are then deleted as the new store's dead files."""
+    if not (out / DB).exists() and (out / GENERATION_MARK).is_file():
+        return _new_store_beside_old_segments(out, "the index database is missing")
     try:
         store = Store.open(out, create=True)
         store.settings()
@@ -570,6 +573,7 @@ def _open_store_for_writing(out: Path) -> Store:
             result = store.conn.execute("PRAGMA quick_check").fetchone()[0]
             if result != "ok":
                 raise sqlite3.DatabaseError(result)
+            store.check_records()
         return store
     except (VsekitError, sqlite3.DatabaseError, ValueError) as exc:
         logger.warning(
@@ -579,22 +583,28 @@ def _open_store_for_writing(out: Path) -> Store:
             store.close()
     owned = _salvage_file_names(out / DB)
     moved = []
-    for suffix in ("", "-wal", "-shm"):
+    for name in (DB, f"{DB}-wal", f"{DB}-shm", GENERATION_MARK):
+        aside = name.replace(DB, f"{DB}.damaged") if name.startswith(DB) else f"{name}.damaged"
         with contextlib.suppress(FileNotFoundError):
-            os.replace(out / f"{DB}{suffix}", out / f"{DB}.damaged{suffix}")
-            moved.append(f"{DB}.damaged{suffix}")
-    store = Store.open(out, create=True)
-    numbers = [int(p.stem) for p in (out / SEGMENTS).glob("*.npy") if p.stem.isdigit()]
-    store.set_settings({"next_segment": max(numbers, default=0) + 1})  # never reuse an old file's name
+            os.replace(out / name, out / aside)
+            moved.append(aside)
+    store = _new_store_beside_old_segments(out, "" if owned else "the damaged database lists no files")
     with store.transaction() as c:
         c.executemany(
             "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)", [(n,) for n in owned + moved]
         )
     store.collect()
-    if not owned:
-        logger.warning(
-            "%s: the damaged database lists no files; its old segments stay in %s", out, out / SEGMENTS
-        )
+    return store
+
+
+def _new_store_beside_old_segments(out: Path, why: str) -> Store:
+    """A new database in ``out``, numbering its segments past every file in ``segments/`` (an old
+    file is never reused, overwritten or deleted unless a database lists it); ``why`` the old ones stay."""
+    store = Store.open(out, create=True)
+    numbers = [int(p.stem) for p in (out / SEGMENTS).glob("*.npy") if p.stem.isdigit()]
+    store.set_settings({"next_segment": max(numbers, default=0) + 1})
+    if why and numbers:
+        logger.warning("%s: %s; its old segments stay in %s", out, why, out / SEGMENTS)
     return store
 
 

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from tokenize import TokenError
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,9 @@ from vsekit.retrieval.search import _best_first, ann_search, exact_search
 from vsekit.retrieval.store import (
     DB,
     PHOTO_COLUMNS,
+    check_generation,
     check_row,
+    committed_mark,
     connect,
     damaged,
     id_bytes,
@@ -44,7 +47,7 @@ from vsekit.retrieval.store import (
 
 __all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
 
-_VERIFIED: dict[tuple[str, int, int, int], str] = {}
+_VERIFIED: dict[tuple[str, int, int, int, int], str] = {}
 _VERIFIED_LOCK = threading.Lock()
 #: Exclusions (tombstones, filters) up to this many rows are answered by a search for k + excluded
 #: and a filter; more by searching the kept rows only.
@@ -53,13 +56,20 @@ _FEW_EXCLUDED = 1024
 _QUICK_CHECK_MAX = 64 << 20
 
 
+def _version(path: Path, st: os.stat_result) -> tuple[str, int, int, int, int]:
+    """What identifies a file version: path, size, mtime, inode and ctime. The ctime matters: a write
+    in place keeps the size and inode, and ``os.utime`` can put the mtime back, but any write or
+    ``utime`` sets the ctime to now (only the kernel sets it)."""
+    return (str(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
+
+
 def verify_file(path: Path, sha256: str, out: Path) -> None:
     """Check ``path`` against its recorded sha256, once per file version in this process."""
     try:
         st = os.stat(path)
     except OSError as exc:
         raise damaged(path, exc.strerror or "missing", out) from None
-    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    key = _version(path, st)
     with _VERIFIED_LOCK:
         if _VERIFIED.get(key) == sha256:
             return
@@ -109,7 +119,7 @@ def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str
     try:
         verify_file(path, sha, out)
         vectors = np.load(path, mmap_mode="r") if rows else np.zeros((0, dim), dtype=dtype)
-    except (VsekitError, OSError, ValueError) as exc:
+    except (VsekitError, OSError, ValueError, SyntaxError, TokenError) as exc:  # np.load of a bad header
         if not path.exists():  # collected by a writer between our snapshot and here: not damage
             raise _Gone(path) from None
         raise exc if isinstance(exc, VsekitError) else damaged(path, str(exc), out) from None
@@ -118,12 +128,12 @@ def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str
     return vectors
 
 
-_QUICK_CHECKED: set[tuple[str, int, int, int]] = set()
+_QUICK_CHECKED: set[tuple[str, int, int, int, int]] = set()
 
 
 def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+    key = _version(path, st)
     if st.st_size > _QUICK_CHECK_MAX or key in _QUICK_CHECKED:
         return
     result = conn.execute("PRAGMA quick_check").fetchone()[0]
@@ -300,11 +310,13 @@ def _newest(path: Path) -> int:
 
 def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
     path = out / DB
+    witnessed = committed_mark(out)  # read before the snapshot begins: a commit after it is newer still
     conn = connect(path)
     try:
         _quick_check(conn, path)
         conn.execute("BEGIN")
         generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+        check_generation(out, generation, witnessed)
         if generation == 0:
             raise VsekitError(f"{out}: the index has no finished build yet; run `vsekit index build`")
         settings = read_settings(conn, out)

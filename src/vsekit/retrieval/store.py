@@ -43,6 +43,7 @@ from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_
 
 __all__ = [
     "DB",
+    "GENERATION_MARK",
     "LEGACY_LEDGER",
     "LEGACY_MANIFEST",
     "LOCK",
@@ -53,7 +54,9 @@ __all__ = [
     "Store",
     "StoreChange",
     "PHOTO_COLUMNS",
+    "check_generation",
     "check_out_dir",
+    "committed_mark",
     "check_row",
     "read_settings",
     "row_crc",
@@ -62,6 +65,8 @@ __all__ = [
     "folder_of",
     "id_bytes",
     "id_text",
+    "is_damage",
+    "is_remnant",
     "plan_compaction",
     "writer_lock",
 ]
@@ -75,6 +80,10 @@ STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 1
 #: Automatic compaction: more live segments than this, or a segment whose tombstoned rows pass this
 #: share of its rows (docs/index-store.md, "Compaction").
 MAX_SEGMENTS, TOMBSTONE_SHARE = 10, 0.25
+#: The newest committed generation, written after each commit, outside the database: a database
+#: whose write-ahead log was lost or damaged opens at an older generation without any SQLite error
+#: (a WAL frame that fails its checksum ends the log there), so readers compare the two.
+GENERATION_MARK = f"{SEGMENTS}/generation"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -153,6 +162,41 @@ def damaged(path: Path, why: str, out: Path) -> VsekitError:
     )
 
 
+# ----------------------------------------------------------------------------- the generation mark
+def write_generation_mark(out: Path, generation: int) -> None:
+    """Record ``generation`` as committed (after its commit was synced). Written in place (32 bytes, one
+    sector) with a CRC, not synced: a lost or torn mark is older or unreadable, never ahead."""
+    text = f"{int(generation):020d}"
+    data = f"{text} {zlib.crc32(text.encode()):010d}\n".encode()
+    fd = os.open(out / GENERATION_MARK, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
+
+
+def committed_mark(out: Path) -> int | None:
+    """The generation the mark says was committed (None: no mark, or one that fails its CRC)."""
+    try:
+        parts = (out / GENERATION_MARK).read_bytes()[:64].split()
+    except OSError:
+        return None
+    if len(parts) != 2 or not parts[0].isdigit() or not parts[1].isdigit():
+        return None
+    return int(parts[0]) if zlib.crc32(parts[0]) == int(parts[1]) else None
+
+
+def check_generation(out: Path, generation: int, witnessed: int | None) -> None:
+    """A database older than the generation its mark witnessed lost committed work: damaged."""
+    if witnessed is not None and generation < witnessed:
+        raise damaged(
+            out / DB,
+            f"it holds generation {generation}, but generation {witnessed} was committed "
+            f"({GENERATION_MARK}): its write-ahead log {DB}-wal was lost or damaged",
+            out,
+        )
+
+
 # ----------------------------------------------------------------------------- the directory
 def check_out_dir(out: Path) -> None:
     """Refuse an ``out`` that is a file, or holds other files and no index (before anything is
@@ -162,7 +206,7 @@ def check_out_dir(out: Path) -> None:
     if not out.is_dir():
         raise VsekitError(f"{out}: --out must be a folder for the index, and this is a file")
     names = {p.name for p in out.iterdir()}
-    if names & {DB, LEGACY_MANIFEST, LEGACY_LEDGER}:
+    if names & {DB, LEGACY_MANIFEST, LEGACY_LEDGER} or is_remnant(out, names):
         return
     others = sorted(names - {LOCK})
     if others:
@@ -171,6 +215,23 @@ def check_out_dir(out: Path) -> None:
             f"{out}: this folder holds other files ({shown}) and no vsekit index; refusing to write an "
             "index there: give --out a new or empty folder (vsekit never deletes files it did not write)"
         )
+
+
+def is_remnant(out: Path, names: set[str]) -> bool:
+    """An index whose database was deleted: nothing but ``segments/`` holding the generation mark,
+    the database's WAL files and the lock. A build may write there (it starts a new database and never
+    reuses, overwrites or deletes a file it finds: it cannot prove they are its own)."""
+    return (
+        SEGMENTS in names
+        and names <= {SEGMENTS, LOCK, f"{DB}-wal", f"{DB}-shm"}
+        and (out / GENERATION_MARK).is_file()
+    )
+
+
+def is_damage(exc: sqlite3.Error) -> bool:
+    """An SQLite error that says the database file is damaged (not locked, not a full disk)."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or type(exc) is sqlite3.DatabaseError
 
 
 @contextlib.contextmanager
@@ -201,7 +262,7 @@ def writer_lock(out: Path) -> Iterator[None]:
 def connect(path: Path, *, create: bool = False) -> sqlite3.Connection:
     """A connection in autocommit mode (transactions are explicit); WAL, full sync on commit."""
     if not create and not path.is_file():
-        raise VsekitError(f"{path}: no index database")
+        raise damaged(path, "missing", path.parent)
     try:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
         conn.execute("PRAGMA journal_mode=WAL")
@@ -290,6 +351,9 @@ class Store:
 
     def __init__(self, out: Path, conn: sqlite3.Connection) -> None:
         self.out, self.conn = Path(out), conn
+        #: A writer that rebuilds from the photo folder (the Builder) may commit over a database that
+        #: lost generations; any other writer is refused (its commit would make the loss look whole).
+        self.repairs = False
 
     @classmethod
     def open(cls, out: Path, *, create: bool = False) -> Store:
@@ -334,6 +398,15 @@ class Store:
         return int(self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
 
     # -- records ---------------------------------------------------------------------------------
+    def check_records(self) -> None:
+        """Check every photo record and tombstone against its CRC (a writer that keeps the records of
+        unchanged photos must not keep a damaged one: readers would refuse it after every rebuild)."""
+        for row in self.conn.execute(f"SELECT {PHOTO_COLUMNS}, crc FROM photos"):
+            check_row(row, self.out)
+        for n, row, generation, crc in self.conn.execute("SELECT * FROM tombstones"):
+            if row_crc(n, row, generation) != crc:
+                raise damaged(self.out / DB, "a tombstone does not match its checksum", self.out)
+
     def photos(self) -> dict[str, tuple[int, int, str, int, int]]:
         """``{id: (size, mtime_ns, sha256, segment, row)}`` of every live photo."""
         rows = self.conn.execute("SELECT id, size, mtime_ns, sha256, segment, row FROM photos")
@@ -469,11 +542,14 @@ class Store:
     # -- the commit ------------------------------------------------------------------------------
     def commit(self, change: StoreChange) -> int:
         """One transaction: the new generation (see the module docstring); returns its number."""
+        if not self.repairs:
+            check_generation(self.out, self.generation(), committed_mark(self.out))
         self.conn.execute("PRAGMA synchronous=FULL")
         try:
             g = self._commit(change)
         finally:
             self.conn.execute("PRAGMA synchronous=NORMAL")
+        write_generation_mark(self.out, g)
         self.collect()
         return g
 

@@ -1,0 +1,419 @@
+"""Damage campaign over the photo index store (issue 21 item 1, the long version of
+tests/test_store_damage.py): seeded damage to one file of a real small index, then open + search (and,
+for a share of trials, a write over the damage), each trial in a forked child with a time limit.
+
+Indexes ("kits"), each built twice (the second, with other vectors or photos and the same history, is
+the source of the ``swap`` fault: a file of the same name from another index):
+
+* ``synthetic-exact`` / ``synthetic-hnsw``: 16-d float16 vectors through the store's own API
+  (``new_store`` / ``add_vectors``): 40 photos, then 12 more with 5 removed (2 segments, tombstones,
+  and for HNSW an ANN file per segment). ``+wal``: the same copied while a reader held the first
+  generation, so ``store.sqlite-wal`` (with the second commit) and ``-shm`` are part of the index.
+* ``photos``: 12 bundled sample photos indexed by ``Index.build`` with the shipped model (two
+  generations: 9 photos, then 3 more); its ``build`` action is ``Index.build`` over the damage.
+
+Faults: ``truncate`` (to a random length), ``flip`` (one bit anywhere), ``flip-data`` (one bit in the
+float data of a segment, or in a random page of ``store.sqlite``), ``flip-keep-mtime`` (the index was
+opened and searched in this process first, as a server would, then one bit is flipped and the file's
+mtime put back with ``os.utime``), ``delete``, ``swap``. Actions: ``search`` (open, 3 vector queries,
+a folder-filtered query, the count), ``update`` (``add_vectors`` of 2 photos and 1 removal, then
+``search``; compared with the same update on the undamaged index), ``build`` (``Index.build`` over the
+damaged index, then ``search``).
+
+Outcomes: ``identical`` (the undamaged answers), ``clear_error`` (one ``VsekitError`` line naming the
+damaged index and saying ``vsekit index build`` rebuilds it), ``unclear_error`` (a ``VsekitError``
+without both), ``traceback`` (any other exception, or the child died), ``wrong`` (other answers, no
+error), ``hang`` (over the time limit). Nothing is asserted: the counts go to
+bench/results/fault_campaign.json.
+
+    nice -n 10 python bench/fault_campaign.py [--trials 420] [--seed 21] [--photos-trials 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # forked children: no thread pools inherited mid-flight
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import random  # noqa: E402
+import shutil  # noqa: E402
+import sqlite3  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections import Counter, defaultdict  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
+
+import numpy as np  # noqa: E402
+
+from _common import run_meta, write_result  # noqa: E402
+from vsekit.errors import VsekitError  # noqa: E402
+from vsekit.retrieval.build import add_vectors, new_store  # noqa: E402
+from vsekit.retrieval.index import Index  # noqa: E402
+from vsekit.retrieval.store import PhotoRecord  # noqa: E402
+
+DIM = 16
+TIME_LIMIT_S = 90.0
+OUTCOMES = ("identical", "clear_error", "unclear_error", "traceback", "wrong", "hang")
+FAULTS = ("truncate", "flip", "flip-data", "flip-keep-mtime", "delete", "swap")
+FAULT_WEIGHTS = (1, 2, 2, 1, 1, 1)
+
+
+# ----------------------------------------------------------------------------- the indexes
+def vector(seed: int, dim: int = DIM) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def record(photo_id: str, seed: int) -> PhotoRecord:
+    return PhotoRecord(photo_id, seed, seed, hashlib.sha256(str(seed).encode()).hexdigest())
+
+
+def synthetic(out: Path, salt: int, engine: str, wal: bool) -> Path:
+    """40 photos (half in folder ``a``), then 12 more with 5 removed; with ``wal``, the directory is
+    copied into ``out`` while a reader holds the first generation (the second commit stays in the WAL)."""
+    work = out.with_name(out.name + ".work") if wal else out
+    new_store(work, DIM, dtype="float16", engine=engine)
+    names = [f"{'a/' if i % 2 else ''}p{i:02d}.jpg" for i in range(40)]
+    add_vectors(
+        work,
+        [record(n, salt + i) for i, n in enumerate(names)],
+        np.stack([vector(salt + i) for i in range(40)]),
+    )
+    reader = None
+    if wal:
+        reader = sqlite3.connect(work / "store.sqlite", isolation_level=None)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM photos").fetchone()
+    more = [record(f"q{i}.jpg", salt + 100 + i) for i in range(12)]
+    add_vectors(
+        work,
+        more,
+        np.stack([vector(salt + 100 + i) for i in range(12)]),
+        removed=names[:5],
+        auto_compact=False,
+    )
+    if reader is not None:
+        shutil.copytree(work, out)
+        reader.close()
+        shutil.rmtree(work)
+    return out
+
+
+def photo_index(out: Path, photos: Path, sample: list[Path], model: Any) -> Path:
+    """9 sample photos (3 in ``a/``) indexed, then 3 more added: two generations, two segments."""
+    photos.mkdir(parents=True)
+    (photos / "a").mkdir()
+    for i, src in enumerate(sample[:9]):
+        shutil.copyfile(src, photos / ("a/" if i % 3 == 0 else "") / f"p{i:02d}.jpg")
+    Index.build(photos, out, model, engine="exact", progress=False, chunk_size=16)._view.close()
+    for i, src in enumerate(sample[9:12], start=9):
+        shutil.copyfile(src, photos / f"p{i:02d}.jpg")
+    Index.build(photos, out, model, progress=False, chunk_size=16)._view.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- answers and actions
+QUERY_SEEDS = (900, 901, 902)
+
+
+def answers(out: Path, dim: int) -> list:
+    """What a user sees: 3 queries' top 10 (path, score), a folder-filtered top 10, the count."""
+    index = Index.open(out)
+    try:
+        queries = np.stack([vector(s, dim) for s in QUERY_SEEDS])
+        found: list = [
+            [(h.path, round(h.score, 4)) for h in row] for row in index.search_vectors(queries, k=10)
+        ]
+        found.append(
+            [(h.path, round(h.score, 4)) for h in index.search_vectors(queries[:1], k=10, folder="a")[0]]
+        )
+        found.append(len(index))
+        found.append(index.info()["count"])
+        return found
+    finally:
+        index._view.close()
+
+
+def update(out: Path) -> None:
+    add_vectors(
+        out,
+        [record("late1.jpg", 777), record("a/late2.jpg", 778)],
+        np.stack([vector(777), vector(778)]),
+        removed=["q3.jpg"],
+    )
+
+
+# ----------------------------------------------------------------------------- damage
+def data_offset(path: Path) -> int:
+    """Where a .npy file's array data starts (after its header)."""
+    with open(path, "rb") as f:
+        version = np.lib.format.read_magic(f)
+        read = (
+            np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        )
+        read(f)
+        return f.tell()
+
+
+def damage(path: Path, fault: str, rng: random.Random, other: Path) -> str:
+    """Damage ``path``; returns what was done (offsets) for the examples."""
+    if fault == "delete":
+        path.unlink()
+        return "deleted"
+    if fault == "swap":
+        shutil.copyfile(other, path)
+        return f"replaced by the other index's {other.name}"
+    data = bytearray(path.read_bytes())
+    if not data:
+        path.unlink()
+        return "empty file deleted"
+    if fault == "truncate":
+        size = rng.randrange(len(data))
+        path.write_bytes(bytes(data[:size]))
+        return f"truncated to {size} of {len(data)} bytes"
+    start = 0
+    if fault == "flip-data" and path.suffix == ".npy":
+        start = min(data_offset(path), len(data) - 1)
+    st = os.stat(path)
+    bit = rng.randrange(8 * start, 8 * len(data))
+    data[bit // 8] ^= 1 << (bit % 8)
+    with open(path, "r+b") as f:  # in place: same inode, same size
+        f.seek(bit // 8)
+        f.write(bytes([data[bit // 8]]))
+    if fault == "flip-keep-mtime":
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    page = f", page {bit // 8 // 4096 + 1}" if path.name == "store.sqlite" else ""
+    return f"bit {bit % 8} of byte {bit // 8} of {len(data)}{page}"
+
+
+def kind_of(name: str) -> str:
+    if name.endswith(".faiss"):
+        return "ann .faiss"
+    if name.endswith(".npy"):
+        return "segment .npy"
+    return name
+
+
+# ----------------------------------------------------------------------------- one trial (forked child)
+def trial(plan: dict[str, Any], kit: dict[str, Any], conn: Any) -> None:
+    """Copy the kit's index, damage one file, act, classify; send (outcome, detail) to the parent."""
+    try:
+        conn.send(_trial(plan, kit))
+    except BaseException:  # noqa: BLE001 - the campaign counts it, it must not die here
+        conn.send(("traceback", traceback.format_exc()[-700:]))
+    finally:
+        conn.close()
+
+
+def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
+    rng = random.Random(plan["seed"])
+    out = Path(plan["dir"])
+    shutil.copytree(kit["base"], out)
+    name, fault, action = plan["file"], plan["fault"], plan["action"]
+    if fault == "flip-keep-mtime":
+        answers(out, kit["dim"])  # a process that already opened and searched this index
+    target = out / name
+    if not target.exists():
+        return "skipped", f"{name} not present"
+    done = damage(target, fault, rng, Path(kit["other"]) / name)
+    expected = kit["reference"]
+    try:
+        if action == "update":
+            update(out)
+            expected = kit["reference_update"]
+        elif action == "build":
+            Index.build(kit["photos"], out, kit["model"], progress=False, chunk_size=16)._view.close()
+        got = answers(out, kit["dim"])
+    except VsekitError as exc:
+        message = str(exc)
+        says_what = "vsekit index build" in message or "use another --out" in message
+        clear = "\n" not in message and str(out) in message and says_what
+        return ("clear_error" if clear else "unclear_error"), f"{done}: {message}"
+    if got == expected:
+        return "identical", done
+    return "wrong", f"{done}: {_diff(expected, got)}"
+
+
+def _diff(expected: list, got: list) -> str:
+    for i, (e, g) in enumerate(zip(expected, got, strict=False)):
+        if e != g:
+            return f"answer {i}: expected {str(e)[:160]}, got {str(g)[:160]}"
+    return "different lengths"
+
+
+def run_trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str, float]:
+    ctx = mp.get_context("fork")
+    parent, child = ctx.Pipe(duplex=False)
+    start = time.monotonic()
+    proc = ctx.Process(target=trial, args=(plan, kit, child))
+    proc.start()
+    child.close()
+    if parent.poll(TIME_LIMIT_S):
+        try:
+            outcome, detail = parent.recv()
+        except EOFError:
+            outcome, detail = "traceback", "the child died"
+    else:
+        outcome, detail = "hang", f"no answer in {TIME_LIMIT_S:.0f} s"
+        proc.kill()
+    proc.join(10)
+    if proc.exitcode not in (0, None) and outcome == "identical":
+        outcome, detail = "traceback", f"exit code {proc.exitcode}"
+    shutil.rmtree(plan["dir"], ignore_errors=True)
+    return outcome, detail, time.monotonic() - start
+
+
+# ----------------------------------------------------------------------------- the campaign
+def files_of(base: Path) -> list[str]:
+    return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file() and p.name != ".lock")
+
+
+def make_kits(tmp: Path, photos_trials: int) -> dict[str, dict[str, Any]]:
+    kits: dict[str, dict[str, Any]] = {}
+    for engine in ("exact", "hnsw"):
+        for wal in (False, True):
+            name = f"synthetic-{engine}" + ("+wal" if wal else "")
+            base = synthetic(tmp / name / "base", 0, engine, wal)
+            other = synthetic(tmp / name / "other", 5000, engine, wal)
+            kits[name] = {
+                "base": base,
+                "other": other,
+                "dim": DIM,
+                "actions": ("search", "search", "search", "update"),
+            }
+    if photos_trials:
+        from vsekit.embedding.pipeline import VSEModel
+        from vsekit.resources import sample_data_path
+
+        images = sorted((Path(sample_data_path()) / "Images").glob("*.jpg"))
+        model = VSEModel.load(None, device="cpu")
+        base = photo_index(tmp / "photos" / "base", tmp / "photos" / "P0", images[:12], model)
+        other = photo_index(tmp / "photos" / "other", tmp / "photos" / "P1", images[12:24], model)
+        kits["photos"] = {
+            "base": base,
+            "other": other,
+            "dim": model.embed_dim,
+            "photos": tmp / "photos" / "P0",
+            "model": model,
+            "actions": ("search", "build"),
+        }
+    for name, kit in kits.items():
+        kit["files"] = files_of(kit["base"])
+        ref = tmp / name / "ref"
+        shutil.copytree(kit["base"], ref)
+        kit["reference"] = answers(ref, kit["dim"])
+        if "update" in kit["actions"]:
+            update(ref)
+            kit["reference_update"] = answers(ref, kit["dim"])
+        shutil.rmtree(ref)
+    return kits
+
+
+def plans(
+    kits: dict[str, dict[str, Any]], trials: int, photos_trials: int, seed: int, tmp: Path
+) -> list[dict]:
+    rng = random.Random(seed)
+    synthetic_kits = [k for k in kits if k != "photos"]
+    out = []
+    for i in range(trials + (photos_trials if "photos" in kits else 0)):
+        kit = synthetic_kits[i % len(synthetic_kits)] if i < trials else "photos"
+        files = kits[kit]["files"]
+        fault = rng.choices(FAULTS, FAULT_WEIGHTS)[0]
+        if (
+            fault == "flip-keep-mtime"
+        ):  # files that stay while the index is open (the WAL is folded in on close)
+            files = [f for f in files if "-wal" not in f and "-shm" not in f]
+        kinds = sorted({kind_of(f) for f in files})  # a kind first, so every kind gets its share
+        kind = rng.choice(kinds)
+        out.append(
+            {
+                "i": i,
+                "kit": kit,
+                "file": rng.choice([f for f in files if kind_of(f) == kind]),
+                "fault": fault,
+                "action": rng.choice(kits[kit]["actions"]),
+                "seed": rng.randrange(1 << 30),
+                "dir": str(tmp / "trials" / f"t{i}"),
+            }
+        )
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=420, help="synthetic-index trials (spread over 4 kits)")
+    parser.add_argument("--photos-trials", type=int, default=60, help="trials on the sample-photo index")
+    parser.add_argument("--seed", type=int, default=21)
+    parser.add_argument("--out", default="fault_campaign.json")
+    parser.add_argument(
+        "--baseline", help="a result of this campaign run over an older src/ (kept as `baseline`)"
+    )
+    parser.add_argument("--only", type=int, nargs="*", help="run only these trial numbers (to look at one)")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    started, load_before = time.monotonic(), os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="vsekit-faults-") as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "trials").mkdir()
+        kits = make_kits(tmp, args.photos_trials)
+        counts: dict[str, Counter] = defaultdict(Counter)
+        examples: dict[str, list] = defaultdict(list)
+        for plan in plans(kits, args.trials, args.photos_trials, args.seed, tmp):
+            if args.only and plan["i"] not in args.only:
+                continue
+            outcome, detail, seconds = run_trial(plan, kits[plan["kit"]])
+            if outcome == "skipped":
+                continue
+            for key in (
+                "all",
+                f"fault {plan['fault']}",
+                f"file {kind_of(plan['file'])}",
+                f"kit {plan['kit']}",
+                f"action {plan['action']}",
+                f"cell {plan['fault']} x {kind_of(plan['file'])}",
+            ):
+                counts[key][outcome] += 1
+            if len(examples[outcome]) < (6 if outcome in ("identical", "clear_error") else 30):
+                examples[outcome].append(
+                    {k: plan[k] for k in ("i", "kit", "file", "fault", "action")} | {"detail": detail[-700:]}
+                )
+            row = (
+                f"{plan['i']:4d} {plan['kit']:20s} {plan['fault']:15s} {plan['action']:6s} {plan['file']:26s}"
+            )
+            print(f"{row} {outcome:13s} {seconds:5.1f}s", flush=True)
+        kit_notes = {
+            name: {"files": kit["files"], "actions": list(kit["actions"])} for name, kit in kits.items()
+        }
+    result = {
+        "meta": run_meta(threads=1, loadavg_before=[round(x, 2) for x in load_before]),
+        "seed": args.seed,
+        "minutes": round((time.monotonic() - started) / 60, 1),
+        "trials": sum(counts["all"].values()),
+        "outcomes": OUTCOMES,
+        "counts": {key: {o: c[o] for o in OUTCOMES} for key, c in sorted(counts.items())},
+        "examples": dict(examples),
+        "kits": kit_notes,
+        "command": "nice -n 10 python bench/fault_campaign.py " + " ".join(sys.argv[1:]),
+    }
+    if args.baseline:
+        before = json.loads(Path(args.baseline).read_text(encoding="utf-8"))
+        result["baseline"] = {k: before[k] for k in ("meta", "trials", "counts", "examples")}
+    path = write_result(args.out, result)
+    print(path, result["counts"]["all"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
