@@ -57,6 +57,7 @@ from vsekit.retrieval.store import (
     committed_mark,
     damaged,
     is_damage,
+    map_npy,
     plan_compaction,
     writer_lock,
 )
@@ -167,7 +168,7 @@ def write_ann(
     store: Store, n: int, engine: str, text_queries: Callable[[], np.ndarray | None]
 ) -> tuple[str, str, dict[str, int]]:
     """Build, calibrate and write the ``engine`` structure of segment ``n``."""
-    vectors = np.load(store.segment_path(n), mmap_mode="r")
+    vectors = map_npy(store.segment_path(n))
     name = f"{SEGMENTS}/ann-{engine}-{n}.faiss"
     partial = f"{SEGMENTS}/.ann-{engine}-{n}.faiss.partial"  # IVF-PQ's resumable progress
     store.reserve(partial)
@@ -225,7 +226,7 @@ def _verified(store: Store, n: int) -> np.ndarray:
     row = store.conn.execute("SELECT rows, sha256 FROM segments WHERE n = ?", (n,)).fetchone()
     path = store.segment_path(n)
     verify_file(path, row[1], store.out)
-    return np.load(path, mmap_mode="r")
+    return map_npy(path)
 
 
 def _check_same(
@@ -343,7 +344,7 @@ class Builder:
             path = self.store.segment_path(n)
             try:
                 verify_file(path, sha, self.store.out)
-                vectors = np.load(path, mmap_mode="r")
+                vectors = map_npy(path)
                 if vectors.shape != (rows, self.dim):
                     raise VsekitError(f"{path}: shape {vectors.shape}")
                 self._maps[n] = vectors
@@ -452,7 +453,7 @@ class Builder:
     def _chunk_blocks(self, done: list[tuple]) -> Iterator[np.ndarray]:
         for n, entries, _ in done:
             if entries:
-                yield np.load(self.store.segment_path(n), mmap_mode="r")
+                yield map_npy(self.store.segment_path(n))
 
     def _finish(self) -> None:
         """Automatic compaction (when segments pass the documented shares) and missing ANN structures."""

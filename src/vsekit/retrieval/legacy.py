@@ -25,6 +25,7 @@ from vsekit.retrieval.store import (
     StoreChange,
     folder_of,
     id_bytes,
+    map_npy,
     row_crc,
 )
 
@@ -63,7 +64,7 @@ def settings_of(manifest: dict[str, Any]) -> dict[str, Any]:
 def _vectors(out: Path, manifest: dict[str, Any]) -> np.ndarray:
     path = out / manifest["embeddings"]
     try:
-        vectors = np.load(path, mmap_mode="r")
+        vectors = map_npy(path)
     except (OSError, ValueError) as exc:
         raise VsekitError(f"{path}: cannot read the index's embeddings ({exc})") from None
     expected = (len(manifest["entries"]), int(manifest["model"]["embed_dim"]))

@@ -41,6 +41,7 @@ from vsekit.retrieval.store import (
     damaged,
     id_bytes,
     id_text,
+    map_npy,
     read_settings,
     row_crc,
 )
@@ -118,7 +119,7 @@ def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str
     path = out / name
     try:
         verify_file(path, sha, out)
-        vectors = np.load(path, mmap_mode="r") if rows else np.zeros((0, dim), dtype=dtype)
+        vectors = map_npy(path) if rows else np.zeros((0, dim), dtype=dtype)
     except (VsekitError, OSError, ValueError, SyntaxError, TokenError) as exc:  # np.load of a bad header
         if not path.exists():  # collected by a writer between our snapshot and here: not damage
             raise _Gone(path) from None

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import sqlite3
+import threading
 import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -43,6 +44,7 @@ from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_
 
 __all__ = [
     "DB",
+    "map_npy",
     "GENERATION_MARK",
     "LEGACY_LEDGER",
     "LEGACY_MANIFEST",
@@ -111,6 +113,18 @@ CREATE TABLE IF NOT EXISTS ann (
 CREATE TABLE IF NOT EXISTS chunks (
     key TEXT PRIMARY KEY, segment INTEGER NOT NULL, entries TEXT, failed TEXT);
 """
+
+
+_NPY_HEADER_LOCK = threading.Lock()
+
+
+def map_npy(path: Path) -> np.ndarray:
+    """``np.load(path, mmap_mode="r")``, one header at a time in a process: numpy parses a .npy header
+    with ``ast.literal_eval``, and CPython 3.11 can fail AST constructions that run at once in two
+    threads ("SystemError: AST constructor recursion depth mismatch"; a server's reader and a writer
+    thread did). The mapping itself is not serialised."""
+    with _NPY_HEADER_LOCK:
+        return np.load(path, mmap_mode="r")
 
 
 # ----------------------------------------------------------------------------- ids and folders
