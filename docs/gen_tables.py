@@ -1076,6 +1076,10 @@ def t_confidence() -> str:
         o = d["f1_optimal"]
         rows.append(["for comparison: the F1-optimal threshold", f3(o["weak_below"])])
         rows[-1] += [f2(o[k]) for k in ("precision", "recall", "f1")]
+    if "report_dev" in d:  # the shipped threshold on dev, read once for the report (not chosen there)
+        r = d["report_dev"]
+        rows.append([f"the shipped threshold on **dev** ({r['photos']:,} photos, read once)", f3(r["weak_below"])])
+        rows[-1] += [f2(r["at_threshold"][k]) for k in ("precision", "recall", "f1")]
     header = ["threshold", "weak below", "precision", "recall", "F1"]
     best = d["best_score"]
     spread = [

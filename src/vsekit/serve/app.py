@@ -164,8 +164,8 @@ class _ConfidenceOf:
         if sha not in self._loaded:
             self._loaded[sha] = load_confidence(str(details["model"]), sha)
         calibration = self._loaded[sha]
-        if calibration is None:
-            return {}
+        if calibration is None:  # a model without a shipped calibration never calls a search weak
+            return {"weak": False}
         found: dict[str, Any] = {"weak": is_weak([h.score for h in hits], calibration.weak_below)}
         warning = language_warning(query, calibration.english_words)
         if warning is not None:
@@ -384,7 +384,8 @@ def _add_search_routes(
         """The ``k`` photos nearest sentence ``q``; ``rerank=N`` re-orders the top N by the
         ``vse+aligner`` fusion; filters: ``folder`` (with its subfolders) and the EXIF date taken
         (``taken_after <= taken < taken_before``, ISO dates). ``weak``: no photo matches well (the model's
-        calibrated threshold); ``warning``: the query does not read as English."""
+        calibrated threshold; always false for a model that has none); ``warning``: the query does not read
+        as English."""
         index = current()
         filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
 
