@@ -297,12 +297,13 @@ def _rows(
     caption (``index build --captions``) where ``index`` holds one."""
     from vsekit.retrieval.confidence import is_weak
 
+    # stored captions come from a single index (a ShardedIndex has none)
+    captions = index.captions([h.path for h in hits]) if hasattr(index, "captions") else {}
     results = []
     for h in hits:
         result = {"path": printable(h.path), "score": round(h.score, 6)}
-        caption = index.caption(h.path) if hasattr(index, "caption") else None  # not across shards
-        if caption:
-            result["caption"] = caption
+        if captions.get(h.path):
+            result["caption"] = captions[h.path]
         results.append(result)
     row = {"query": printable(query), "results": results}
     if confidence is not None:

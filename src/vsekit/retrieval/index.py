@@ -349,6 +349,18 @@ class Index:
         record = self._view.record(photo_id)
         return None if record is None else record["caption"]
 
+    def captions(self, photo_ids: Sequence[str]) -> dict[str, str]:
+        """The stored captions of ``photo_ids`` (a photo without one is left out): a query per 500 ids,
+        not one per photo (a page of results asks for all of its captions at once)."""
+        found: dict[str, str] = {}
+        ids = list(photo_ids)
+        for start in range(0, len(ids), 500):
+            chunk = [id_bytes(i) for i in ids[start : start + 500]]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT id, caption FROM photos WHERE caption IS NOT NULL AND id IN ({marks})"
+            found.update({id_text(i): c for i, c in self._view.query(sql, chunk)})
+        return found
+
     def uncaptioned(self) -> list[str]:
         """The ids of photos without a stored caption (new or changed since their caption), sorted."""
         return [

@@ -139,12 +139,12 @@ def _printable(text: str) -> str:
 
 def _results(hits: list[SearchHit], index: Index | None = None) -> dict[str, Any]:
     """Hits as JSON; with ``index``, each hit's stored caption (``vsekit index build --captions``)."""
+    captions = index.captions([h.path for h in hits]) if index is not None else {}
     results = []
     for h in hits:
         result = {"id": h.id, "path": _printable(h.path), "score": round(h.score, 6)}
-        caption = index.caption(h.path) if index is not None else None
-        if caption:
-            result["caption"] = caption
+        if captions.get(h.path):
+            result["caption"] = captions[h.path]
         results.append(result)
     return {"results": results}
 
@@ -159,10 +159,10 @@ class _ConfidenceOf:
     def of(self, index: Index, query: str, hits: list[SearchHit]) -> dict[str, Any]:
         from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
 
-        details = index.info()
-        sha = str(details.get("model_sha256", ""))
+        model = index.manifest["model"]  # the settings already read, not info()'s file walk per request
+        sha = str(model.get("sha256", ""))
         if sha not in self._loaded:
-            self._loaded[sha] = load_confidence(str(details["model"]), sha)
+            self._loaded[sha] = load_confidence(str(model["name"]), sha)
         calibration = self._loaded[sha]
         if calibration is None:  # a model without a shipped calibration never calls a search weak
             return {"weak": False}
