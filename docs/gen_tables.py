@@ -641,9 +641,25 @@ def t_search_1m() -> str:
                 f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}",
             ]
         )
+    hnsw = e.get("hnsw_sq")
+    for s in hnsw["sweep"] if hnsw else []:
+        body.append(
+            [
+                f"{hnsw['engine']}, efSearch {s['efSearch']}",
+                f1(s["pushed"]["p50_ms"]),
+                f1(s["pushed"]["p99_ms"]),
+                f"{f3(s['pushed']['recall@10'])} / {f3(s['captions']['recall@10'])}",
+            ]
+        )
+    built = (
+        f"; HNSW built in {hnsw['build_s'] / 60:.0f} min, {hnsw['memory']['peak_rss_gb']} GB peak RSS "
+        "(efConstruction 80, under a test run's load)"
+        if hnsw
+        else ""
+    )
     note = (
-        f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions; "
-        "`python bench/bench_search_1m.py`"
+        f"{e['n']:,} x {e['dim']} float16 vectors, memory-mapped; recall@10 photo-like / captions{built}; "
+        "`python bench/bench_search_1m.py [--hnsw]`"
     )
     return (
         table(["engine", "p50 ms", "p99 ms", "recall@10"], body)
