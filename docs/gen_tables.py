@@ -1094,7 +1094,8 @@ def t_confidence() -> str:
         rows[-1] += [f2(o[k]) for k in ("precision", "recall", "f1")]
     if "report_dev" in d:  # the shipped threshold on dev, read once for the report (not chosen there)
         r = d["report_dev"]
-        rows.append([f"the shipped threshold on **dev** ({r['photos']:,} photos, read once)", f3(r["weak_below"])])
+        label = f"the shipped threshold on **dev** ({r['photos']:,} photos, read once)"
+        rows.append([label, f3(r["weak_below"])])
         rows[-1] += [f2(r["at_threshold"][k]) for k in ("precision", "recall", "f1")]
     header = ["threshold", "weak below", "precision", "recall", "F1"]
     best = d["best_score"]
