@@ -210,27 +210,37 @@ def _open_photo(index: Index, photo_id: int, settings: ServeSettings) -> Image.I
         raise _image_http_error(exc) from None
 
 
-def _thumbnail(path: Path, name: str, settings: ServeSettings) -> bytes:
-    """A JPEG of at most ``thumb_side`` pixels a side, upright; cached per file version."""
+def _photo_jpeg(path: Path, name: str, settings: ServeSettings, full: bool = False) -> bytes:
+    """A thumbnail (at most ``thumb_side`` pixels a side) or the lightbox's full-size view (``photo_side``)
+    as a JPEG, upright, through the one decode and the photo limits; cached per file version."""
     try:
         st = path.stat()
     except OSError:
         raise HTTPException(404, f"photo {name} can no longer be read (file not found)") from None
+    render = _full_size_of if full else _thumbnail_of
     try:
-        return _thumbnail_of(path, name, st.st_size, st.st_mtime_ns, settings)
+        return render(path, name, st.st_size, st.st_mtime_ns, settings)
     except ImageError as exc:
         raise _image_http_error(exc) from None
 
 
-@functools.lru_cache(maxsize=1024)
-def _thumbnail_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
-    side = settings.thumb_side
+def _jpeg(path: Path, name: str, settings: ServeSettings, side: int, quality: int, resample: int) -> bytes:
     limits = {"max_pixels": settings.max_photo_pixels, "max_bytes": settings.max_photo_bytes}
     img = decode_image(path, name=name, draft=(side, side), **limits)
-    img.thumbnail((side, side))
+    img.thumbnail((side, side), resample)
     out = io.BytesIO()
-    img.save(out, format="JPEG", quality=85)
+    img.save(out, format="JPEG", quality=quality)
     return out.getvalue()
+
+
+@functools.lru_cache(maxsize=1024)  # size and mtime_ns: a photo changed in place is read again
+def _thumbnail_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
+    return _jpeg(path, name, settings, settings.thumb_side, 85, Image.Resampling.BICUBIC)
+
+
+@functools.lru_cache(maxsize=32)
+def _full_size_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
+    return _jpeg(path, name, settings, settings.photo_side, 88, Image.Resampling.LANCZOS)
 
 
 _ABSOLUTE = re.compile(r"(?<![\w.~:/])/(?:[^\s/'\"(),;]+/)+([^\s/'\"(),;]+)")
@@ -468,7 +478,7 @@ def _add_photo_routes(
     async def thumb(photo_id: int) -> Response:
         index = current()
         path = _photo_path(index, photo_id)
-        data = await workers.run("photo", _thumbnail, path, index.paths[photo_id], settings)
+        data = await workers.run("photo", _photo_jpeg, path, index.paths[photo_id], settings)
         return Response(data, media_type="image/jpeg")
 
 
@@ -499,7 +509,7 @@ def _add_page_routes(
         """The indexed photo upright, as a JPEG of at most ``photo_side`` pixels on its long side."""
         index = current()
         path = _photo_path(index, photo_id)
-        data = await workers.run("photo", _full_size, path, index.paths[photo_id], settings)
+        data = await workers.run("photo", _photo_jpeg, path, index.paths[photo_id], settings, True)
         # no caching header: ids are rows, and a live index may give an id another photo after an update
         return Response(data, media_type="image/jpeg")
 
@@ -526,29 +536,6 @@ def _add_page_routes(
         row = {path: i for i, path in enumerate(paths)}
         groups = duplicate_groups(index.vectors, paths, threshold)
         return {"groups": [[{"id": row[p], "path": _printable(p)} for p in group] for group in groups]}
-
-
-def _full_size(path: Path, name: str, settings: ServeSettings) -> bytes:
-    """The lightbox's JPEG through the one decode (upright, the photo limits); cached per file version."""
-    try:
-        st = path.stat()
-    except OSError:
-        raise HTTPException(404, f"photo {name} can no longer be read (file not found)") from None
-    try:
-        return _full_size_of(path, name, st.st_size, st.st_mtime_ns, settings)
-    except ImageError as exc:
-        raise _image_http_error(exc) from None
-
-
-@functools.lru_cache(maxsize=32)
-def _full_size_of(path: Path, name: str, size: int, mtime_ns: int, settings: ServeSettings) -> bytes:
-    side = settings.photo_side
-    limits = {"max_pixels": settings.max_photo_pixels, "max_bytes": settings.max_photo_bytes}
-    img = decode_image(path, name=name, draft=(side, side), **limits)
-    img.thumbnail((side, side), Image.Resampling.LANCZOS)
-    out = io.BytesIO()
-    img.save(out, format="JPEG", quality=88)
-    return out.getvalue()
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int, settings: ServeSettings | None = None) -> Any:
