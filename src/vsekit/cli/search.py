@@ -459,24 +459,24 @@ def search(
             rows = [_rows(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
         else:
             picture = _query_photo(image) if image is not None else None
-            hits = opened.search(
+            cosines = opened.search(
                 text,
                 picture,
                 plus=plus,
                 minus=minus,
-                k=top,
+                k=max(top, rerank),
                 min_score=min_score,
                 resort=resort,
                 engine=engine,
                 **where,
-                **({"rerank": rerank} if rerank else {}),
             )
+            # one search: the re-rank re-orders its top N; "weak" is decided on its cosines
+            hits = opened.rerank(text, cosines, rerank)[:top] if rerank else cosines
+            cosines = cosines[:top]
             # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
             confidence = _confidence(opened) if text is not None and not (plus or minus) else None
             rows = [_rows(text if text is not None else str(image), hits, confidence, opened)]
-            cosines = hits
-            if rerank and confidence is not None:  # "weak" is calibrated on cosines, not on fused scores
-                cosines = opened.search(text, k=top, min_score=min_score, engine=engine, **where)
+            if rerank and confidence is not None:
                 rows[0]["weak"] = _rows(text, cosines, confidence)["weak"]
         if json_out is not None:
             write_jsonl(json_out, rows)
