@@ -154,7 +154,7 @@ def minutes(seconds: float) -> str:
 def none_val(recipe: dict[str, Any]) -> dict[str, Any]:
     if recipe.get("dev_split", "dev") != "dev":
         raise SystemExit("model_cards.py: a val1000-selected model needs its validation numbers wired in")
-    return {"headline": "none (trained on all of train; chosen on dev)"}
+    return {"headline": "none (trained on val1000)"}
 
 
 # --------------------------------------------------------------------------------------------- the models
@@ -219,6 +219,8 @@ def card_vse() -> dict[str, Any]:
     same("vse-confidence weak_below", conf["weak_below"], bench_conf["weak_below"], 1e-9)
     return {
         "name": "vse",
+        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + frozen MiniLM, "
+        f"{members}-seed ensemble",
         "kind": "joint-embedding model",
         "what": "photos and sentences in one space: search, rank, demo (the default model)",
         "method": f"Kiros et al. 2014 linear image projection + VSE++ hardest negative; "
@@ -238,6 +240,7 @@ def card_vse() -> dict[str, Any]:
         "attachments": [
             {
                 **file_facts(conf_path),
+                "short": f"search confidence threshold {conf['weak_below']}",
                 "what": f"search confidence: a text search whose best score is below {conf['weak_below']} is "
                 "flagged weak (`vsekit search`, the page)",
                 "made_with": conf["made_with"]["data"],
@@ -256,6 +259,7 @@ def card_bow() -> dict[str, Any]:
     same("bow dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
     return {
         "name": "bow",
+        "summary": "MobileNetV2 + bag of words",
         "kind": "joint-embedding model",
         "what": "photo search with word arithmetic (`--minus` / `--plus`, Kiros Eq. 15)",
         "method": "Kiros et al. 2014 CNN-MME with the linear bag-of-words encoder, sum of hinges",
@@ -290,6 +294,7 @@ def card_tree_lstm() -> dict[str, Any]:
     wall = "wall" if row["train_min_is_wall"] else "CPU"
     return {
         "name": "tree-lstm",
+        "summary": "MobileNetV2 + dependency Tree-LSTM",
         "kind": "joint-embedding model",
         "what": "a parse-aware sentence encoder, to compare encoders (below `vse` and `bow` on dev)",
         "method": "dependency Tree-LSTM (T-LSTM seed, appendix A, p = 1) + linear image projection, "
@@ -306,7 +311,7 @@ def card_tree_lstm() -> dict[str, Any]:
         "training": {
             "wall": f"{row['train_min']:.1f} min ({wall}; {row['train_cpu_min']:.1f} CPU min)",
             "peak_rss_mb": None,
-            "note": f"{row['threads']} thread; peak memory not recorded",
+            "note": f"{row['threads']} thread",
         },
         "licence": licence(BACKBONES[recipe["backbone"]][1], GLOVE, SPACY),
         "sources": [f"bench/results/tree_lstm.json (rows, recipe {recipe['name']})"],
@@ -328,6 +333,7 @@ def card_captioner() -> dict[str, Any]:
     vse = PRETRAINED / "vse.safetensors"
     return {
         "name": "captioner",
+        "summary": "m-RNN LSTM on EfficientNet-Lite0, beam + `vse` rerank",
         "kind": "captioner",
         "what": "describe photos (`vsekit caption`, the page)",
         "method": f"Karpathy & Fei-Fei 2015 m-RNN with an LSTM cell, cross-entropy; "
@@ -351,7 +357,7 @@ def card_captioner() -> dict[str, Any]:
             "wall": f"{minutes(row['train_s_to_best'])} to the best epoch ({row['best_epoch']} of "
             f"{row['epochs_run']})",
             "peak_rss_mb": None,
-            "note": "peak memory not recorded",
+            "note": "",
         },
         "licence": licence(BACKBONES[recipe["backbone"]][1], MINILM),
         "sources": ["bench/results/captioning.json (rows, recipe mrnn-lstm-effnet)", "captioner_rerank.json"],
@@ -379,6 +385,7 @@ def card_aligner() -> dict[str, Any]:
     grid = "x".join(map(str, recipe["grid"]))
     return {
         "name": "aligner",
+        "summary": "MobileNetV2 grid regions x MiniLM words (S_kl)",
         "kind": "region-word aligner",
         "what": "which words refer to which region (`vsekit align`); re-ranks search with `vse`",
         "method": f"Karpathy & Fei-Fei 2015 S_kl (Eq. 8) + Eq. 9 loss over whole image + {grid} grid cells; "
@@ -396,14 +403,14 @@ def card_aligner() -> dict[str, Any]:
         "training": {
             "wall": " + ".join(f"{r['minutes']:.1f}" for r in runs.values()) + " min (the two runs packed)",
             "peak_rss_mb": None,
-            "note": f"grid regions of train + dev: {d['regions']['grid']['train_dev_minutes']:.1f} min more; "
-            "peak memory not recorded",
+            "note": f"grid regions of train + dev: {d['regions']['grid']['train_dev_minutes']:.1f} min more",
         },
         "licence": licence(BACKBONES["mobilenet_v2"][1], MINILM),
         "sources": ["bench/results/alignment.json (shipped, minilm_grid, regions, fusion)"],
         "attachments": [
             {
                 **file_facts(fusion_path),
+                "short": "search re-rank weights (`vse` + aligner)",
                 "what": f"search re-rank: `vse` cosine + {fusion['weight']:g} x aligner S_kl (z-scored)",
                 "made_with": fusion["measured"]["how"],
                 "selection": "dev-selected on the even-numbered dev photos; numbers on the odd-numbered ones",
@@ -437,6 +444,7 @@ def card_region_captioner() -> dict[str, Any]:
     dev["how"] = run["dev_proxy"]["proxy"]
     return {
         "name": "region-captioner",
+        "summary": "m-RNN LSTM on aligned region snippets",
         "kind": "region captioner",
         "what": "short phrases for image regions (`vsekit regions`)",
         "method": "Karpathy & Fei-Fei 2015 sec. 3.2: m-RNN LSTM trained on the aligner's MRF snippets "
@@ -453,7 +461,7 @@ def card_region_captioner() -> dict[str, Any]:
         "training": {
             "wall": f"{run['training']['this_call_minutes']:.1f} min",
             "peak_rss_mb": None,
-            "note": f"snippets of train: {snip['total_min']:.1f} min more; peak memory not recorded",
+            "note": f"snippets of train: {snip['total_min']:.1f} min more",
         },
         "licence": licence(BACKBONES["mobilenet_v2"][1]),
         "sources": ["bench/results/alignment.json (region_captions)"],
