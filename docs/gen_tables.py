@@ -474,6 +474,61 @@ def t_models() -> str:
     )
 
 
+# ------------------------------------------------------------------------------------------ the model cards
+CARDS = ROOT / "src" / "vsekit" / "pretrained" / "cards.json"
+
+
+def load_cards() -> list[dict[str, Any]]:
+    """The shipped models' cards (written by bench/model_cards.py from the model files and bench/results)."""
+    return json.loads(CARDS.read_text(encoding="utf-8"))["cards"]
+
+
+def _size(facts: dict[str, Any]) -> str:
+    return f"{facts['mib']:.1f} MiB" if facts["bytes"] >= 2**20 // 10 else f"{facts['bytes'] / 1024:.1f} KiB"
+
+
+def t_model_cards() -> str:
+    rows = []
+    for c in load_cards():
+        rows.append(
+            [f"`{c['name']}`", c["summary"], c["data"], c["selected_on"], c["validation"]["headline"],
+             c["dev"]["headline"], _size(c["file"]), c["licence"]["summary"]]
+        )  # fmt: skip
+        for a in c["attachments"]:
+            rows.append([f"+ `{a['name']}`", a["short"], "", "", "", a.get("headline", ""), _size(a), ""])
+    header = ["model", "what it is", "trained on", "chosen on", "val1000", "Flickr8K dev", "size", "licences"]
+    note = (
+        "*Source: `src/vsekit/pretrained/cards.json` (`vsekit models`), written by "
+        "`python bench/model_cards.py` from the model files and `bench/results/*.json`; dev = 1,000 photos "
+        "x 5,000 captions, R@1 image annotation / image search; the test split is held back.*"
+    )
+    return table(header, rows, right_from=8) + "\n\n" + note
+
+
+def t_model_card_costs() -> str:
+    rows = []
+    for c in load_cards():
+        t = c["training"]
+        peak = "not recorded" if t["peak_rss_mb"] is None else f"{t['peak_rss_mb']:,} MB"
+        wall = t["wall"] + (f" ({t['note']})" if t["note"] else "")
+        rows.append([f"`{c['name']}`", f"`{c['recipe']}`", c["speed"], wall, peak])
+    header = ["model", "recipe", "speed (where a bench measured it)", "training on the 2-core machine"]
+    header.append("peak memory")
+    return table(header, rows, right_from=5)
+
+
+def t_model_card_details() -> str:
+    rows = []
+    for c in load_cards():
+        lic = c["licence"]
+        rows.append(
+            [f"`{c['name']}`", c["method"], c["text_encoder"], c["selection"],
+             f"file {lic['file']}; needs: {'; '.join(lic['needs'])}", f"`{c['file']['content_sha256'][:12]}`"]
+        )  # fmt: skip
+    header = ["model", "method", "text side", "how it was selected", "licences", "content sha256"]
+    return table(header, rows, right_from=6) + f"\n\nData: {load_cards()[0]['licence']['data']}."
+
+
 # ---------------------------------------------------------------------------------------------- features
 
 
@@ -1374,6 +1429,9 @@ def _bench_tree(recipe: str) -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "models": t_models,
+    "model-cards": t_model_cards,
+    "model-card-costs": t_model_card_costs,
+    "model-card-details": t_model_card_details,
     "ranking-grid": t_ranking_grid,
     "ranking-pretrained": t_ranking_pretrained,
     "tree-lstm": t_tree_lstm,
