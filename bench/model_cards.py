@@ -367,6 +367,25 @@ def card_captioner() -> dict[str, Any]:
     }
 
 
+def _packed_runs(parts: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training runs the aligner's packed snapshots came from: the run whose dev curve has the
+    snapshot's dev rsum at the snapshot's epoch (an unmatched snapshot is an error)."""
+    used = []
+    for part in parts:
+        found = [
+            r
+            for r in runs.values()
+            if part["epoch"] <= len(r["dev_rsum_by_epoch"])
+            and abs(r["dev_rsum_by_epoch"][part["epoch"] - 1] - part["dev"]["rsum"]) < 0.06
+        ]
+        if not found:
+            raise SystemExit(
+                f"model_cards.py: aligner snapshot epoch {part['epoch']}: no run in alignment.json"
+            )
+        used += [r for r in found[:1] if r not in used]
+    return used
+
+
 def card_aligner() -> dict[str, Any]:
     path = PRETRAINED / "aligner.safetensors"
     h = header(path)
@@ -375,7 +394,7 @@ def card_aligner() -> dict[str, Any]:
     parts = h["extra"]["packed_from"]
     recipe = parts[0]["train"]
     same("aligner dev rsum", h["extra"]["dev"]["rsum"], shipped["rsum"])
-    runs = d["minilm_grid"]["runs"]
+    runs = _packed_runs(parts, d["minilm_grid"]["runs"])
     fusion_path = PRETRAINED / "fusion-vse-aligner.json"
     fusion = json.loads(fusion_path.read_text(encoding="utf-8"))
     same("fusion weight", fusion["weight"], d["fusion"]["weight"], 1e-9)
@@ -401,7 +420,7 @@ def card_aligner() -> dict[str, Any]:
         "speed": f"scores dev 1,000 x 5,000 in {shipped['seconds']:.0f} s; grid regions "
         f"{d['regions']['grid']['img_per_s']:.1f} photos/s ({d['machine']})",
         "training": {
-            "wall": " + ".join(f"{r['minutes']:.1f}" for r in runs.values()) + " min (the two runs packed)",
+            "wall": " + ".join(f"{r['minutes']:.1f}" for r in runs) + f" min (the {len(runs)} runs packed)",
             "peak_rss_mb": None,
             "note": f"grid regions of train + dev: {d['regions']['grid']['train_dev_minutes']:.1f} min more",
         },
@@ -415,8 +434,8 @@ def card_aligner() -> dict[str, Any]:
                 "made_with": fusion["measured"]["how"],
                 "selection": "dev-selected on the even-numbered dev photos; numbers on the odd-numbered ones",
                 "held_out_rsum": {k: round(v["rsum"], 2) for k, v in held.items()},
-                "headline": f"odd dev photos rsum {held[fused]['rsum']:.1f} fused vs "
-                f"{held['joint alone']['rsum']:.1f} `vse` alone",
+                "headline": f"held-out half of dev (500 odd-numbered photos): rsum {held[fused]['rsum']:.1f} "
+                f"fused vs {held['joint alone']['rsum']:.1f} `vse` alone",
                 "pins": {"vse": fusion["joint_sha256"], "aligner": fusion["aligner_sha256"]},
                 "pin_matches": fusion["joint_sha256"] == content_fingerprint(PRETRAINED / "vse.safetensors")
                 and fusion["aligner_sha256"] == content_fingerprint(path),
