@@ -123,6 +123,15 @@ def selection(recipe: dict[str, Any], what: str) -> str:
     return f"{tag}: {what} chosen on {split(on)}{caveat}"
 
 
+def find(rows: list[dict[str, Any]], where: str, **match: Any) -> dict[str, Any]:
+    """The first row of a bench JSON with these values; none is an error saying which bench to run."""
+    for row in rows:
+        if all(row.get(k) == v for k, v in match.items()):
+            return row
+    wanted = ", ".join(f"{k} {v}" for k, v in match.items())
+    raise SystemExit(f"model_cards.py: no row with {wanted} in bench/results/{where}: run its benchmark")
+
+
 def same(label: str, a: float, b: float, tol: float = 0.06) -> None:
     """The model file and its bench JSON must report the same number (rounding apart)."""
     if abs(float(a) - float(b)) > tol:
@@ -153,7 +162,10 @@ def minutes(seconds: float) -> str:
 
 def none_val(recipe: dict[str, Any]) -> dict[str, Any]:
     if recipe.get("dev_split", "dev") != "dev":
-        raise SystemExit("model_cards.py: a val1000-selected model needs its validation numbers wired in")
+        raise SystemExit(
+            f"model_cards.py: recipe {recipe.get('name')} was selected on {recipe['dev_split']}: say in its card "
+            "function where the bench JSON records its validation numbers (as _vse_measured does)"
+        )
     return {"headline": "none (trained on val1000)"}
 
 
@@ -189,7 +201,7 @@ def _vse_measured(h: dict[str, Any]) -> dict[str, Any]:
             },
             "sources": ["bench/results/reselect.json (vse_val1000)", "bench/results/vse_reselect.json"],
         }
-    row = next(r for r in load("ranking.json")["rows"] if r["recipe"] == h["extra"]["recipe"])
+    row = find(load("ranking.json")["rows"], "ranking.json", recipe=h["extra"]["recipe"])
     same("vse dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
     return {
         "epochs": row["best_epoch"],
@@ -255,7 +267,7 @@ def card_bow() -> dict[str, Any]:
     path = PRETRAINED / "bow.safetensors"
     h = header(path)
     recipe = h["extra"]["train"]
-    row = next(r for r in load("ranking.json")["rows"] if r["recipe"] == "kiros-bow")
+    row = find(load("ranking.json")["rows"], "ranking.json", recipe="kiros-bow")
     same("bow dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
     return {
         "name": "bow",
@@ -289,7 +301,7 @@ def card_tree_lstm() -> dict[str, Any]:
     h = header(path)
     recipe = h["extra"]["train"]
     d = load("tree_lstm.json")
-    row = next(r for r in d["rows"] if r["recipe"] == recipe["name"])
+    row = find(d["rows"], "tree_lstm.json", recipe=recipe["name"])
     same("tree-lstm dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
     wall = "wall" if row["train_min_is_wall"] else "CPU"
     return {
@@ -324,8 +336,8 @@ def card_captioner() -> dict[str, Any]:
     h = header(path)
     recipe = h["extra"]["recipe"]
     rows = load("captioning.json")["rows"]
-    row = next(r for r in rows if r.get("recipe") == recipe["name"] and r.get("rerank"))
-    greedy = next(r for r in rows if r.get("recipe") == recipe["name"] and r.get("beam") == 1)
+    row = find([r for r in rows if r.get("rerank")], "captioning.json", recipe=recipe["name"])
+    greedy = find(rows, "captioning.json", recipe=recipe["name"], beam=1)
     rerank = h["extra"]["rerank"]
     same("captioner beam", rerank["beam_size"], row["beam"], 0)
     same("captioner dev greedy CIDEr-D", h["extra"]["dev_greedy"]["cider"], greedy["cider"])
