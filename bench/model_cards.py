@@ -163,8 +163,8 @@ def minutes(seconds: float) -> str:
 def none_val(recipe: dict[str, Any]) -> dict[str, Any]:
     if recipe.get("dev_split", "dev") != "dev":
         raise SystemExit(
-            f"model_cards.py: recipe {recipe.get('name')} was selected on {recipe['dev_split']}: say in its card "
-            "function where the bench JSON records its validation numbers (as _vse_measured does)"
+            f"model_cards.py: recipe {recipe.get('name')} was selected on {recipe['dev_split']}: say in its "
+            "card function where the bench JSON records its validation numbers (as _vse_measured does)"
         )
     return {"headline": "none (trained on val1000)"}
 
