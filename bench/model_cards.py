@@ -218,6 +218,14 @@ def _vse_measured(h: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _confidence_on_dev(bench: dict[str, Any]) -> dict[str, Any]:
+    """The threshold's check on dev (bench/calibrate_confidence.py reads dev once, for the report)."""
+    if "report_dev" not in bench:
+        return {}
+    kept = bench["report_dev"]["at_threshold"]["recall"]
+    return {"headline": f"dev, read once: {kept:.1%} of searches with a good match not flagged weak"}
+
+
 def card_vse() -> dict[str, Any]:
     path = PRETRAINED / "vse.safetensors"
     h = header(path)
@@ -256,6 +264,7 @@ def card_vse() -> dict[str, Any]:
                 "what": f"search confidence: a text search whose best score is below {conf['weak_below']} is "
                 "flagged weak (`vsekit search`, the page)",
                 "made_with": conf["made_with"]["data"],
+                **_confidence_on_dev(bench_conf),
                 "pins": {"vse": conf["model_sha256"]},
                 "pin_matches": conf["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
             }
