@@ -239,8 +239,8 @@ def card_vse() -> dict[str, Any]:
     same("vse-confidence weak_below", conf["weak_below"], bench_conf["weak_below"], 1e-9)
     return {
         "name": "vse",
-        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + frozen MiniLM, "
-        f"{members}-seed ensemble",
+        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + frozen MiniLM, {members} seeds",
+        "use": "search, rank, demo: sentences and photos in one space",
         "kind": "joint-embedding model",
         "what": "photos and sentences in one space: search, rank, demo (the default model)",
         "method": f"Kiros et al. 2014 linear image projection + VSE++ hardest negative; "
@@ -281,6 +281,7 @@ def card_bow() -> dict[str, Any]:
     return {
         "name": "bow",
         "summary": "MobileNetV2 + bag of words",
+        "use": "photo search with `--minus` / `--plus` word arithmetic",
         "kind": "joint-embedding model",
         "what": "photo search with word arithmetic (`--minus` / `--plus`, Kiros Eq. 15)",
         "method": "Kiros et al. 2014 CNN-MME with the linear bag-of-words encoder, sum of hinges",
@@ -316,6 +317,7 @@ def card_tree_lstm() -> dict[str, Any]:
     return {
         "name": "tree-lstm",
         "summary": "MobileNetV2 + dependency Tree-LSTM",
+        "use": "a parse-aware sentence encoder, to compare encoders",
         "kind": "joint-embedding model",
         "what": "a parse-aware sentence encoder, to compare encoders (below `vse` and `bow` on dev)",
         "method": "dependency Tree-LSTM (T-LSTM seed, appendix A, p = 1) + linear image projection, "
@@ -354,7 +356,8 @@ def card_captioner() -> dict[str, Any]:
     vse = PRETRAINED / "vse.safetensors"
     return {
         "name": "captioner",
-        "summary": "m-RNN LSTM on EfficientNet-Lite0, beam + `vse` rerank",
+        "summary": f"m-RNN LSTM, beam {rerank['beam_size']}, reranked by `vse`",
+        "use": "describe photos (`vsekit caption`, the page)",
         "kind": "captioner",
         "what": "describe photos (`vsekit caption`, the page)",
         "method": f"Karpathy & Fei-Fei 2015 m-RNN with an LSTM cell, cross-entropy; "
@@ -425,7 +428,8 @@ def card_aligner() -> dict[str, Any]:
     grid = "x".join(map(str, recipe["grid"]))
     return {
         "name": "aligner",
-        "summary": "MobileNetV2 grid regions x MiniLM words (S_kl)",
+        "summary": "MobileNetV2 grid regions + MiniLM tokens",
+        "use": "which words refer to which region (`vsekit align`)",
         "kind": "region-word aligner",
         "what": "which words refer to which region (`vsekit align`); re-ranks search with `vse`",
         "method": f"Karpathy & Fei-Fei 2015 S_kl (Eq. 8) + Eq. 9 loss over whole image + {grid} grid cells; "
@@ -451,10 +455,13 @@ def card_aligner() -> dict[str, Any]:
             {
                 **file_facts(fusion_path),
                 "short": "search re-rank weights (`vse` + aligner)",
+                "use": "re-rank a short list when the last points of recall matter",
+                "summary": "`vse` cosine + aligner S_kl",
                 "what": f"search re-rank: `vse` cosine + {fusion['weight']:g} x aligner S_kl (z-scored)",
                 "made_with": fusion["measured"]["how"],
                 "selection": "dev-selected on the even-numbered dev photos; numbers on the odd-numbered ones",
                 "held_out_rsum": {k: round(v["rsum"], 2) for k, v in held.items()},
+                "all_dev": ranking(d["fusion"]["all"][fused]),
                 "headline": f"held-out half of dev (500 odd-numbered photos): rsum {held[fused]['rsum']:.1f} "
                 f"fused vs {held['joint alone']['rsum']:.1f} `vse` alone",
                 "pins": {"vse": fusion["joint_sha256"], "aligner": fusion["aligner_sha256"]},
@@ -484,7 +491,8 @@ def card_region_captioner() -> dict[str, Any]:
     dev["how"] = run["dev_proxy"]["proxy"]
     return {
         "name": "region-captioner",
-        "summary": "m-RNN LSTM on aligned region snippets",
+        "summary": "m-RNN on MRF region snippets",
+        "use": "snippets for image regions (`vsekit regions`)",
         "kind": "region captioner",
         "what": "short phrases for image regions (`vsekit regions`)",
         "method": "Karpathy & Fei-Fei 2015 sec. 3.2: m-RNN LSTM trained on the aligner's MRF snippets "
