@@ -17,33 +17,52 @@ def _size(facts: dict[str, Any]) -> str:
     return f"{facts['mib']:.1f} MiB" if facts["bytes"] >= 2**20 // 10 else f"{facts['bytes'] / 1024:.1f} KiB"
 
 
-def _overview(cards: list[dict[str, Any]]) -> Table:
-    table = Table(title="Shipped models (dev: Flickr8K dev, 1,000 photos x 5,000 captions)", show_lines=True)
-    for column in ("model", "what it is", "data", "chosen on", "val1000", "dev", "size", "licences"):
-        table.add_column(column, overflow="fold")
-    for card in cards:
-        table.add_row(
-            plain(card["name"], "bold"),
-            plain(card["summary"]),
-            plain(card["data"]),
-            plain(card["selected_on"]),
-            plain(card["validation"]["headline"]),
-            plain(card["dev"]["headline"]),
-            _size(card["file"]),
-            plain(card["licence"]["summary"]),
+# every column, and the few that stay readable in a narrow terminal (the rest: `vsekit models NAME`)
+_COLUMNS = ("model", "what it is", "data", "chosen on", "val1000", "dev", "size", "licences")
+_NARROW = ("model", "what it is", "chosen on", "dev", "size")
+_WIDE_ENOUGH = 150  # characters: below this, eight folded columns are unreadable
+
+
+def _rows(card: dict[str, Any]) -> list[dict[str, str]]:
+    """The card's overview row and one per attachment, by column name."""
+    rows = [
+        {
+            "model": plain(card["name"], "bold"),
+            "what it is": plain(card["summary"]),
+            "data": plain(card["data"]),
+            "chosen on": plain(card["selected_on"]),
+            "val1000": plain(card["validation"]["headline"]),
+            "dev": plain(card["dev"]["headline"]),
+            "size": _size(card["file"]),
+            "licences": plain(card["licence"]["summary"]),
+        }
+    ]
+    for extra in card["attachments"]:
+        row = dict.fromkeys(_COLUMNS, "")
+        row.update(
+            {
+                "model": plain(f"+ {extra['name']}"),
+                "what it is": plain(extra["short"]),
+                "dev": plain(extra.get("headline", "")),
+                "size": _size(extra),
+            }
         )
-        for extra in card["attachments"]:
-            headline = extra.get("headline", "")
-            table.add_row(
-                plain(f"+ {extra['name']}"),
-                plain(extra["short"]),
-                "",
-                "",
-                "",
-                plain(headline),
-                _size(extra),
-                "",
-            )
+        rows.append(row)
+    return rows
+
+
+def _overview(cards: list[dict[str, Any]], width: int) -> Table:
+    columns = _COLUMNS if width >= _WIDE_ENOUGH else _NARROW
+    table = Table(
+        title="Shipped models (dev: Flickr8K dev, 1,000 photos x 5,000 captions)",
+        caption=None if columns == _COLUMNS else "data, val1000 and licences: vsekit models NAME",
+        show_lines=True,
+    )
+    for column in columns:
+        table.add_column(column, overflow="fold", no_wrap=column == "size")
+    for card in cards:
+        for row in _rows(card):
+            table.add_row(*(row[c] for c in columns))
     return table
 
 
@@ -103,6 +122,6 @@ def models(
     if as_json:
         typer.echo(json.dumps(found, indent=1, ensure_ascii=False))
     elif name is None:
-        console.print(_overview(found))
+        console.print(_overview(found, console.width))
     else:
         console.print(_detail(found))
