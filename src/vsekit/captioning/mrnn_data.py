@@ -89,7 +89,11 @@ class CaptionData:
 
 
 def load_caption_data(
-    corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn, init: MRNNCaptioner | None = None
+    corpus: Corpus,
+    config: CaptionTrainConfig,
+    feature_fn: FeatureFn,
+    init: MRNNCaptioner | None = None,
+    progress: bool = True,
 ) -> CaptionData:
     train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
     if not train_split.captions:
@@ -108,9 +112,12 @@ def load_caption_data(
     ]
     pairs = [(row, ids) for row, ids in pairs if ids]
     fne_kw = {"fne": init.fne} if init is not None and init.fne is not None else {}
+    fne_kw["progress"] = progress  # --no-progress hides the extraction bars too
     train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features, **fne_kw)
     fne = init.fne if init is not None and init.fne is not None else fne
-    dev_feats, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne)
+    dev_feats, _ = feature_fn(
+        corpus, dev_ids, config.backbone, config.image_features, fne=fne, progress=progress
+    )
     train_x = torch.as_tensor(np.asarray(train_feats))
     dev_x = torch.as_tensor(np.asarray(dev_feats))
     image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}

@@ -293,7 +293,7 @@ def train_captioner(
     out = Path(out_dir)
     init = _init_captioner(config, out, resumed=ckpt is not None)
     seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
-    data = load_caption_data(corpus, config, feature_fn, init)
+    data = load_caption_data(corpus, config, feature_fn, init, progress)
     summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say, init=init)
     rerank = None
     if config.rerank_beam and summary["best_epoch"]:
