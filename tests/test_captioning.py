@@ -328,6 +328,25 @@ def test_no_progress_reaches_the_feature_extraction(tmp_path):
     assert asked and all(asked)
 
 
+def test_eval_every_epochs_reads_the_dev_split_once_and_keeps_the_last_epoch(tmp_path):
+    """A fixed-epoch retrain (settings chosen on a validation slice) scores its dev split once, at the end."""
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus"))
+    scored = []
+
+    def score(predictions, references):
+        scored.append(len(predictions))
+        return word_overlap_score(predictions, references)
+
+    config = CaptionTrainConfig(**{**tiny_caption_config().to_dict(), "epochs": 3, "eval_every": 3})
+    kwargs = {"progress": False, "feature_fn": fake_features, "log": lambda s: None}
+    summary = train_captioner(corpus, config, tmp_path / "run", score_fn=score, **kwargs)
+    assert len(scored) == 1 and summary["best_epoch"] == 3 and summary["epochs_completed"] == 3
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in log] == [1, 2, 3] and [("dev" in e) for e in log] == [False, False, True]
+    with pytest.raises(VsekitError, match="eval_every"):
+        CaptionTrainConfig(**{**config.to_dict(), "eval_every": 0}).validate()
+
+
 def test_factored_image_projection_round_trips(tmp_path):
     """image_rank > 0 factors W_hi (for 18K-d FNE codes); the file records it and reloads exactly."""
     vocab = Vocabulary([f"w{i}" for i in range(6)])

@@ -37,7 +37,7 @@ class CaptionTrainConfig(Recipe):
     this many beam candidates on dev), ``patience`` (no early stopping), ``num_threads`` (torch's default).
     """
 
-    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"rerank_beam"}
+    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"rerank_beam", "eval_every"}
     # Recipe files and checkpoints written before null was the one off value used 0 for these.
     ZERO_MEANS_OFF: ClassVar[frozenset[str]] = frozenset(
         {"lr_decay_epochs", "image_rank", "num_threads", "rerank_beam"}
@@ -75,6 +75,9 @@ class CaptionTrainConfig(Recipe):
     # name "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
     validation_slice: str | None = None
     eval_images: int | None = None  # select on the first N images of dev_split only (cheaper epochs)
+    # score dev_split every N epochs and after the last; eval_every = epochs: a fixed-epoch run (settings
+    # chosen on a validation slice, retrained on all of train) that reads its dev split once, at the end
+    eval_every: int = 1
     # "xent": teacher-forced word prediction; "scst": self-critical sequence training for CIDEr-D
     # (Rennie et al. 2017), which starts from the captioner ``init_from`` (a shipped name or a file)
     objective: str = "xent"
@@ -94,7 +97,15 @@ class CaptionTrainConfig(Recipe):
             raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise bad("optimizer", "must be 'adam' or 'rmsprop'")
-        for name in ("word_dim", "hidden_dim", "batch_size", "epochs", "min_word_count", "max_decode_words"):
+        for name in (
+            "word_dim",
+            "hidden_dim",
+            "batch_size",
+            "epochs",
+            "min_word_count",
+            "max_decode_words",
+            "eval_every",
+        ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         for name in ("image_rank", "lr_decay_epochs", "patience", "rerank_beam", "num_threads"):

@@ -228,10 +228,13 @@ def _scst_epoch_trainer(
 
 def _dev_evaluator(
     state: TrainState, config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
-) -> Callable[[int], tuple[float, dict[str, Any]]]:
-    """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
+) -> Callable[[int], tuple[float, dict[str, Any]] | None]:
+    """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D. Epochs
+    between ``eval_every`` ones are not scored (None), the last always is."""
 
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
+    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
+        if epoch % config.eval_every and epoch != config.epochs:
+            return None
         captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
         t0 = time.perf_counter()
         texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
@@ -245,16 +248,17 @@ def _dev_evaluator(
     return evaluate
 
 
-def _epoch_line(entry: dict[str, Any], epochs: int) -> str:
-    d = entry["dev"]
+def _epoch_line(entry: dict[str, Any], epochs: int, split: str) -> str:
+    """One log line per epoch; ``split`` names the selection split (dev, or the validation slice)."""
     if "train_loss" in entry:
         train = f"loss {entry['train_loss']:.3f}"
     else:
         train = f"reward {entry['train_reward']:.1f} (baseline {entry['train_baseline']:.1f})"
-    line = (
-        f"epoch {entry['epoch']}/{epochs}  {train}  {entry['train_s']:.0f}s  "
-        f"dev greedy B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}"
-    )
+    line = f"epoch {entry['epoch']}/{epochs}  {train}  {entry['train_s']:.0f}s"
+    d = entry.get("dev")
+    if d is None:  # not a scoring epoch (eval_every)
+        return line
+    line += f"  {split} greedy B-4 {d['bleu4']:.1f}  CIDEr {d['cider']:.1f}"
     if "mean_words" in d:
         line += (
             f"  words {d['mean_words']:.1f}  distinct {d['distinct_pct']:.0f}%  vocab {d['vocab_used']:.0f}  "
@@ -401,7 +405,7 @@ def fit_captioner(
     epoch_trainer = _scst_epoch_trainer if config.objective == "scst" else _caption_epoch_trainer
     train_epoch = epoch_trainer(state, config, data, dev, progress)
     evaluate = _dev_evaluator(state, config, data, score_fn)
-    describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
+    describe = lambda entry: _epoch_line(entry, config.epochs, config.dev_split)  # noqa: E731
     extra = {"config": config.to_dict()}
     fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
     sel = state.selection
