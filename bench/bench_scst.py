@@ -129,9 +129,12 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True, help="the SCST run directory")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-cost", action="store_true", help="skip the reward timing")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the JSON written (one per run)")
+    parser.add_argument("--note", default="", help="what the run was, for the record")
     args = parser.parse_args()
+    results = args.results
     torch.set_num_threads(args.threads)
-    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+    previous = json.loads(results.read_text()) if results.is_file() else {}
     log = [json.loads(line) for line in (args.run / "log.jsonl").read_text().splitlines() if line.strip()]
     config = json.loads((args.run / "config.json").read_text())
     same_run = previous.get("run") == str(args.run)
@@ -161,10 +164,10 @@ def main() -> None:
         ],
         "reward_cost": cost,
         "dev": previous.get("dev") if same_run else None,  # measured once, for the chosen model only
-        "note": "training under heavy shared load (about 7 sessions on 2 cores): seconds are not speeds",
+        "note": args.note or previous.get("note", ""),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    write_result(RESULTS, payload, indent=2)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    write_result(results, payload, indent=2)
     s = start
     print(f"start: val CIDEr {s['cider']:.1f} B-4 {s['bleu4']:.1f} words {s['mean_words']:.1f}")
     for row in payload["curves"]:
@@ -180,7 +183,7 @@ def main() -> None:
             f"reward: {cost['captions']} captions in {cost['batched_s']} s batched, "
             f"{cost['pycocoevalcap_s']} s with pycocoevalcap"
         )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":

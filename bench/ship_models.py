@@ -117,6 +117,24 @@ def ship_captioner(
     write_result(results_path, record, indent=2)
 
 
+def ship_tuned_rerank(run_model: Path, out: Path, tuned: Path) -> None:
+    """The run's captioner in float16 with the decoding chosen elsewhere: ``tuned`` is a captioner file whose
+    rerank (beam, weight, length penalty) was tuned on the validation slice (``captioner --joint``, with a
+    joint model that never saw the slice); its settings are kept and pinned to the shipped ``vse``, which
+    reranks at use. Its slice scores travel as ``meta["val1000_rerank"]``."""
+    from vsekit.captioning.rerank import file_fingerprint
+
+    chosen = load_captioner(tuned)
+    settings = dict(chosen.meta["rerank"])
+    settings["joint_model_sha256"] = file_fingerprint(pretrained_path("vse"))
+    captioner = load_captioner(run_model)
+    captioner.meta["rerank"] = settings
+    captioner.meta["val1000_rerank"] = chosen.meta["dev_rerank"]["best"]
+    captioner.meta.pop("dev_rerank", None)
+    save_captioner(captioner, out, half=True)
+    print(f"{out}: {out.stat().st_size / 2**20:.1f} MiB; rerank {settings} (chosen on the slice: {tuned})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -140,11 +158,18 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, default=RERANK_RESULTS, help="captioner: where the tuning grid is written"
     )
+    parser.add_argument(
+        "--rerank-from",
+        type=Path,
+        help="captioner: take the rerank settings of this already tuned file instead of tuning",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or pretrained_path(args.what)
     if args.what == "vse":
         ship_vse(args.run_model, out)
+    elif args.rerank_from:
+        ship_tuned_rerank(args.run_model, out, args.rerank_from)
     else:
         beams = [int(b) for b in args.beams.split(",")]
         ship_captioner(args.run_model, out, beams, args.tune_split, args.joint, args.results)
