@@ -1079,8 +1079,10 @@ def t_reselect_vse() -> str:
     )
     meta = {**d["meta"], "load_avg_1m": d["meta"]["loadavg"][0]}
     note = f"members chosen on val1000 ({members}); `python bench/reselect_vse.py`, `bench/pack_members.py`"
-    return table(["model", "i2t R@1", "t2i R@1", "rsum"], rows) + "\n\n" + source(
-        "reselect.json", meta, "vse_val1000", note
+    return (
+        table(["model", "i2t R@1", "t2i R@1", "rsum"], rows)
+        + "\n\n"
+        + source("reselect.json", meta, "vse_val1000", note)
     )
 
 
@@ -1096,6 +1098,45 @@ def t_scst_dev() -> str:
     meta = {**d["meta"], "load_avg_1m": d["meta"]["loadavg"][0]}
     header = ["captioner on dev", "BLEU-1", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr-D"]
     return table(header, rows) + "\n\n" + source("reselect.json", meta, "captioner_scst", c["what"])
+
+
+def t_scst_protocol() -> str:
+    """SCST along the selection protocol: every number on val1000, from models that never saw it."""
+    d = load("scst_val1000.json")
+    best = next(c for c in d["curves"] if c["epoch"] == d["best_epoch"])
+    last = d["curves"][-1]
+    keys = ("bleu4", "cider", "mean_words", "distinct_pct")
+    greedy = f"greedy, first {d['recipe']['eval_images']} photos"
+    rows = [
+        [f"cross-entropy, {greedy}", *(f1(d["start"][k]) for k in keys), f"{d['start']['vocab_used']:.0f}"],
+        *(
+            [f"SCST epoch {c['epoch']} ({which}), {greedy}", *(f1(c["val"][k]) for k in keys)]
+            + [f"{c['val']['vocab_used']:.0f}"]
+            for c, which in ((best, "the best"), (last, "the last"))
+        ),
+    ]
+    for label, name in (("cross-entropy", "xent"), ("SCST", "scst")):
+        r = load(f"captioner_rerank_val1000_{name}.json")
+        chosen = next(b for b in r["beams"] if b["beam"] == r["chosen_beam"])
+        s = chosen["settings"]
+        rows.append(
+            [
+                f"{label}, beam {s['beam_size']} + rerank (weight {s['weight']:g}, length penalty "
+                f"{s['length_penalty']:g}), all 1,000 photos",
+                f1(chosen["best"]["bleu4"]),
+                f1(chosen["best"]["cider"]),
+                "",
+                "",
+                "",
+            ]
+        )
+    header = ["on val1000", "BLEU-4", "CIDEr-D", "words", "distinct %", "vocabulary"]
+    meta = {k: v for k, v in d.items() if k != "note"} | {"load_avg_1m": d["loadavg"][0]}
+    note = (
+        f"{d['note']}. Decoding rows: bench/results/captioner_rerank_val1000_{{xent,scst}}.json "
+        "(bench/ship_models.py captioner --joint, the joint model trained without val1000)"
+    )
+    return table(header, rows) + "\n\n" + source("scst_val1000.json", meta, None, note)
 
 
 def t_confidence() -> str:
@@ -1419,6 +1460,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
     "scst-dev": t_scst_dev,
+    "scst-protocol": t_scst_protocol,
     "fault-campaign": t_fault_campaign,
     "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
