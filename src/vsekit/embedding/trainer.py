@@ -40,7 +40,7 @@ from vsekit.data.corpus import Corpus
 from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
-from vsekit.embedding.losses import ContrastiveLoss
+from vsekit.embedding.losses import ContrastiveLoss, InfoNCELoss
 from vsekit.embedding.model import HEADS, EnsembleEmbedding, JointEmbedding, load_model, save_model
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.fileio import atomic_write_text
@@ -74,11 +74,13 @@ from vsekit.training import (
 )
 from vsekit.vision.features import FEATURE_KINDS, image_features
 from vsekit.vision.fne import FullNetworkEmbedding
+from vsekit.vision.preprocess import VIEWS
 
 __all__ = [
     "CHECKPOINT_NAME",
     "MODEL_NAME",
     "RECIPES_DIR",
+    "TRAIN_VIEW_SETS",
     "TrainConfig",
     "evaluate_dev",
     "list_recipes",
@@ -94,6 +96,17 @@ KIND = "joint-embedding"  # the checkpoint kind this trainer writes
 
 FeatureFn = Callable[..., tuple[np.ndarray, "FullNetworkEmbedding | None"]]
 
+#: The named sets of views a training photo is seen through (``TrainConfig.train_views``): one view per
+#: photo per epoch, drawn at random; evaluation always reads the centre crop. See
+#: :data:`vsekit.vision.preprocess.VIEWS` for what each view is.
+TRAIN_VIEW_SETS: dict[str, tuple[str, ...]] = {
+    "centre": ("centre",),
+    "flip": ("centre", "centre-flip"),
+    "ten-crop": VIEWS,
+}
+
+LOSSES = ("sum", "max_violation", "infonce")
+
 
 # -- configuration -----------------------------------------------------------------------------------
 
@@ -106,7 +119,13 @@ class TrainConfig(Recipe):
     every epoch. ``loss="max_violation"`` is the hardest negative (VSE++); with
     ``max_violation_after_epoch=N`` the first N epochs are a warm-up with the sum of hinges and epochs
     N+1.. use the hardest negative (None: hardest negative from the first epoch, no warm-up). The loss of
-    a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``).
+    a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``). ``loss="infonce"`` is
+    the symmetric cross-entropy over the batch's similarity matrix with a learned temperature (started at
+    ``temperature``; see ``InfoNCELoss``), the mean over the batch's pairs; ``margin`` is unused then.
+
+    ``train_views``: a name in :data:`TRAIN_VIEW_SETS`; each training photo is seen through one view of
+    that set per epoch, drawn from the run's seeded batch-order generator (so resume stays exact), its
+    features cached per view. ``"centre"`` (the default) is the evaluation crop only, as before.
 
     ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
     the module docstring); None trains the single model of ``seed``.
@@ -131,6 +150,7 @@ class TrainConfig(Recipe):
     dev_split: str = "dev"
     loss: str = "sum"
     margin: float = 0.2
+    temperature: float = 0.07
     max_violation_after_epoch: int | None = None
     batch_size: int = 128
     epochs: int = 25
@@ -149,6 +169,7 @@ class TrainConfig(Recipe):
     # the selection protocol: a validation slice (recipes/splits/); train_split / dev_split must then name
     # "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
     validation_slice: str | None = None
+    train_views: str = "centre"
 
     def validate(self, source: str = "config") -> TrainConfig:
         """Raise VsekitError naming ``source`` and the field for any out-of-range value; returns self."""
@@ -160,8 +181,14 @@ class TrainConfig(Recipe):
             raise bad("text_encoder", f"must be one of {', '.join(TEXT_ENCODERS)}")
         if self.image_features not in FEATURE_KINDS:
             raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
-        if self.loss not in ("sum", "max_violation"):
-            raise bad("loss", "must be 'sum' or 'max_violation'")
+        if self.loss not in LOSSES:
+            raise bad("loss", f"must be one of {', '.join(LOSSES)}")
+        if not 0.01 <= self.temperature <= 1.0:
+            raise bad("temperature", "must be in [0.01, 1] (InfoNCE's clamp range)")
+        if self.train_views not in TRAIN_VIEW_SETS:
+            raise bad("train_views", f"must be one of {', '.join(TRAIN_VIEW_SETS)}")
+        if self.train_views != "centre" and self.image_features != "one-layer":
+            raise bad("train_views", "views of a photo exist for one-layer image features only")
         if self.max_violation_after_epoch is not None:
             if self.loss != "max_violation":
                 raise bad(
@@ -308,7 +335,7 @@ def _as_tensor(features: np.ndarray, n: int, what: str) -> torch.Tensor:
 class _Data:
     """A run's inputs: training pairs, dev split, image features, vocabulary and their identities."""
 
-    train_feats: torch.Tensor
+    train_feats: torch.Tensor  # [n_images, dim], the centre view
     train_texts: list[str]
     train_rows: list[int]  # the image row (and id) of each training caption
     dev_feats: torch.Tensor
@@ -319,6 +346,7 @@ class _Data:
     fne: FullNetworkEmbedding | None
     features: dict[str, Any]  # what the image features are (checked on resume)
     identity: dict[str, Any]  # which captions they are (checked on resume)
+    train_views: torch.Tensor | None = None  # [n_views, n_images, dim] (view 0 the centre), if several
 
 
 def _load_data(
@@ -351,6 +379,7 @@ def _load_data(
         raise ConfigMismatchError(
             f"dev features have dim {dev_feats.shape[1]}, training features {image_dim}"
         )
+    views = _train_views(corpus, config, train_ids, train_feats, feature_fn, feature_kwargs)
     return _Data(
         train_feats,
         train_texts,
@@ -363,7 +392,32 @@ def _load_data(
         fne,
         _feature_identity(backbone, kind, image_dim, fne),
         _data_identity(train_split, dev_split),
+        views,
     )
+
+
+def _train_views(
+    corpus: Corpus,
+    config: TrainConfig,
+    train_ids: list[str],
+    centre: torch.Tensor,
+    feature_fn: FeatureFn,
+    feature_kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """``[n_views, n_images, dim]`` training features of ``config.train_views`` (None for the centre
+    crop alone); each view comes from its own cache, keyed by the view."""
+    names = TRAIN_VIEW_SETS[config.train_views]
+    if len(names) == 1:
+        return None
+    rows = [centre]
+    for view in names[1:]:
+        feats, _ = feature_fn(
+            corpus, train_ids, config.backbone, config.image_features, view=view, **feature_kwargs
+        )
+        rows.append(_as_tensor(feats, len(train_ids), f"training ({view} view)"))
+        if rows[-1].shape != centre.shape:
+            raise ConfigMismatchError(f"{view} view features have shape {tuple(rows[-1].shape)}")
+    return torch.stack(rows)
 
 
 # -- the loop ----------------------------------------------------------------------------------------
@@ -540,35 +594,56 @@ def _build_model(
     ).to(device)
 
 
+class _WithLoss(torch.nn.Module):
+    """The network and a loss with parameters of its own (InfoNCE's temperature), trained together: one
+    module, so the checkpoint holds both and resume restores both."""
+
+    def __init__(self, net: JointEmbedding, loss: torch.nn.Module) -> None:
+        super().__init__()
+        self.net, self.loss = net, loss
+
+
 def _epoch_trainer(
     state: TrainState, config: TrainConfig, data: _Data, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
-    """One epoch: every training caption once with its image, in a seeded order, Adam on the hinge loss."""
+    """One epoch: every training caption once with its image (one view of it, when the recipe has views),
+    in a seeded order, Adam on the hinge or InfoNCE loss."""
     model, optimizer = state.model, state.optimizer
-    params = [p for p in model.parameters() if p.requires_grad]
+    learned_loss = model.loss if isinstance(model, _WithLoss) else None
+    if isinstance(model, _WithLoss):
+        model = model.net
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     cap_rows = torch.tensor(data.train_rows, dtype=torch.int64)
     n_pairs = len(data.train_texts)
+    views = data.train_views
 
-    def embed(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(idx: torch.Tensor, view_of: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if len(idx) == 0:  # this rank's share of a short last batch (data-parallel only)
             empty = torch.zeros(0, config.embed_dim, device=device)
             return empty, empty
         prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
-        return model(
-            data.train_feats[cap_rows[idx]].to(device), **{k: v.to(device) for k, v in prepared.items()}
-        )
+        rows = cap_rows[idx]
+        feats = data.train_feats[rows] if view_of is None else views[view_of[rows], rows]
+        return model(feats.to(device), **{k: v.to(device) for k, v in prepared.items()})
 
     def train_epoch(epoch: int) -> dict[str, Any]:
         model.train()
         max_violation = config.max_violation_at(epoch)
-        criterion = ContrastiveLoss(config.margin, max_violation)
+        criterion = learned_loss or ContrastiveLoss(config.margin, max_violation)
         perm = torch.randperm(n_pairs, generator=state.generator)
+        # one view per photo for the whole epoch, drawn after the order (no draw without views, so runs
+        # without them keep the stream they always had); the generator is in the checkpoint
+        view_of = (
+            torch.randint(len(views), (len(data.train_feats),), generator=state.generator)
+            if views is not None
+            else None
+        )
         total = 0.0
         bar = epoch_bar(range(0, n_pairs, config.batch_size), epoch, config.epochs, progress)
         for start in bar:
             # batch_size is the global batch; with several ranks each embeds every world_size-th pair of it
             idx = shard(perm[start : start + config.batch_size])
-            img_emb, cap_emb = embed(idx)
+            img_emb, cap_emb = embed(idx, view_of)
             # the global batch on every rank (identity on one process): negatives and the hardest negative
             # come from all ranks; rows are image ids, so two captions of one image are never negatives
             img_all, cap_all, ids = gather_for_loss(img_emb, cap_emb, cap_rows[idx].to(device))
@@ -583,11 +658,19 @@ def _epoch_trainer(
             total += loss.item()
             bar.set_postfix(loss=f"{total / min(start + config.batch_size, n_pairs):.4f}")
         bar.close()
-        return {
-            "loss": total / n_pairs,  # mean hinge loss per training pair
-            "loss_kind": "max_violation" if max_violation else "sum",
+        entry = {
+            # hinge: the mean loss per training pair; InfoNCE: per batch of pairs (it is a batch mean)
+            "loss": total / (n_pairs if learned_loss is None else len(range(0, n_pairs, config.batch_size))),
+            "loss_kind": config.loss
+            if learned_loss is not None
+            else "max_violation"
+            if max_violation
+            else "sum",
             "lr": optimizer.param_groups[0]["lr"],
         }
+        if isinstance(learned_loss, InfoNCELoss):
+            entry["temperature"] = learned_loss.temperature
+        return entry
 
     return train_epoch
 
@@ -631,10 +714,13 @@ def _train_one(
         model.text_encoder.precompute(
             data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress
         )
-    params = [p for p in model.parameters() if p.requires_grad]
+    trained: torch.nn.Module = model
+    if config.loss == "infonce":  # the temperature is learned with the network (and checkpointed with it)
+        trained = _WithLoss(model, InfoNCELoss(config.temperature)).to(dev)
+    params = [p for p in trained.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = TrainState(
-        model=model,
+        model=trained,
         optimizer=optimizer,
         scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
         generator=torch.Generator().manual_seed(config.seed),
