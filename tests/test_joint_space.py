@@ -201,3 +201,18 @@ def test_training_with_info_nce_learns_the_temperature_and_resumes_exactly(corpu
     _run(corpus, dataclasses.replace(config, epochs=2), tmp_path / "split")
     _run(corpus, config, tmp_path / "split", resume=True)
     _assert_same_run(tmp_path / "full", tmp_path / "split")
+
+
+def test_runs_in_turn_are_the_runs_one_by_one(corpus, tmp_path):
+    from vsekit.embedding.trainer import train_in_turn
+
+    a = tiny_train_config(loss="infonce", epochs=2)
+    b = dataclasses.replace(VIEWS_CONFIG, epochs=2)
+    fn = view_features([])
+    train_in_turn(
+        corpus, [(a, tmp_path / "a"), (b, tmp_path / "b")], progress=False, feature_fn=fn, log=lambda s: None
+    )
+    _run(corpus, a, tmp_path / "a1")
+    _run(corpus, b, tmp_path / "b1")
+    _assert_same_run(tmp_path / "a", tmp_path / "a1")
+    _assert_same_run(tmp_path / "b", tmp_path / "b1")

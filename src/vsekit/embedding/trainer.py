@@ -87,6 +87,7 @@ __all__ = [
     "load_checkpoint",
     "load_recipe",
     "train",
+    "train_in_turn",
 ]
 
 logger = logging.getLogger(__name__)
@@ -505,6 +506,51 @@ def train(
         return _train_one(corpus, config, Path(out_dir), **run)[0]
     finally:
         shut_down(joined)
+
+
+def train_in_turn(
+    corpus: Corpus,
+    runs: Sequence[tuple[TrainConfig, str | os.PathLike[str]]],
+    resume: bool = False,
+    progress: bool = True,
+    device: str | torch.device = "auto",
+    cache_root: str | os.PathLike[str] | None = None,
+    feature_fn: FeatureFn | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train several single-model recipes one after the other in this process, each into its own run
+    directory exactly as :func:`train` would, sharing the frozen text encoder between them as ensemble
+    members do: with MiniLM the training captions are encoded once for all runs instead of once per run
+    (most of a run's first epoch). Experiments that differ in anything but the frozen text part use it.
+    ``feature_fn`` as in :func:`train`. Returns the runs' summaries, in order. (Single process only; not
+    under torchrun.)
+    """
+    say = log if log is not None else logger.info
+    summaries: list[dict[str, Any]] = []
+    shared: TextEncoder | None = None
+    for config, out in runs:
+        config.validate()
+        if config.ensemble_seeds:
+            raise VsekitError(f"recipe {config.name!r}: train_in_turn takes single-model recipes")
+        selected = corpus_for_selection(
+            corpus, config.train_split, config.dev_split, config.validation_slice, f"recipe {config.name!r}"
+        )
+        say(f"run {len(summaries) + 1}/{len(runs)}: recipe {config.name!r} -> {out}")
+        summary, member = _train_one(
+            selected,
+            config,
+            Path(out),
+            resume=resume,
+            progress=progress,
+            device=device,
+            cache_root=cache_root,
+            feature_fn=feature_fn,
+            say=say,
+            share_text_from=shared,
+        )
+        shared = member.encoder
+        summaries.append(summary)
+    return summaries
 
 
 def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) -> dict[str, Any]:

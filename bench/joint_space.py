@@ -1,0 +1,126 @@
+"""A better joint space (issue 24 item 3): each change alone against the baseline on val1000, then together.
+
+    python bench/joint_space.py            # read the runs' logs, write bench/results/joint_space.json
+
+The runs are ``vsekit train --data /work/shared/data/flickr8k --recipe bench/recipes/<name>.json
+--out /work/runs/<name>-s0 --num-threads 1`` (nice 10, one at a time, beside other jobs on a 2-core
+machine). Every recipe is one member, seed 0, of the re-selected shipped recipe (vse-best-effnet-val1000,
+trained on train-minus-val1000, every epoch scored on the val1000 slice) with one change; the baseline is
+that recipe's seed-0 member in /work/runs/vse-effnet-val1000/seed-0, same seed, same epochs. Dev is not
+read here: val1000 only.
+
+Per experiment: the recipe, the val1000 curve per epoch (rsum, i2t and t2i R@1), the best epoch, the
+training seconds (sum of the epochs' ``time_s``; epoch 1 also pays the one-time feature and caption
+caches, so it is given apart) and, for InfoNCE, the learned temperature per epoch. The machine was shared
+(other sessions' jobs): the 1/5/15-minute load averages sampled every 30 s while the runs went
+(``--load-log``, lines ``unix-time l1 l5 l15``) are summarised per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from _common import REPO, run_meta, write_result
+
+RUNS = Path("/work/runs")
+BASELINE = {
+    "name": "baseline (vse-best-effnet-val1000, seed 0)",
+    "recipe": "bench/recipes/vse-best-effnet-val1000.json",
+    "run": RUNS / "vse-effnet-val1000" / "seed-0",
+}
+EXPERIMENTS = [
+    {"name": "InfoNCE, learned temperature", "recipe": "bench/recipes/joint-infonce.json"},
+    {"name": "ten-crop training views", "recipe": "bench/recipes/joint-views.json"},
+    {"name": "ten-crop views + InfoNCE", "recipe": "bench/recipes/joint-views-infonce.json"},
+]
+
+
+def read_log(run: Path) -> list[dict]:
+    path = run / "log.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def load_during(samples: list[tuple[float, float]], start: float, end: float) -> dict | None:
+    inside = [l1 for t, l1 in samples if start <= t <= end]
+    if not inside:
+        return None
+    return {"samples": len(inside), "mean_1m": round(sum(inside) / len(inside), 2), "max_1m": max(inside)}
+
+
+def experiment(spec: dict, samples: list[tuple[float, float]]) -> dict:
+    run = spec.get("run") or RUNS / f"{Path(spec['recipe']).stem}-s0"
+    recipe = json.loads((REPO / spec["recipe"]).read_text())
+    log = read_log(run)
+    curve = []
+    for e in log:
+        if e.get("dev"):
+            point = {"epoch": e["epoch"], "rsum": round(e["dev"]["rsum"], 2)}
+            point |= {"i2t_r1": round(e["dev"]["i2t"]["r1"], 2), "t2i_r1": round(e["dev"]["t2i"]["r1"], 2)}
+            if "temperature" in e:
+                point["temperature"] = round(e["temperature"], 4)
+            curve.append(point)
+    best = max(curve, key=lambda c: c["rsum"], default=None)
+    times = [e["time_s"] for e in log]
+    out = {
+        "name": spec["name"],
+        "recipe": spec["recipe"],
+        "run": str(run),
+        "seed": recipe.get("seed", 0) if not recipe.get("ensemble_seeds") else 0,
+        "epochs_done": len(log),
+        "epochs": recipe["epochs"],
+        "val1000": curve,
+        "best": best,
+        "training_s": round(sum(times), 1),
+        "epoch1_s": round(times[0], 1) if times else None,
+        "later_epoch_mean_s": round(sum(times[1:]) / len(times[1:]), 1) if len(times) > 1 else None,
+    }
+    log_path = run / "log.jsonl"
+    if log_path.is_file() and times:
+        end = log_path.stat().st_mtime
+        out["load_during_run"] = load_during(samples, end - sum(times), end)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--load-log", type=Path, default=RUNS / "joint-load.txt")
+    args = parser.parse_args()
+    samples = []
+    if args.load_log.is_file():
+        for line in args.load_log.read_text().splitlines():
+            t, l1, *_ = line.split()
+            samples.append((float(t), float(l1)))
+    base = experiment(BASELINE, samples)
+    rows = [experiment(spec, samples) for spec in EXPERIMENTS]
+    for row in rows:
+        if row["best"] and base["best"]:
+            row["vs_baseline_best"] = {
+                k: round(row["best"][k] - base["best"][k], 2) for k in ("rsum", "i2t_r1", "t2i_r1")
+            }
+    payload = {
+        "benchmark": "a better joint space: each change alone on val1000 against the baseline, then together",
+        "meta": run_meta(threads=1, note="one training at a time, nice 10, machine shared with other jobs"),
+        "protocol": "train-minus-val1000 / val1000 (flickr8k-val1000 slice); dev not read; seed 0; 15 epochs",
+        "seed_spread_note": "the baseline's 4 seeds reach best val1000 rsum 303.0-308.9 "
+        "(bench/results/vse_reselect.json): one seed per experiment cannot resolve less than that",
+        "baseline": base,
+        "experiments": rows,
+    }
+    write_result("joint_space.json", payload)
+    for row in [base, *rows]:
+        b = row["best"]
+        best = (
+            f"best epoch {b['epoch']} rsum {b['rsum']:.1f} ({b['i2t_r1']:.1f}/{b['t2i_r1']:.1f})"
+            if b
+            else "-"
+        )
+        print(f"{row['name']}: {row['epochs_done']} epochs, {best}, {row['training_s']:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
