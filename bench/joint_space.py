@@ -1,13 +1,16 @@
 """A better joint space (issue 24 item 3): each change alone against the baseline on val1000, then together.
 
     python bench/joint_space.py            # read the runs' logs, write bench/results/joint_space.json
+    python bench/joint_space.py --train joint-views joint-views-infonce   # train these first, in turn
 
 The runs are ``vsekit train --data /work/shared/data/flickr8k --recipe bench/recipes/<name>.json
 --out /work/runs/<name>-s0 --num-threads 1`` (nice 10, one at a time, beside other jobs on a 2-core
-machine). Every recipe is one member, seed 0, of the re-selected shipped recipe (vse-best-effnet-val1000,
-trained on train-minus-val1000, every epoch scored on the val1000 slice) with one change; the baseline is
-that recipe's seed-0 member in /work/runs/vse-effnet-val1000/seed-0, same seed, same epochs. Dev is not
-read here: val1000 only.
+machine), or ``--train``, which trains the named recipes one after the other in this process
+(:func:`vsekit.embedding.trainer.train_in_turn`: the frozen MiniLM encodes the captions once for all of
+them, so only the first run's epoch 1 pays for it). Every recipe is one member, seed 0, of the
+re-selected shipped recipe (vse-best-effnet-val1000, trained on train-minus-val1000, every epoch scored on
+the val1000 slice) with one change; the baseline is that recipe's seed-0 member in
+/work/runs/vse-effnet-val1000/seed-0, same seed, same epochs. Dev is not read here: val1000 only.
 
 Per experiment: the recipe, the val1000 curve per epoch (rsum, i2t and t2i R@1), the best epoch, the
 training seconds (sum of the epochs' ``time_s``; epoch 1 also pays the one-time feature and caption
@@ -32,8 +35,8 @@ BASELINE = {
 }
 EXPERIMENTS = [
     {"name": "InfoNCE, learned temperature", "recipe": "bench/recipes/joint-infonce.json"},
-    {"name": "ten-crop training views", "recipe": "bench/recipes/joint-views.json"},
-    {"name": "ten-crop views + InfoNCE", "recipe": "bench/recipes/joint-views-infonce.json"},
+    {"name": "six-crop training views", "recipe": "bench/recipes/joint-views.json"},
+    {"name": "six-crop views + InfoNCE", "recipe": "bench/recipes/joint-views-infonce.json"},
 ]
 
 

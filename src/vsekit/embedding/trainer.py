@@ -103,7 +103,8 @@ FeatureFn = Callable[..., tuple[np.ndarray, "FullNetworkEmbedding | None"]]
 TRAIN_VIEW_SETS: dict[str, tuple[str, ...]] = {
     "centre": ("centre",),
     "flip": ("centre", "centre-flip"),
-    "ten-crop": VIEWS,
+    "six-crop": VIEWS[:6],  # the centre crop, its mirror, the four corners
+    "ten-crop": VIEWS,  # and the corners' mirrors
 }
 
 LOSSES = ("sum", "max_violation", "infonce")
