@@ -87,12 +87,27 @@ def experiment(spec: dict, samples: list[tuple[float, float]]) -> dict:
     return out
 
 
+def train_recipes(names: list[str], data: Path) -> None:
+    from vsekit.data import load_corpus
+    from vsekit.embedding.trainer import load_recipe, train_in_turn
+
+    corpus = load_corpus(data)
+    runs = [(load_recipe(REPO / "bench" / "recipes" / f"{n}.json"), RUNS / f"{n}-s0") for n in names]
+    train_in_turn(corpus, runs, resume=True, progress=False, device="cpu", log=print)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--load-log", type=Path, default=RUNS / "joint-load.txt")
+    parser.add_argument(
+        "--train", nargs="*", default=[], help="recipes (bench/recipes/NAME.json) to train first"
+    )
+    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/flickr8k"))
     args = parser.parse_args()
+    if args.train:
+        train_recipes(args.train, args.data)
     samples = []
     if args.load_log.is_file():
         for line in args.load_log.read_text().splitlines():
