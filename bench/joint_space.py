@@ -41,7 +41,7 @@ BASELINES = {
             else "captions already encoded"
         ),
     }
-    for seed in (0, 1)
+    for seed in (0, 1, 2, 3)
 }
 FIRST_IN_TURN = "trained first in its process: epoch 1 includes encoding the captions with MiniLM"
 SHARED = "trained after another run in the same process (train_in_turn): the captions were already encoded"
@@ -57,6 +57,21 @@ EXPERIMENTS = [
         "name": "six-crop training views, seed 1",
         "recipe": "bench/recipes/joint-views-seed1.json",
         "note": FIRST_IN_TURN,
+    },
+    {
+        "name": "InfoNCE, learned temperature, seed 1",
+        "recipe": "bench/recipes/joint-infonce-seed1.json",
+        "note": SHARED,
+    },
+    {
+        "name": "six-crop training views, seed 2",
+        "recipe": "bench/recipes/joint-views-seed2.json",
+        "note": FIRST_IN_TURN,
+    },
+    {
+        "name": "six-crop training views, seed 3",
+        "recipe": "bench/recipes/joint-views-seed3.json",
+        "note": SHARED,
     },
 ]
 
