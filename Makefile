@@ -15,7 +15,7 @@ DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 DOCS_STAMP := $(VENV)/.vsekit-docs-installed
 
-.PHONY: install demo test lint bench clean browser-deps stamp docs
+.PHONY: install demo test lint bench clean browser-deps stamp docs cards
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ lint: $(DEV_STAMP)
 # shipped model files: content checksums and pins by content (idempotent; rerun after re-shipping a model)
 stamp: $(DEV_STAMP)
 	$(PY) bench/stamp_pretrained.py
+
+# the model cards (src/vsekit/pretrained/cards.json, `vsekit models`) and the docs tables made from them, from
+# the shipped files and bench/results (rerun after re-shipping a model or re-running its benchmark)
+cards: $(DEV_STAMP)
+	$(PY) bench/model_cards.py
+	$(PY) docs/gen_tables.py
 
 # the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
 $(BENCH_STAMP): $(DEV_STAMP)

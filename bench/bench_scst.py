@@ -37,13 +37,8 @@ RESULTS = REPO / "bench" / "results" / "scst.json"
 
 
 def _run_data(run: Path, with_reward: bool):
-    from vsekit.captioning.trainer import (
-        INIT_NAME,
-        CaptionTrainConfig,
-        _init_captioner,
-        _load_caption_data,
-        selection_corpus,
-    )
+    from vsekit.captioning.mrnn_data import load_caption_data
+    from vsekit.captioning.trainer import INIT_NAME, CaptionTrainConfig, _init_captioner, selection_corpus
     from vsekit.data import load_corpus
     from vsekit.vision.features import image_features
 
@@ -53,7 +48,7 @@ def _run_data(run: Path, with_reward: bool):
     corpus = selection_corpus(load_corpus(SHARED), config)
     assert (run / INIT_NAME).is_file(), f"{run}: no {INIT_NAME}"
     init = _init_captioner(config, run, resumed=True)
-    return config, init, _load_caption_data(corpus, config, image_features, init)
+    return config, init, load_caption_data(corpus, config, image_features, init)
 
 
 def start_scores(run: Path) -> dict:

@@ -30,7 +30,8 @@ from _common import run_meta, write_result  # noqa: E402
 from vsekit.embedding.pipeline import VSEModel  # noqa: E402
 from vsekit.resources import sample_data_path  # noqa: E402
 from vsekit.retrieval.build import add_vectors, new_store  # noqa: E402
-from vsekit.retrieval.index import Index, _model_identity  # noqa: E402
+from vsekit.retrieval.index import Index  # noqa: E402
+from vsekit.retrieval.joint_model import model_identity  # noqa: E402
 from vsekit.retrieval.store import PhotoRecord  # noqa: E402
 from vsekit.retrieval.watch import Watcher  # noqa: E402
 
@@ -50,7 +51,7 @@ def collection(root: Path, n: int, model: VSEModel) -> Index:
         st = path.stat()
         records.append(PhotoRecord(str(path.relative_to(photos)), st.st_size, st.st_mtime_ns, f"{i:064x}"))
     new_store(out, model.embed_dim, dtype="float16", photos_dir=str(photos.resolve()),
-              model=_model_identity(model, "vse"))  # fmt: skip
+              model=model_identity(model, "vse"))  # fmt: skip
     vectors = np.random.default_rng(0).standard_normal((n, model.embed_dim)).astype(np.float32)
     add_vectors(out, records, vectors / np.linalg.norm(vectors, axis=1, keepdims=True))
     return Index.open(out, model=model)

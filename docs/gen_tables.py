@@ -401,64 +401,23 @@ def t_region_captions() -> str:
 
 
 def t_models() -> str:
-    rank = {r["recipe"]: r for r in load("ranking.json")["rows"]}
-    tree = {r["recipe"]: r for r in load("tree_lstm.json")["rows"]}
-    cap = {r["name"]: r for r in load("captioning.json")["rows"]}
-    align = load("alignment.json")
+    """The short model table (README, index, benchmarks): a view of the model cards."""
 
     def r(dev: dict[str, Any]) -> str:
+        if "i2t" not in dev:
+            return dev["headline"]
         return (
             f"R@1 {f1(dev['i2t']['r1'])} / {f1(dev['t2i']['r1'])}, R@10 {f1(dev['i2t']['r10'])} / "
             f"{f1(dev['t2i']['r10'])}, rsum {f1(dev['rsum'])}"
         )
 
-    c = cap["cap-effnet-ship beam 7 + rerank"]
-    fused = align["fusion"]["all"][f"fused w={align['fusion']['weight']:g}"]
-    rc = align["region_captions"]["shipped"]["dev_proxy_fp16"]
-    body = [
-        [
-            "`vse` (default)",
-            "search, rank, demo: sentences and photos in one space",
-            "EfficientNet-Lite0 + frozen MiniLM, 2 seeds",
-            r(rank["vse-best-effnet"]["dev"]),
-        ],
-        [
-            "`bow`",
-            "photo search with `--minus` / `--plus` word arithmetic",
-            "MobileNetV2 + bag of words",
-            r(rank["kiros-bow"]["dev"]),
-        ],
-        [
-            "`tree-lstm`",
-            "a parse-aware sentence encoder, to compare encoders",
-            "MobileNetV2 + dependency Tree-LSTM",
-            r(tree["tree-lstm-linear-p1"]["dev"]),
-        ],
-        [
-            "`captioner`",
-            "describe photos (`vsekit caption`, the page)",
-            "m-RNN LSTM, beam 7, reranked by `vse`",
-            f"BLEU-4 {f1(c['bleu4'])}, METEOR {f1(c['meteor'])}, CIDEr-D {f1(c['cider'])}",
-        ],
-        [
-            "`aligner`",
-            "which words refer to which region (`vsekit align`)",
-            "MobileNetV2 grid regions + MiniLM tokens",
-            r(align["shipped"]),
-        ],
-        [
-            "`vse+aligner`",
-            "re-rank a short list when the last points of recall matter",
-            "`vse` cosine + aligner S_kl",
-            r(fused),
-        ],
-        [
-            "`region-captioner`",
-            "snippets for image regions (`vsekit regions`)",
-            "m-RNN on MRF region snippets",
-            f"proxy BLEU-1 {f1(rc['bleu1'])}, CIDEr-D {f1(rc['cider'])}",
-        ],
-    ]
+    body = []
+    for c in load_cards():
+        name = f"`{c['name']}`" + (" (default)" if c["name"] == "vse" else "")
+        body.append([name, c["use"], c["summary"], r(c["dev"])])
+        # a fusion is a model of its own (`--model vse+aligner`), scored here on all of dev
+        fused = [a for a in c["attachments"] if "all_dev" in a]
+        body += [["`vse+aligner`", a["use"], a["summary"], r(a["all_dev"])] for a in fused]
     note = (
         "held-out numbers: Flickr8K dev (1,000 images x 5,000 captions; i2t / t2i), not trained on but used "
         "to choose epochs and recipes (so slightly optimistic); "
@@ -472,6 +431,61 @@ def t_models() -> str:
             f"`alignment.json`; {note}.*"
         )
     )
+
+
+# ------------------------------------------------------------------------------------------ the model cards
+CARDS = ROOT / "src" / "vsekit" / "pretrained" / "cards.json"
+
+
+def load_cards() -> list[dict[str, Any]]:
+    """The shipped models' cards (written by bench/model_cards.py from the model files and bench/results)."""
+    return json.loads(CARDS.read_text(encoding="utf-8"))["cards"]
+
+
+def _size(facts: dict[str, Any]) -> str:
+    return f"{facts['mib']:.1f} MiB" if facts["bytes"] >= 2**20 // 10 else f"{facts['bytes'] / 1024:.1f} KiB"
+
+
+def t_model_cards() -> str:
+    rows = []
+    for c in load_cards():
+        rows.append(
+            [f"`{c['name']}`", c["summary"], c["data"], c["selected_on"], c["validation"]["headline"],
+             c["dev"]["headline"], _size(c["file"]), c["licence"]["summary"]]
+        )  # fmt: skip
+        for a in c["attachments"]:
+            rows.append([f"+ `{a['name']}`", a["short"], "", "", "", a.get("headline", ""), _size(a), ""])
+    header = ["model", "what it is", "trained on", "chosen on", "val1000", "Flickr8K dev", "size", "licences"]
+    note = (
+        "*Source: `src/vsekit/pretrained/cards.json` (`vsekit models`), written by "
+        "`python bench/model_cards.py` from the model files and `bench/results/*.json`; dev = 1,000 photos "
+        "x 5,000 captions, R@1 image annotation / image search; the test split is held back.*"
+    )
+    return table(header, rows, right_from=8) + "\n\n" + note
+
+
+def t_model_card_costs() -> str:
+    rows = []
+    for c in load_cards():
+        t = c["training"]
+        peak = "not recorded" if t["peak_rss_mb"] is None else f"{t['peak_rss_mb']:,} MB"
+        wall = t["wall"] + (f" ({t['note']})" if t["note"] else "")
+        rows.append([f"`{c['name']}`", f"`{c['recipe']}`", c["speed"], wall, peak])
+    header = ["model", "recipe", "speed (where a bench measured it)", "training on the 2-core machine"]
+    header.append("peak memory")
+    return table(header, rows, right_from=5)
+
+
+def t_model_card_details() -> str:
+    rows = []
+    for c in load_cards():
+        lic = c["licence"]
+        rows.append(
+            [f"`{c['name']}`", c["method"], c["text_encoder"], c["selection"],
+             f"file {lic['file']}; needs: {'; '.join(lic['needs'])}", f"`{c['file']['content_sha256'][:12]}`"]
+        )  # fmt: skip
+    header = ["model", "method", "text side", "how it was selected", "licences", "content sha256"]
+    return table(header, rows, right_from=6) + f"\n\nData: {load_cards()[0]['licence']['data']}."
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -1374,6 +1388,9 @@ def _bench_tree(recipe: str) -> str:
 
 TABLES: dict[str, Callable[[], str]] = {
     "models": t_models,
+    "model-cards": t_model_cards,
+    "model-card-costs": t_model_card_costs,
+    "model-card-details": t_model_card_details,
     "ranking-grid": t_ranking_grid,
     "ranking-pretrained": t_ranking_pretrained,
     "tree-lstm": t_tree_lstm,

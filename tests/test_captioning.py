@@ -310,6 +310,24 @@ def test_trainer_writes_a_loadable_captioner_and_resumes(tmp_path):
         train_captioner(corpus, other, tmp_path / "run", resume=True, **kwargs)
 
 
+def test_no_progress_reaches_the_feature_extraction(tmp_path):
+    """`train-captioner --no-progress` hid the epoch bars but not the CNN's extraction bars."""
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "corpus"))
+    asked = []
+
+    def features(corpus, image_ids, backbone="mobilenet_v2", kind="one-layer", fne=None, **kwargs):
+        asked.append(kwargs.get("progress", True))
+        return fake_features(corpus, image_ids, backbone, kind, fne)
+
+    config = CaptionTrainConfig(**{**tiny_caption_config().to_dict(), "epochs": 1})
+    kwargs = {"feature_fn": features, "score_fn": word_overlap_score, "log": lambda s: None}
+    train_captioner(corpus, config, tmp_path / "quiet", progress=False, **kwargs)
+    assert asked and not any(asked)
+    asked.clear()
+    train_captioner(corpus, config, tmp_path / "bars", progress=True, **kwargs)
+    assert asked and all(asked)
+
+
 def test_factored_image_projection_round_trips(tmp_path):
     """image_rank > 0 factors W_hi (for 18K-d FNE codes); the file records it and reloads exactly."""
     vocab = Vocabulary([f"w{i}" for i in range(6)])

@@ -228,7 +228,7 @@ def test_a_failed_index_write_keeps_the_previous_index(tmp_path, monkeypatch, na
 def test_a_truncated_scnlm_embedding_cache_is_recomputed(tmp_path):
     """Regression (found by the kill test): the cache was written with a plain ``np.save``, so a kill
     mid-write left half a file that the resumed run then failed to load (or loaded)."""
-    from vsekit.captioning.scnlm import _embed_cached
+    from vsekit.captioning.scnlm_data import embed_cached
 
     class Joint:
         embed_dim = 3
@@ -238,10 +238,10 @@ def test_a_truncated_scnlm_embedding_cache_is_recomputed(tmp_path):
             return torch.tensor([[len(t), 1.0, 0.5] for t in texts])
 
     joint, texts = Joint(), ["a dog", "two cats run"]
-    first = _embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
+    first = embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
     (cached,) = tmp_path.glob("train-captions-*.npy")
     cached.write_bytes(cached.read_bytes()[:100])  # what a kill during the write used to leave
-    again = _embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
+    again = embed_cached(joint, texts, tmp_path, "train-captions", progress=False)
     assert np.array_equal(again, first) and np.array_equal(np.load(cached), first)
     assert no_temp_files(tmp_path) == []
 

@@ -136,9 +136,9 @@ def test_overfit_and_map_decode_reproduces_captions(trained):
     u = joint.embed_texts(texts)
     tag_index = {t: i for i, t in enumerate(captioner.tags)}
     templates = [[tag_index[t] for t in tags] for tags in fake_tagger([x.split() for x in texts])]
-    from vsekit.captioning.scnlm import _template_tensor
+    from vsekit.captioning.scnlm_net import template_tensor
 
-    tmpl, lengths = _template_tensor(templates, captioner.config.forward)
+    tmpl, lengths = template_tensor(templates, captioner.config.forward)
     decoded = captioner.model.map_decode(u, tmpl, lengths)
     assert [" ".join(captioner.vocab.decode(d)) for d in decoded] == texts
 

@@ -17,7 +17,8 @@ import pytest
 from test_store import record, vector
 from vsekit.errors import VsekitError
 from vsekit.retrieval.build import add_vectors, new_store
-from vsekit.retrieval.index import Index, _open_store_for_writing
+from vsekit.retrieval.index import Index
+from vsekit.retrieval.opening import open_for_writing
 from vsekit.retrieval.store import check_out_dir
 
 DIM = 16
@@ -206,7 +207,7 @@ def test_a_build_over_a_deleted_database_is_allowed_and_keeps_the_old_files(tmp_
     with pytest.raises(VsekitError, match="holds other files"):  # without the mark: not provably an index
         check_out_dir(unmarked)
     before = {p.name: p.read_bytes() for p in (out / "segments").glob("*.npy")}
-    store = _open_store_for_writing(out)
+    store = open_for_writing(out)
     try:
         assert store.generation() == 0 and store.settings()["next_segment"] == 1 + max(
             int(n[:-4]) for n in before
@@ -227,7 +228,7 @@ def test_a_build_does_not_keep_a_damaged_record(tmp_path):
     conn.close()
     with pytest.raises(VsekitError, match="a photo record does not match its checksum"):
         Index.open(out).paths[:]
-    store = _open_store_for_writing(out)
+    store = open_for_writing(out)
     try:
         assert store.generation() == 0  # a new database: the build embeds every photo again
     finally:

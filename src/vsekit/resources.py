@@ -7,8 +7,10 @@ shipped model is addressed by name (``vse``, ``captioner``) or by the path of an
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from vsekit.errors import VsekitError
 
@@ -22,7 +24,10 @@ __all__ = [
     "default_cache_root",
     "SCNLM_RECIPES_DIR",
     "SPLITS_DIR",
+    "MODEL_CARDS",
     "is_shipped_joint_model",
+    "model_card",
+    "model_cards",
     "pretrained_path",
     "recipe_names",
     "resolve_model_path",
@@ -61,6 +66,28 @@ PRETRAINED: dict[str, tuple[str, str, str]] = {
     "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
     "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
 }
+
+
+#: One card per shipped model (what it is, its data, how it was selected, dev numbers, size, licences),
+#: written by ``bench/model_cards.py`` from the model files and bench/results; read by ``vsekit models``.
+MODEL_CARDS = PACKAGE_DIR / "pretrained" / "cards.json"
+
+
+def model_cards() -> list[dict[str, Any]]:
+    """The cards of the shipped models, in the order ``vsekit models`` lists them."""
+    try:
+        data = json.loads(MODEL_CARDS.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise VsekitError(f"{MODEL_CARDS}: cannot read the model cards ({exc})") from exc
+    return list(data["cards"])
+
+
+def model_card(name: str) -> dict[str, Any]:
+    """The card of shipped model ``name``; an unknown name is an error listing the shipped ones."""
+    cards = {card["name"]: card for card in model_cards()}
+    if name not in cards:
+        raise VsekitError(f"unknown shipped model {name!r}; shipped: {', '.join(cards)}")
+    return cards[name]
 
 
 def is_shipped_joint_model(name: str | os.PathLike[str] | None) -> bool:

@@ -27,21 +27,16 @@ import torch
 import torch.nn.functional as F
 
 from vsekit.captioning.language_model import KneserNeyTrigramLM
-from vsekit.captioning.scnlm import (
-    SCNLM,
-    STOPWORDS,
-    SCNLMCaptioner,
-    SCNLMConfig,
-    _dequantize,
-    _embed_cached,
-    _examples,
-    _log,
-    _perplexity,
-    _quantize,
-    _tag_vocab,
+from vsekit.captioning.scnlm import SCNLMCaptioner, dequantize_rows, load_scnlm, quantize_rows
+from vsekit.captioning.scnlm_data import (
+    embed_cached,
     joint_fingerprint,
-    load_scnlm,
+    log_progress,
+    position_examples,
+    tag_vocab,
 )
+from vsekit.captioning.scnlm_net import SCNLM, SCNLMConfig, perplexity
+from vsekit.captioning.scnlm_rerank import STOPWORDS
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
@@ -184,14 +179,14 @@ def _load_data(
     vocab = Vocabulary.build(tokens, min_count=config.min_count)
     t0 = time.perf_counter()
     tags = tagger(tokens)
-    _log(progress, f"POS-tagged {len(tokens)} captions in {time.perf_counter() - t0:.0f} s")
-    tag_names = _tag_vocab(tags)
+    log_progress(progress, f"POS-tagged {len(tokens)} captions in {time.perf_counter() - t0:.0f} s")
+    tag_names = tag_vocab(tags)
     tag_index = {t: i for i, t in enumerate(tag_names)}
     # Content vectors: each caption's own embedding (sec. 2.5).
     texts = [" ".join(t) for t in tokens]
-    u_train = torch.from_numpy(_embed_cached(joint, texts, cache, "train-captions", progress))
+    u_train = torch.from_numpy(embed_cached(joint, texts, cache, "train-captions", progress))
     tag_ids = [[tag_index[x] for x in t] for t in tags]
-    train_data = _examples([vocab.encode(t) for t in tokens], tag_ids, config.context, config.forward)
+    train_data = position_examples([vocab.encode(t) for t in tokens], tag_ids, config.context, config.forward)
     dev_data = u_dev = None
     try:
         dev = corpus.split(config.dev_split)
@@ -201,9 +196,9 @@ def _load_data(
         dev_tokens = [t for t in (tokenize(c.text) for c in dev.captions) if t]
         dev_tags = [[tag_index.get(x, 0) for x in t] for t in tagger(dev_tokens)]
         dev_ids = [vocab.encode(t) for t in dev_tokens]
-        dev_data = _examples(dev_ids, dev_tags, config.context, config.forward)
+        dev_data = position_examples(dev_ids, dev_tags, config.context, config.forward)
         dev_texts = [" ".join(t) for t in dev_tokens]
-        u_dev = torch.from_numpy(_embed_cached(joint, dev_texts, cache, "dev-captions", progress))
+        u_dev = torch.from_numpy(embed_cached(joint, dev_texts, cache, "dev-captions", progress))
     identity = {"vocab": vocab.to_dict(), "tags": tag_names, "joint": joint_fingerprint(joint)}
     return _SCNLMData(
         tokens, owners, vocab, tag_names, tag_ids, u_train, train_data, dev_data, u_dev, identity
@@ -235,16 +230,16 @@ def _generation_parts(
     templates = list(dict.fromkeys(frequent + sorted(set(wanted), key=lambda s: (-seq_counts[s], s))))
     template_index = {s: i for i, s in enumerate(templates)}
     bank_words = [w for w in vocab.words[4:] if w not in STOPWORDS]
-    word_vecs = _embed_cached(joint, bank_words, cache, "vocab-words", progress)
+    word_vecs = embed_cached(joint, bank_words, cache, "vocab-words", progress)
     return {
         "vocab": vocab,
         "tags": data.tag_names,
         "lm": lm,
         "templates": [list(s) for s in templates],
         "template_counts": [seq_counts[s] for s in templates],
-        "word_bank": _dequantize(*_quantize(word_vecs)),
+        "word_bank": dequantize_rows(*quantize_rows(word_vecs)),
         "word_bank_ids": [vocab.index(w) for w in bank_words],
-        "sentence_bank": _dequantize(*_quantize(u_np[medoids])),
+        "sentence_bank": dequantize_rows(*quantize_rows(u_np[medoids])),
         "sentence_templates": [template_index.get(tuple(tag_ids[i]), -1) for i in medoids],
         "joint_model": joint,
     }
@@ -359,7 +354,7 @@ def train_scnlm_run(
         on, examples, u = (
             ("dev", data.dev, data.u_dev) if data.dev is not None else ("train", data.train, data.u_train)
         )
-        ppl = _perplexity(state.model, examples, u)
+        ppl = perplexity(state.model, examples, u)
         return ppl, {"ppl": ppl, "split": on}
 
     def save_best(epoch: int, dev_scores: dict[str, Any]) -> None:

@@ -6,6 +6,10 @@ Optimiser: Adam or RMSprop (the paper's choice), gradients clipped element-wise 
 After each epoch the captioner decodes the dev images greedily, scores them (CIDEr-D, BLEU-4), and the
 best epoch by dev CIDEr is written to ``captioner.safetensors``. The run directory, the checkpoint and
 exact resume are the training engine's (:mod:`vsekit.training`), as for the joint embedding.
+
+This module is the loop; the recipe is :mod:`vsekit.captioning.mrnn_recipe`, the data
+:mod:`vsekit.captioning.mrnn_data`, and the rerank tuning after training
+:mod:`vsekit.captioning.rerank_tuning`.
 """
 
 from __future__ import annotations
@@ -13,45 +17,51 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import torch
 
 from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
-from vsekit.captioning.mrnn import CELLS, MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
-from vsekit.captioning.scst import BASELINES, scst_loss
+from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
+from vsekit.captioning.mrnn_data import (
+    CaptionData,
+    FeatureFn,
+    length_bucketed_batches,
+    load_caption_data,
+    target_counts,
+)
+from vsekit.captioning.mrnn_recipe import (
+    CAPTION_RECIPES_DIR,
+    CaptionTrainConfig,
+    list_caption_recipes,
+    load_caption_recipe,
+)
+from vsekit.captioning.rerank_tuning import ScoreFn, tune_captioner_rerank
+from vsekit.captioning.scst import scst_loss
 from vsekit.data.corpus import Corpus
 from vsekit.data.splits import corpus_for_selection
-from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.device import resolve_device
-from vsekit.errors import CorpusError, VsekitError
+from vsekit.errors import VsekitError
 from vsekit.fileio import content_fingerprint
 from vsekit.metrics.diversity import caption_diversity
-from vsekit.resources import CAPTION_RECIPES_DIR, resolve_model_path
+from vsekit.resources import resolve_model_path
 from vsekit.rng import seed_all
 from vsekit.training import (
     CHECKPOINT_NAME,
-    Recipe,
     RunDir,
     Selection,
     TrainState,
     epoch_bar,
-    field_error,
     fit,
-    list_recipe_names,
-    load_recipe_file,
     refuse_data_parallel,
     resume_message,
     shard,
     step_lr,
 )
 from vsekit.version import __version__
-from vsekit.vision.features import FEATURE_KINDS, image_features
+from vsekit.vision.features import image_features
 
 __all__ = [
     "CAPTIONER_NAME",
@@ -73,222 +83,19 @@ logger = logging.getLogger(__name__)
 CAPTIONER_NAME = "captioner.safetensors"
 INIT_NAME = "init_captioner.safetensors"  # the run's copy of the captioner it starts from (init_from)
 KIND = "captioner"  # the checkpoint kind this trainer writes
-OBJECTIVES = ("xent", "scst")
-
-FeatureFn = Callable[..., tuple[np.ndarray, Any]]
-ScoreFn = Callable[[dict[str, str], dict[str, list[str]]], dict[str, float | None]]
-
-
-@dataclass
-class CaptionTrainConfig(Recipe):
-    """A captioner training run; recipes in ``src/vsekit/recipes/captioning/*.json`` are these as JSON.
-
-    ``null`` switches an option off: ``image_rank`` (an unfactored W_hi), ``lr_decay_epochs`` (a
-    constant learning rate), ``rerank_beam`` (no reranking; > 0: after training, tune the reranking of
-    this many beam candidates on dev), ``patience`` (no early stopping), ``num_threads`` (torch's default).
-    """
-
-    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"rerank_beam"}
-    # Recipe files and checkpoints written before null was the one off value used 0 for these.
-    ZERO_MEANS_OFF: ClassVar[frozenset[str]] = frozenset(
-        {"lr_decay_epochs", "image_rank", "num_threads", "rerank_beam"}
-    )
-
-    name: str = "custom"
-    description: str = ""
-    method: str = "mrnn"
-    cell: str = "lstm"
-    word_dim: int = 256
-    hidden_dim: int = 512
-    dropout: float = 0.5
-    image_dropout: float = 0.5
-    image_rank: int | None = None
-    backbone: str = "mobilenet_v2"
-    image_features: str = "one-layer"
-    min_word_count: int = 5  # Karpathy's threshold: words seen fewer times become <unk>
-    max_caption_words: int = 30  # longer training captions are cut (a handful in Flickr8K)
-    max_decode_words: int = 20
-    batch_size: int = 128
-    epochs: int = 20
-    optimizer: str = "adam"
-    lr: float = 4e-4
-    weight_decay: float = 0.0
-    lr_decay_epochs: int | None = None
-    lr_decay_gamma: float = 0.5
-    grad_clip_value: float = 5.0  # element-wise, as in the paper
-    patience: int | None = 5
-    rerank_beam: int | None = None
-    seed: int = 0
-    num_threads: int | None = None
-    train_split: str = "train"
-    dev_split: str = "dev"
-    # the selection protocol: a validation slice file (recipes/splits/); train_split / dev_split must then
-    # name "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
-    validation_slice: str | None = None
-    eval_images: int | None = None  # select on the first N images of dev_split only (cheaper epochs)
-    # "xent": teacher-forced word prediction; "scst": self-critical sequence training for CIDEr-D
-    # (Rennie et al. 2017), which starts from the captioner ``init_from`` (a shipped name or a file)
-    objective: str = "xent"
-    init_from: str | None = None
-    scst_samples: int = 5  # captions sampled per image and step
-    scst_baseline: str = "greedy"  # "greedy" (Rennie et al.) or "mean" of the other samples (Luo 2020)
-
-    def validate(self, source: str = "config") -> CaptionTrainConfig:
-        def bad(name: str, why: str) -> Exception:
-            return field_error(source, name, getattr(self, name), why)
-
-        if self.method != "mrnn":
-            raise bad("method", "names a method this trainer does not train (only 'mrnn')")
-        if self.cell not in CELLS:
-            raise bad("cell", f"must be one of {', '.join(CELLS)}")
-        if self.image_features not in FEATURE_KINDS:
-            raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
-        if self.optimizer not in ("adam", "rmsprop"):
-            raise bad("optimizer", "must be 'adam' or 'rmsprop'")
-        for name in ("word_dim", "hidden_dim", "batch_size", "epochs", "min_word_count", "max_decode_words"):
-            if getattr(self, name) < 1:
-                raise bad(name, "must be >= 1")
-        for name in ("image_rank", "lr_decay_epochs", "patience", "rerank_beam", "num_threads"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise bad(name, "must be >= 1 or null")
-        if self.lr <= 0:
-            raise bad("lr", "must be > 0")
-        if self.objective not in OBJECTIVES:
-            raise bad("objective", f"must be one of {', '.join(OBJECTIVES)}")
-        if self.objective == "scst" and not self.init_from:
-            raise bad(
-                "init_from", "must name the cross-entropy captioner that self-critical training starts from"
-            )
-        if self.scst_baseline not in BASELINES:
-            raise bad("scst_baseline", f"must be one of {', '.join(BASELINES)}")
-        if self.scst_samples < (2 if self.scst_baseline == "mean" else 1):
-            raise bad("scst_samples", "must be >= 1 (>= 2 with the 'mean' baseline)")
-        if self.eval_images is not None and self.eval_images < 1:
-            raise bad("eval_images", "must be >= 1 or null")
-        return self
-
-
-def list_caption_recipes() -> list[str]:
-    """Names of the captioning recipes shipped in ``src/vsekit/recipes/captioning``."""
-    return list_recipe_names(CAPTION_RECIPES_DIR)
-
-
-def load_caption_recipe(name_or_path: str | os.PathLike[str]) -> CaptionTrainConfig:
-    """A shipped captioning recipe by name (``"mrnn-lstm"``) or a JSON file of config fields by path."""
-    return load_recipe_file(CaptionTrainConfig, name_or_path, CAPTION_RECIPES_DIR, "captioning recipe")
-
-
-# -- data ---------------------------------------------------------------------------------------------
-
-
-def build_caption_vocabulary(train: Corpus, min_count: int) -> Vocabulary:
-    """Words seen at least ``min_count`` times in the training captions; the rest map to <unk>."""
-    return Vocabulary.build([tokenize(c.text) for c in train.captions], min_count=min_count)
-
-
-def target_counts(token_ids: list[list[int]], vocab: Vocabulary) -> torch.Tensor:
-    """How often each id is a training target (each word once, END once per caption)."""
-    counts = Counter(i for ids in token_ids for i in ids)
-    out = torch.zeros(len(vocab), dtype=torch.float64)
-    for i, c in counts.items():
-        out[i] = c
-    out[vocab.end_id] = len(token_ids)
-    return out
-
-
-def length_bucketed_batches(
-    lengths: list[int], batch_size: int, generator: torch.Generator, pool: int = 50
-) -> list[list[int]]:
-    """A random epoch order cut into batches of similar-length captions, batches in random order.
-
-    The shuffled order is cut into pools of ``pool`` batches, each pool sorted by length and split into
-    batches: padding (wasted work) drops from about half of each batch to almost nothing, while every
-    batch is still a random draw of captions.
-    """
-    order = torch.randperm(len(lengths), generator=generator).tolist()
-    batches: list[list[int]] = []
-    span = batch_size * pool
-    for start in range(0, len(order), span):
-        group = sorted(order[start : start + span], key=lambda i: lengths[i])
-        batches.extend(group[i : i + batch_size] for i in range(0, len(group), batch_size))
-    shuffle = torch.randperm(len(batches), generator=generator).tolist()
-    return [batches[i] for i in shuffle]
 
 
 def default_score_fn(
     predictions: dict[str, str], references: dict[str, list[str]]
 ) -> dict[str, float | None]:
+    """The scores dev selection and rerank tuning use: :func:`~vsekit.metrics.captions.score_captions`
+    without METEOR."""
     from vsekit.metrics.captions import score_captions
 
     return score_captions(predictions, references, meteor=False)
 
 
 # -- training -----------------------------------------------------------------------------------------
-
-
-@dataclass
-class CaptionData:
-    """Training pairs (image row, word ids), image features and the dev references; for SCST also the
-    reward's references (every training image's captions as word ids)."""
-
-    vocab: Vocabulary
-    pairs: list[tuple[int, list[int]]]
-    train_x: torch.Tensor
-    dev_x: torch.Tensor
-    dev_ids: list[str]
-    dev_refs: dict[str, list[str]]
-    fne: Any
-    image: dict[str, Any]  # backbone, kind, image_dim: what the captioner file records
-    reward_rows: list[int] | None = None  # SCST: the train_x rows of the images it samples for
-    reward_refs: list[list[list[int]]] | None = None  # SCST: their captions; ids past the vocab: rare words
-    reward_max_id: int = 0
-
-
-def _load_caption_data(
-    corpus: Corpus, config: CaptionTrainConfig, feature_fn: FeatureFn, init: MRNNCaptioner | None = None
-) -> CaptionData:
-    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
-    if not train_split.captions:
-        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
-    dev_refs = {i: caps for i, caps in dev_split.captions_by_image().items() if caps}
-    if not dev_refs:
-        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to select a model on")
-    dev_ids = list(dev_refs)[: config.eval_images]  # the split's first images: a fixed subset
-    dev_refs = {i: dev_refs[i] for i in dev_ids}
-    vocab = init.vocab if init is not None else build_caption_vocabulary(train_split, config.min_word_count)
-    train_ids = train_split.image_ids()
-    row_of = {image_id: row for row, image_id in enumerate(train_ids)}
-    pairs = [
-        (row_of[c.image_id], vocab.encode(tokenize(c.text))[: config.max_caption_words])
-        for c in train_split.captions
-    ]
-    pairs = [(row, ids) for row, ids in pairs if ids]
-    fne_kw = {"fne": init.fne} if init is not None and init.fne is not None else {}
-    train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features, **fne_kw)
-    fne = init.fne if init is not None and init.fne is not None else fne
-    dev_feats, _ = feature_fn(corpus, dev_ids, config.backbone, config.image_features, fne=fne)
-    train_x = torch.as_tensor(np.asarray(train_feats))
-    dev_x = torch.as_tensor(np.asarray(dev_feats))
-    image = {"backbone": config.backbone, "kind": config.image_features, "image_dim": int(train_x.shape[1])}
-    data = CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, fne, image)
-    if config.objective == "scst":
-        _add_reward_references(data, train_split, row_of)
-    return data
-
-
-def _add_reward_references(data: CaptionData, train_split: Corpus, row_of: dict[str, int]) -> None:
-    """Every training image's captions as word ids for the CIDEr-D reward: vocabulary words keep their
-    ids (so sampled captions need no mapping), rarer words get ids after them (they still count in the
-    references' n-grams and document frequencies, as in CIDEr-D on text)."""
-    index = {w: i for i, w in enumerate(data.vocab.words)}
-    rows, refs = [], []
-    for image_id, captions in train_split.captions_by_image().items():
-        encoded = [[index.setdefault(w, len(index)) for w in tokenize(c)] for c in captions]
-        encoded = [ids for ids in encoded if ids]
-        if encoded:
-            rows.append(row_of[image_id])
-            refs.append(encoded)
-    data.reward_rows, data.reward_refs, data.reward_max_id = rows, refs, len(index) - 1
 
 
 def _build_state(
@@ -486,7 +293,7 @@ def train_captioner(
     out = Path(out_dir)
     init = _init_captioner(config, out, resumed=ckpt is not None)
     seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
-    data = _load_caption_data(corpus, config, feature_fn, init)
+    data = load_caption_data(corpus, config, feature_fn, init, progress)
     summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say, init=init)
     rerank = None
     if config.rerank_beam and summary["best_epoch"]:
@@ -608,60 +415,3 @@ def fit_captioner(
         "history": history,
         "vocab_size": len(data.vocab),
     }
-
-
-def tune_captioner_rerank(
-    captioner_path: Path,
-    corpus: Corpus,
-    dev_split: str,
-    beam_size: int,
-    score_fn: ScoreFn,
-    feature_fn: FeatureFn | None = None,
-    say: Callable[[str], None] = print,
-    joint_model_path: str | os.PathLike[str] | None = None,
-    search_grid: dict[str, Sequence[float]] | None = None,
-) -> dict[str, Any]:
-    """Tune the joint-embedding reranking of a captioner's beam on dev and store it in the file.
-
-    Decodes every dev image with ``beam_size`` candidates, scores each candidate's cosine with its
-    image under the joint model (default: the one shipped with vsekit), grid-searches the weights
-    (:func:`vsekit.captioning.rerank.tune_rerank`) and rewrites the captioner with ``meta["rerank"]``
-    (the settings) and ``meta["dev_rerank"]`` (their dev scores). ``search_grid`` (``weights``,
-    ``length_penalties``) replaces the default grid of :func:`~vsekit.captioning.rerank.tune_rerank`.
-    """
-    from vsekit.captioning.captioner import load_captioner
-    from vsekit.captioning.rerank import RerankSettings, embedding_cosines, file_fingerprint, tune_rerank
-    from vsekit.embedding.evaluate import model_features
-    from vsekit.embedding.model import load_model
-
-    feature_fn = feature_fn or image_features
-    joint_path = resolve_model_path(joint_model_path, "vse")
-    joint, joint_fne, _ = load_model(joint_path)
-    captioner = load_captioner(captioner_path)
-    refs = {i: caps for i, caps in corpus.split(dev_split).captions_by_image().items() if caps}
-    ids = list(refs)
-    spec = captioner.image
-    feats, _ = feature_fn(corpus, ids, spec["backbone"], spec["kind"], fne=captioner.fne)
-    t0 = time.perf_counter()
-    candidates = captioner.decode(feats, beam_size=beam_size, n_best=beam_size)
-    texts = [[captioner.text(c) for c in caps] for caps in candidates]
-    joint_feats = model_features(joint, joint_fne, corpus, ids, feature_fn=feature_fn)
-    cosines = embedding_cosines(joint, joint_feats, texts)
-    seconds = time.perf_counter() - t0
-    weight, penalty, grid = tune_rerank(
-        candidates, texts, cosines, ids, refs, score_fn, **(search_grid or {})
-    )
-    settings = RerankSettings(beam_size, weight, penalty, file_fingerprint(joint_path))
-    best = next(g for g in grid if g["weight"] == weight and g["length_penalty"] == penalty)
-    plain = next(g for g in grid if g["weight"] == 0 and g["length_penalty"] == 0.0)
-    captioner.meta["rerank"] = settings.to_dict()
-    # no timing in the file: the same tuning must give the same file (issue 15); it is returned instead
-    captioner.meta["dev_rerank"] = {"best": best, "beam_only": plain, "grid": grid}
-    save_captioner(captioner, captioner_path)
-    say(
-        f"rerank on dev ({len(ids)} images, beam {beam_size}): weight {weight:g}, "
-        f"length penalty {penalty:g}: "
-        f"CIDEr {best['cider']:.1f} B-4 {best['bleu4']:.1f} (beam alone: CIDEr {plain['cider']:.1f} "
-        f"B-4 {plain['bleu4']:.1f})"
-    )
-    return captioner.meta["dev_rerank"] | {"seconds": round(seconds, 1), "settings": settings.to_dict()}

@@ -8,7 +8,7 @@ import sys
 
 import typer
 
-from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, search, serve
+from vsekit.cli import alignment, captioning, demo, duplicates, embedding, features, models, search, serve
 from vsekit.cli._common import configure_logging, console, hide_flag_metavars, install_warning_format
 from vsekit.cli._help import help_for
 from vsekit.version import __version__
@@ -50,6 +50,7 @@ app.add_typer(search.index_app, name="index", **help_for("index"))
 app.command("search", **help_for("search"))(search.search)
 app.command("serve", **help_for("serve"))(serve.serve)
 app.command("caption", **help_for("caption"))(captioning.caption)
+app.command("models", **help_for("models"))(models.models)
 app.command("eval", **help_for("eval"))(embedding.evaluate)
 app.command("rank", **help_for("rank"))(embedding.rank)
 app.command("align", **help_for("align"))(alignment.align)

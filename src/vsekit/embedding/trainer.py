@@ -19,51 +19,48 @@ selected on dev rsum and resumable like any run), then packs the members' best m
 :class:`~vsekit.embedding.model.EnsembleEmbedding` in ``OUT/model.safetensors``. The members share the
 frozen MiniLM transformer and its per-text cache, so the training captions are encoded once, not once per
 member.
+
+The recipe (:class:`~vsekit.embedding.recipe.TrainConfig`) lives in :mod:`vsekit.embedding.recipe` and
+a run's inputs and their identity in :mod:`vsekit.embedding.train_data`; this module is the loop.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from vsekit.data.corpus import Corpus
 from vsekit.data.splits import corpus_for_selection
-from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss, InfoNCELoss
-from vsekit.embedding.model import HEADS, EnsembleEmbedding, JointEmbedding, load_model, save_model
-from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
+from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
+from vsekit.embedding.recipe import RECIPES_DIR, TRAIN_VIEW_SETS, TrainConfig, list_recipes, load_recipe
+from vsekit.embedding.train_data import FeatureFn, RunData, check_same_run, load_data
+from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
 from vsekit.metrics.ranking import evaluate_protocol
-from vsekit.resources import RECIPES_DIR
 from vsekit.rng import seed_all
-from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS, TextEncoder, build_text_encoder
+from vsekit.text import EMBED_DIM_KWARG, TextEncoder, build_text_encoder
 from vsekit.training import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
-    Recipe,
     RunDir,
     Selection,
     TrainState,
     broadcast_from_main,
     epoch_bar,
-    field_error,
     fit,
     gather_for_loss,
     init_from_env,
     is_main_process,
-    list_recipe_names,
-    load_recipe_file,
     main_first,
     read_checkpoint,
     resume_message,
@@ -72,9 +69,7 @@ from vsekit.training import (
     step_lr,
     sync_gradients,
 )
-from vsekit.vision.features import FEATURE_KINDS, image_features
-from vsekit.vision.fne import FullNetworkEmbedding
-from vsekit.vision.preprocess import VIEWS
+from vsekit.vision.features import image_features
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -95,155 +90,6 @@ logger = logging.getLogger(__name__)
 MODEL_NAME = "model.safetensors"
 KIND = "joint-embedding"  # the checkpoint kind this trainer writes
 
-FeatureFn = Callable[..., tuple[np.ndarray, "FullNetworkEmbedding | None"]]
-
-#: The named sets of views a training photo is seen through (``TrainConfig.train_views``): one view per
-#: photo per epoch, drawn at random; evaluation always reads the centre crop. See
-#: :data:`vsekit.vision.preprocess.VIEWS` for what each view is.
-TRAIN_VIEW_SETS: dict[str, tuple[str, ...]] = {
-    "centre": ("centre",),
-    "flip": ("centre", "centre-flip"),
-    "six-crop": VIEWS[:6],  # the centre crop, its mirror, the four corners
-    "ten-crop": VIEWS,  # and the corners' mirrors
-}
-
-LOSSES = ("sum", "max_violation", "infonce")
-
-
-# -- configuration -----------------------------------------------------------------------------------
-
-
-@dataclass
-class TrainConfig(Recipe):
-    """Everything that defines a training run; recipes in ``src/vsekit/recipes/*.json`` are these as JSON.
-
-    Loss schedule: ``loss="sum"`` is the sum of hinges over all in-batch negatives (Kiros Eq. 6) for
-    every epoch. ``loss="max_violation"`` is the hardest negative (VSE++); with
-    ``max_violation_after_epoch=N`` the first N epochs are a warm-up with the sum of hinges and epochs
-    N+1.. use the hardest negative (None: hardest negative from the first epoch, no warm-up). The loss of
-    a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``). ``loss="infonce"`` is
-    the symmetric cross-entropy over the batch's similarity matrix with a learned temperature (started at
-    ``temperature``; see ``InfoNCELoss``), the mean over the batch's pairs; ``margin`` is unused then.
-
-    ``train_views``: a name in :data:`TRAIN_VIEW_SETS`; each training photo is seen through one view of
-    that set per epoch, drawn from the run's seeded batch-order generator (so resume stays exact), its
-    features cached per view. ``"centre"`` (the default) is the evaluation crop only, as before.
-
-    ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
-    the module docstring); None trains the single model of ``seed``.
-
-    ``patience`` counts dev evaluations (every ``eval_every`` epochs) without a better rsum; None never
-    stops early (the best epoch is still the one kept). ``lr_decay_epochs`` is StepLR's step size
-    (None: constant learning rate). ``text_encoder_kwargs`` go to the encoder constructor; its output
-    size is ``embed_dim`` (K), which must not be repeated there.
-    """
-
-    name: str = "custom"
-    description: str = ""
-    text_encoder: str = "gru"
-    text_encoder_kwargs: dict = field(default_factory=lambda: {"word_dim": 300})
-    embed_dim: int = 1024
-    backbone: str = "mobilenet_v2"
-    image_features: str = "one-layer"
-    image_dropout: float = 0.0
-    image_rank: int | None = None
-    head: str = "linear"
-    train_split: str = "train"
-    dev_split: str = "dev"
-    loss: str = "sum"
-    margin: float = 0.2
-    temperature: float = 0.07
-    max_violation_after_epoch: int | None = None
-    batch_size: int = 128
-    epochs: int = 25
-    lr: float = 2e-4
-    lr_decay_epochs: int | None = None
-    lr_decay_gamma: float = 0.1
-    grad_clip: float | None = 2.0
-    weight_decay: float = 0.0
-    vocab_min_count: int = 1
-    vocab_max_size: int | None = 1000
-    patience: int | None = 5
-    seed: int = 0
-    ensemble_seeds: list[int] | None = None
-    eval_every: int = 1
-    num_threads: int | None = None
-    # the selection protocol: a validation slice (recipes/splits/); train_split / dev_split must then name
-    # "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
-    validation_slice: str | None = None
-    train_views: str = "centre"
-
-    def validate(self, source: str = "config") -> TrainConfig:
-        """Raise VsekitError naming ``source`` and the field for any out-of-range value; returns self."""
-
-        def bad(name: str, why: str) -> VsekitError:
-            return field_error(source, name, getattr(self, name), why)
-
-        if self.text_encoder not in TEXT_ENCODERS:
-            raise bad("text_encoder", f"must be one of {', '.join(TEXT_ENCODERS)}")
-        if self.image_features not in FEATURE_KINDS:
-            raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
-        if self.loss not in LOSSES:
-            raise bad("loss", f"must be one of {', '.join(LOSSES)}")
-        if not 0.01 <= self.temperature <= 1.0:
-            raise bad("temperature", "must be in [0.01, 1] (InfoNCE's clamp range)")
-        if self.train_views not in TRAIN_VIEW_SETS:
-            raise bad("train_views", f"must be one of {', '.join(TRAIN_VIEW_SETS)}")
-        if self.train_views != "centre" and self.image_features != "one-layer":
-            raise bad("train_views", "views of a photo exist for one-layer image features only")
-        if self.max_violation_after_epoch is not None:
-            if self.loss != "max_violation":
-                raise bad(
-                    "max_violation_after_epoch", "is a warm-up for loss='max_violation'; set it to null"
-                )
-            if self.max_violation_after_epoch < 0:
-                raise bad("max_violation_after_epoch", "must be >= 0 or null")
-        if self.head not in HEADS:
-            raise bad("head", f"must be one of {', '.join(HEADS)}")
-        embed_key = EMBED_DIM_KWARG.get(self.text_encoder)
-        if embed_key in self.text_encoder_kwargs and self.head != "twin":
-            raise bad(
-                "text_encoder_kwargs",
-                f"must not set {embed_key!r}: the output size is embed_dim (only head 'twin' maps it to K)",
-            )
-        for name in ("embed_dim", "batch_size", "epochs", "eval_every", "vocab_min_count"):
-            if getattr(self, name) < 1:
-                raise bad(name, "must be >= 1")
-        if not 0.0 <= self.image_dropout < 1.0:
-            raise bad("image_dropout", "must be in [0, 1)")
-        for name in ("lr_decay_epochs", "patience", "num_threads", "vocab_max_size", "image_rank"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise bad(name, "must be >= 1 or null")
-        if not self.lr > 0:
-            raise bad("lr", "must be > 0")
-        if self.margin < 0 or self.weight_decay < 0 or not 0 < self.lr_decay_gamma <= 1:
-            name = (
-                "margin" if self.margin < 0 else "weight_decay" if self.weight_decay < 0 else "lr_decay_gamma"
-            )
-            raise bad(name, "is out of range")
-        if self.grad_clip is not None and not self.grad_clip > 0:
-            raise bad("grad_clip", "must be > 0 or null")
-        if self.ensemble_seeds is not None and (
-            not self.ensemble_seeds or len(set(self.ensemble_seeds)) != len(self.ensemble_seeds)
-        ):
-            raise bad("ensemble_seeds", "must be a non-empty list of distinct seeds or null")
-        return self
-
-    def max_violation_at(self, epoch: int) -> bool:
-        """Whether 1-based ``epoch`` uses the hardest-negative loss."""
-        return self.loss == "max_violation" and epoch > (self.max_violation_after_epoch or 0)
-
-
-def list_recipes() -> list[str]:
-    """Names of the recipes shipped in ``src/vsekit/recipes``."""
-    return list_recipe_names(RECIPES_DIR)
-
-
-def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
-    """A shipped recipe by name (``"kiros-gru"``) or any JSON file of TrainConfig fields by path."""
-    return load_recipe_file(TrainConfig, name_or_path, RECIPES_DIR, "recipe")
-
 
 # -- checkpoint --------------------------------------------------------------------------------------
 
@@ -251,175 +97,6 @@ def load_recipe(name_or_path: str | os.PathLike[str]) -> TrainConfig:
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a joint-embedding training checkpoint with ``weights_only=True``; errors name the file."""
     return read_checkpoint(path, KIND)
-
-
-def _feature_identity(backbone: str, kind: str, image_dim: int, fne: FullNetworkEmbedding | None) -> dict:
-    ident: dict[str, Any] = {"backbone": backbone, "kind": kind, "image_dim": int(image_dim), "fne": None}
-    if fne is not None:
-        state = fne.state_dict()
-        ident["fne"] = {
-            "mean": torch.from_numpy(np.asarray(state["mean"], dtype=np.float64)),
-            "m2": torch.from_numpy(np.asarray(state["m2"], dtype=np.float64)),
-            "meta": dict(fne.metadata()),
-        }
-    return ident
-
-
-def _check_same_run(ckpt: dict, path: Path, config: TrainConfig, ident: dict, data: dict, vocab) -> None:
-    """ConfigMismatchError naming the first field where the checkpoint's run differs from this one."""
-    config.check_resumable(ckpt["config"], path)
-    old = ckpt["features"]
-    for key in ("backbone", "kind", "image_dim"):
-        if old[key] != ident[key]:
-            raise ConfigMismatchError(
-                f"{path}: cannot resume: image features differ in field 'features.{key}' "
-                f"(checkpoint {old[key]!r}, now {ident[key]!r})"
-            )
-    if (old["fne"] is None) != (ident["fne"] is None) or (
-        old["fne"] is not None
-        and not (
-            torch.equal(old["fne"]["mean"], ident["fne"]["mean"])
-            and torch.equal(old["fne"]["m2"], ident["fne"]["m2"])
-            and old["fne"]["meta"] == ident["fne"]["meta"]
-        )
-    ):
-        raise ConfigMismatchError(
-            f"{path}: cannot resume: image features differ in field 'features.fne' (the Full-Network "
-            "Embedding statistics are not those the checkpoint was trained with)"
-        )
-    if ckpt["data"] != data:
-        raise ConfigMismatchError(
-            f"{path}: cannot resume: field 'data' differs: the training/dev captions are not those the "
-            "checkpoint was trained on (another corpus?)"
-        )
-    old_vocab = Vocabulary.from_dict(ckpt["vocab"], source=f"{path} (vocab)") if ckpt["vocab"] else None
-    if old_vocab != vocab:
-        raise ConfigMismatchError(f"{path}: cannot resume: field 'vocab' differs from the checkpoint's")
-
-
-# -- data --------------------------------------------------------------------------------------------
-
-
-def _split_pairs(split: Corpus) -> tuple[list[str], list[str], list[int]]:
-    """(image ids with >= 1 caption, caption texts, row of each caption's image)."""
-    by_image = split.captions_by_image()
-    ids = [i for i, caps in by_image.items() if caps]
-    row = {image_id: k for k, image_id in enumerate(ids)}
-    texts = [c.text for c in split.captions if c.image_id in row]
-    rows = [row[c.image_id] for c in split.captions if c.image_id in row]
-    return ids, texts, rows
-
-
-def _data_identity(train_split: Corpus, dev_split: Corpus) -> dict[str, Any]:
-    h = hashlib.sha256()
-    for name, split in (("train", train_split), ("dev", dev_split)):
-        h.update(f"[{name}]".encode())
-        for caption in split.captions:
-            h.update(f"{caption.image_id}\t{caption.text}\n".encode())
-    return {
-        "n_train_captions": len(train_split.captions),
-        "n_dev_captions": len(dev_split.captions),
-        "sha256": h.hexdigest()[:16],
-    }
-
-
-def _as_tensor(features: np.ndarray, n: int, what: str) -> torch.Tensor:
-    arr = np.asarray(features)
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise ConfigMismatchError(f"{what} image features have shape {arr.shape}; expected [{n}, dim]")
-    return torch.from_numpy(np.ascontiguousarray(arr))
-
-
-# -- the loop ----------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Data:
-    """A run's inputs: training pairs, dev split, image features, vocabulary and their identities."""
-
-    train_feats: torch.Tensor  # [n_images, dim], the centre view
-    train_texts: list[str]
-    train_rows: list[int]  # the image row (and id) of each training caption
-    dev_feats: torch.Tensor
-    dev_texts: list[str]
-    dev_ids: list[str]
-    dev_cap_ids: list[str]
-    vocab: Vocabulary | None
-    fne: FullNetworkEmbedding | None
-    features: dict[str, Any]  # what the image features are (checked on resume)
-    identity: dict[str, Any]  # which captions they are (checked on resume)
-    train_views: torch.Tensor | None = None  # [n_views, n_images, dim] (view 0 the centre), if several
-
-
-def _load_data(
-    corpus: Corpus, config: TrainConfig, feature_fn: FeatureFn, feature_kwargs: dict[str, Any]
-) -> _Data:
-    """Vocabulary from the training split only; image features with FNE statistics fitted on it."""
-    train_split, dev_split = corpus.split(config.train_split), corpus.split(config.dev_split)
-    train_ids, train_texts, train_rows = _split_pairs(train_split)
-    dev_ids, dev_texts, dev_rows = _split_pairs(dev_split)
-    if not train_texts:
-        raise CorpusError(f"{corpus.root}: split '{config.train_split}' has no captions to train on")
-    if not dev_texts:
-        raise CorpusError(f"{corpus.root}: split '{config.dev_split}' has no captions to evaluate on")
-    vocab = (
-        build_vocabulary(corpus, config.train_split, config.vocab_min_count, config.vocab_max_size)
-        if config.text_encoder != "minilm"
-        else None
-    )
-    backbone, kind = config.backbone, config.image_features
-    train_np, fne = feature_fn(
-        corpus, train_ids, backbone, kind, fit_split=config.train_split, **feature_kwargs
-    )
-    dev_np, _ = feature_fn(corpus, dev_ids, backbone, kind, fne=fne, **feature_kwargs)
-    train_feats = _as_tensor(train_np, len(train_ids), "training")
-    dev_feats = _as_tensor(dev_np, len(dev_ids), "dev")
-    if kind == "fne" and fne is None:
-        raise VsekitError("FNE features came without their fitted Full-Network Embedding")
-    image_dim = int(train_feats.shape[1])
-    if dev_feats.shape[1] != image_dim:
-        raise ConfigMismatchError(
-            f"dev features have dim {dev_feats.shape[1]}, training features {image_dim}"
-        )
-    views = _train_views(corpus, config, train_ids, train_feats, feature_fn, feature_kwargs)
-    return _Data(
-        train_feats,
-        train_texts,
-        train_rows,
-        dev_feats,
-        dev_texts,
-        dev_ids,
-        [dev_ids[r] for r in dev_rows],
-        vocab,
-        fne,
-        _feature_identity(backbone, kind, image_dim, fne),
-        _data_identity(train_split, dev_split),
-        views,
-    )
-
-
-def _train_views(
-    corpus: Corpus,
-    config: TrainConfig,
-    train_ids: list[str],
-    centre: torch.Tensor,
-    feature_fn: FeatureFn,
-    feature_kwargs: dict[str, Any],
-) -> torch.Tensor | None:
-    """``[n_views, n_images, dim]`` training features of ``config.train_views`` (None for the centre
-    crop alone); each view comes from its own cache, keyed by the view."""
-    names = TRAIN_VIEW_SETS[config.train_views]
-    if len(names) == 1:
-        return None
-    rows = [centre]
-    for view in names[1:]:
-        feats, _ = feature_fn(
-            corpus, train_ids, config.backbone, config.image_features, view=view, **feature_kwargs
-        )
-        rows.append(_as_tensor(feats, len(train_ids), f"training ({view} view)"))
-        if rows[-1].shape != centre.shape:
-            raise ConfigMismatchError(f"{view} view features have shape {tuple(rows[-1].shape)}")
-    return torch.stack(rows)
 
 
 # -- the loop ----------------------------------------------------------------------------------------
@@ -615,7 +292,7 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
 
 
 def _build_model(
-    config: TrainConfig, data: _Data, device: torch.device, share_text_from: TextEncoder | None
+    config: TrainConfig, data: RunData, device: torch.device, share_text_from: TextEncoder | None
 ) -> JointEmbedding:
     """The seeded initial model: the same seed builds the same weights."""
     seed_all(config.seed)
@@ -651,7 +328,7 @@ class _WithLoss(torch.nn.Module):
 
 
 def _epoch_trainer(
-    state: TrainState, config: TrainConfig, data: _Data, device: torch.device, progress: bool
+    state: TrainState, config: TrainConfig, data: RunData, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch: every training caption once with its image (one view of it, when the recipe has views),
     in a seeded order, Adam on the hinge or InfoNCE loss."""
@@ -728,7 +405,7 @@ class _Member:
 
     device: torch.device
     encoder: TextEncoder
-    data: _Data
+    data: RunData
 
 
 def _train_one(
@@ -751,9 +428,9 @@ def _train_one(
     dev = resolve_device(device)
     feature_kwargs = {"cache_root": cache_root, "device": str(dev), "progress": progress}
     with main_first():  # rank 0 fills the feature cache, the other ranks read it
-        data = _load_data(corpus, config, feature_fn or image_features, feature_kwargs)
+        data = load_data(corpus, config, feature_fn or image_features, feature_kwargs)
     if ckpt is not None:
-        _check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
+        check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
 
     model = _build_model(config, data, dev, share_text_from)
     # what the text encoder computes once per corpus (the Tree-LSTM's dependency parses), cached on disk

@@ -11,43 +11,46 @@ an update); :meth:`Index.refresh` moves it to the newest one. Unreadable photos 
 recorded, never zero-filled; an index refuses photos embedded by another model. An index in the format
 before the store (``index.json`` + ``embeddings-*.npy``) opens read-only and is converted by the next
 build or update without re-embedding.
+
+This module is the index as a thing one opens, builds and describes; its neighbours hold the other
+jobs: :mod:`~vsekit.retrieval.query` answers queries (the :class:`~vsekit.retrieval.query.Searching`
+half of :class:`Index`), :mod:`~vsekit.retrieval.build` writes, :mod:`~vsekit.retrieval.opening` opens
+the store for a reader or a writer, :mod:`~vsekit.retrieval.joint_model` loads and identifies the model.
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
-import hashlib
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vsekit.data import load_corpus
-from vsekit.embedding.pipeline import ImageInput, VSEModel
-from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.resources import is_shipped_joint_model, sample_data_path
-from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.errors import VsekitError
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
-from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, legacy_snapshot, read_manifest
+from vsekit.retrieval.joint_model import (
+    calibration_sentences,
+    load_model,
+    load_recorded_model,
+    model_identity,
+)
+from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, read_manifest
+from vsekit.retrieval.opening import open_for_reading, open_for_writing
 from vsekit.retrieval.photos import PhotoFile
-from vsekit.retrieval.search import deserialize_ann, resolve_engine
+from vsekit.retrieval.query import SearchHit, Searching
+from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
     DB,
-    GENERATION_MARK,
     LEGACY_MANIFEST,
     SEGMENTS,
-    Store,
     check_out_dir,
-    damaged,
     id_bytes,
     id_text,
     writer_lock,
@@ -67,53 +70,12 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DTYPES = ("float32", "float16")
-MAX_QUERY_CHARS = 1000
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    """One result: ``id`` (the row, stable until the next update), ``path`` relative to the photo folder,
-    cosine ``score``."""
-
-    id: int
-    path: str
-    score: float
-
-
-# ----------------------------------------------------------------------------- model identity
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _model_identity(model: VSEModel, name: str) -> dict[str, Any]:
-    if model.path is None:
-        raise VsekitError("an index needs a model loaded from a file (its sha256 identifies the index)")
-    return {
-        "name": name,
-        "sha256": _file_sha256(Path(model.path)),
-        "config": model.config,
-        "embed_dim": model.embed_dim,
-    }
-
-
-def _load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> tuple[VSEModel, str]:
-    """The model and the name the manifest records (a shipped name, or the file's absolute path)."""
-    if isinstance(model, VSEModel):
-        return model, str(Path(model.path).resolve()) if model.path is not None else ""
-    loaded = VSEModel.load(model, device=device)
-    if model is None or is_shipped_joint_model(model):
-        return loaded, "vse" if model is None else str(model)
-    return loaded, str(Path(loaded.path).resolve())
 
 
 _Builder = Builder  # the name the kill tests hook (``_Builder._write_chunk``: a chunk committed)
 
 
-class Index:
+class Index(Searching):
     """A searchable index of a photo folder (see the module docstring).
 
     ``Index.build(photos, out)`` / ``Index.open(out)``; ``update()``; ``search(text=..., image=...,
@@ -170,10 +132,10 @@ class Index:
         if not photos.is_dir():
             raise VsekitError(f"{photos}: not a folder of photos")
         check_out_dir(out)  # before the model loads and before anything is written
-        loaded, name = _load_model(model, device)
-        identity = _model_identity(loaded, name)
+        loaded, name = load_model(model, device)
+        identity = model_identity(loaded, name)
         with writer_lock(out):
-            store = _open_store_for_writing(out)
+            store = open_for_writing(out)
             try:
                 builder = Builder(
                     store=store,
@@ -218,7 +180,7 @@ class Index:
         """Merge every segment into one and drop tombstoned rows (``vsekit index compact``); then
         hold the new generation. False when there was nothing to merge."""
         with writer_lock(self.path):
-            store = _open_store_for_writing(self.path)
+            store = open_for_writing(self.path)
             try:
                 if "model" not in store.settings():
                     raise VsekitError(
@@ -235,7 +197,7 @@ class Index:
         """An index written by :meth:`build` (its model is loaded when a query first needs it); an
         index in the format before the store opens read-only until the next build or update."""
         out = Path(out_dir)
-        return cls(out, _open_view(out), model)
+        return cls(out, open_for_reading(out), model)
 
     # -- generations -----------------------------------------------------------------------------
     def generation(self) -> int:
@@ -371,7 +333,7 @@ class Index:
         """Store captions by photo id (photos the index does not hold are skipped); returns how many
         were stored. A caption is dropped when its photo changes."""
         with writer_lock(self.path):
-            store = _open_store_for_writing(self.path)
+            store = open_for_writing(self.path)
             try:
                 done = store.set_captions(captions)
             finally:
@@ -383,335 +345,12 @@ class Index:
     def model(self) -> VSEModel:
         """The index's joint model (loaded once; a file that changed since the build is refused)."""
         with self._lock:
-            return self._model_unlocked()
-
-    def _model_unlocked(self) -> VSEModel:
-        """:attr:`model`, for a caller that holds ``self._lock``."""
-        if self._model is None:
-            recorded = self._view.settings["model"]
-            model, name = _load_model(recorded["name"], "auto")
-            found = _model_identity(model, name)["sha256"]
-            if found != recorded["sha256"]:
-                raise ConfigMismatchError(
-                    f"{self.path}: built with model {recorded['name']} (sha256 "
-                    f"{recorded['sha256'][:12]}), but that file now has sha256 {found[:12]}; rebuild it"
-                )
-            self._model = model
-        return self._model
-
-    # -- queries ---------------------------------------------------------------------------------
-    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
-        texts = [_check_text(t) for t in texts]
-        model = self.model
-        with self._lock:  # one forward pass at a time: concurrent requests share the model
-            return model.embed_texts(texts)
-
-    def embed_image(self, image: ImageInput) -> np.ndarray:
-        """The unit vector of a photo (a path or a PIL image; it need not be in the index)."""
-        model = self.model
-        with self._lock:
-            return model.embed_images([image])[0]
-
-    def query_vector(
-        self,
-        text: str | None = None,
-        image: ImageInput | None = None,
-        *,
-        vector: np.ndarray | None = None,
-        plus: Sequence[str] = (),
-        minus: Sequence[str] = (),
-    ) -> np.ndarray:
-        """The unit query vector: a sentence, a photo or a given vector, with Eq. 15 arithmetic applied."""
-        given = [x is not None for x in (text, image, vector)]
-        if sum(given) != 1:
-            raise VsekitError("give exactly one of text, image or vector as the query")
-        if text is not None:
-            base = self.embed_texts([text])[0]
-        elif image is not None:
-            base = self.embed_image(image)
-        else:
-            base = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if not plus and not minus:
-            return base
-        plus_v = self.embed_texts(list(plus)) if plus else None
-        minus_v = self.embed_texts(list(minus)) if minus else None
-        return arithmetic_query(base, plus_v, minus_v)
-
-    def search(
-        self,
-        text: str | None = None,
-        image: ImageInput | None = None,
-        *,
-        vector: np.ndarray | None = None,
-        plus: Sequence[str] = (),
-        minus: Sequence[str] = (),
-        k: int = 10,
-        min_score: float | None = None,
-        resort: int = 0,
-        engine: str | None = None,
-        folder: str | None = None,
-        taken_after: str | dt.date | None = None,
-        taken_before: str | dt.date | None = None,
-    ) -> list[SearchHit]:
-        """The ``k`` photos nearest a sentence, a photo (path or PIL image) or a vector, with optional
-        ``minus`` / ``plus`` words (Kiros et al. 2014, Eq. 15) and the paper's re-sort of the top
-        ``resort`` results by distance to their mean (0: off). Hits below ``min_score`` are dropped.
-        Filters: ``folder`` (a folder relative to the photo folder, with its subfolders), and the EXIF
-        date taken, ``taken_after <= taken < taken_before`` (dates or ISO text; photos without a date
-        are left out when either is given)."""
-        query = self.query_vector(text, image, vector=vector, plus=plus, minus=minus)
-        return self.search_vectors(
-            query[None], k, min_score=min_score, resort=resort, engine=engine,
-            folder=folder, taken_after=taken_after, taken_before=taken_before,
-        )[0]  # fmt: skip
-
-    def search_texts(
-        self, texts: Sequence[str], k: int = 10, min_score: float | None = None, engine: str | None = None
-    ) -> list[list[SearchHit]]:
-        """One list of hits per sentence (embedded in one batch)."""
-        return self.search_vectors(self.embed_texts(texts), k, min_score=min_score, engine=engine)
-
-    def search_vectors(
-        self,
-        queries: np.ndarray,
-        k: int = 10,
-        *,
-        min_score: float | None = None,
-        resort: int = 0,
-        engine: str | None = None,
-        folder: str | None = None,
-        taken_after: str | dt.date | None = None,
-        taken_before: str | dt.date | None = None,
-    ) -> list[list[SearchHit]]:
-        """Hits for each unit query vector ``[q, K]`` (see :meth:`search`)."""
-        if k < 1:
-            raise VsekitError(f"k must be >= 1, got {k}")
-        view = self._view
-        if len(view) == 0:
-            return [[] for _ in np.atleast_2d(queries)]
-        keep = _filter_masks(view, folder, taken_after, taken_before)
-        want = min(max(k, resort), len(view))
-        scores, rows = self._nearest(queries, want, engine, view=view, keep=keep)
-        return hits_from(scores, rows, LivePaths(view), view.vector, k, min_score, resort)
-
-    def _nearest(
-        self,
-        queries: np.ndarray,
-        k: int,
-        engine: str | None,
-        *,
-        view: Snapshot | None = None,
-        keep: dict[int, np.ndarray] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        view = view or self._view
-        chosen = resolve_engine(engine or view.settings["engine"], len(view))
-        if chosen == "flat":
-            chosen = "exact"  # the same answer; the store searches it from the maps
-        return view.nearest(queries, k, chosen, keep, self._ann_of)
-
-    def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
-        """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
-        once) and its search settings."""
-        _, name, params = segment.ann
-        key = (str(self.path / name), name)
-        with self._lock:
-            if key not in self._faiss:
-                path = self.path / name
-                try:
-                    if segment.ann_file is not None:
-                        fd = segment.ann_file.fileno()
-                        data = os.pread(fd, os.fstat(fd).st_size, 0)
-                    else:
-                        data = path.read_bytes()
-                except OSError as exc:
-                    raise damaged(path, exc.strerror or str(exc), self.path) from None
-                found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
-                sha = found[0][0] if found else None
-                if sha and hashlib.sha256(data).hexdigest() != sha:
-                    raise damaged(path, "sha256 differs from the one the index recorded", self.path)
-                try:
-                    self._faiss[key] = (deserialize_ann(data, params), dict(params))
-                except RuntimeError as exc:
-                    raise damaged(
-                        path, str(exc).splitlines()[0] if str(exc) else "unreadable", self.path
-                    ) from None
-            return self._faiss[key]
+            if self._model is None:
+                self._model = load_recorded_model(self.path, self._view.settings["model"])
+            return self._model
 
 
 def _segment_file(view: Snapshot, segment: Segment) -> str:
     if not view.generation:
         return (read_manifest(view.out) or {}).get("embeddings", "")
     return f"{SEGMENTS}/{segment.n}.npy"
-
-
-def _open_view(out: Path) -> Snapshot:
-    """The newest generation of the store in ``out``, or a read-only view of an old-format index."""
-    if (out / DB).is_file():
-        try:
-            return open_snapshot(out)
-        except VsekitError:
-            if (out / LEGACY_MANIFEST).is_file() and _store_is_empty(out):
-                return legacy_snapshot(out, read_manifest(out))
-            raise
-    manifest = read_manifest(out)
-    if manifest is None:
-        what = "does not exist" if not out.exists() else "has no store.sqlite"
-        raise VsekitError(f"{out}: not a vsekit photo index ({what}); run `vsekit index build` first")
-    return legacy_snapshot(out, manifest)
-
-
-def _store_is_empty(out: Path) -> bool:
-    """A store that never committed (a conversion killed before its commit)."""
-    try:
-        conn = sqlite3.connect(out / DB)
-        try:
-            return not conn.execute("SELECT count(*) FROM generations").fetchone()[0]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return False
-
-
-def _open_store_for_writing(out: Path) -> Store:
-    """The store of ``out`` for a writer. A damaged database is moved aside and a new store started
-    (whose build embeds every photo again); the files the damaged one listed, when it can still list
-    them, and the damaged database itself are then deleted as the new store's dead files."""
-    if not (out / DB).exists() and (out / GENERATION_MARK).is_file():
-        return _new_store_beside_old_segments(out, "the index database is missing")
-    try:
-        store = Store.open(out, create=True)
-        store.settings()
-        if (out / DB).stat().st_size <= 64 << 20:
-            result = store.conn.execute("PRAGMA quick_check").fetchone()[0]
-            if result != "ok":
-                raise sqlite3.DatabaseError(result)
-            store.check_records()
-        return store
-    except (VsekitError, sqlite3.DatabaseError, ValueError) as exc:
-        logger.warning(
-            "%s: damaged index database (%s); rebuilding the index", out / DB, str(exc).split(";")[0]
-        )
-        with contextlib.suppress(NameError, sqlite3.Error):
-            store.close()
-    owned = _salvage_file_names(out / DB)
-    moved = []
-    for name in (DB, f"{DB}-wal", f"{DB}-shm", GENERATION_MARK):
-        aside = name.replace(DB, f"{DB}.damaged") if name.startswith(DB) else f"{name}.damaged"
-        with contextlib.suppress(FileNotFoundError):
-            os.replace(out / name, out / aside)
-            moved.append(aside)
-    store = _new_store_beside_old_segments(out, "" if owned else "the damaged database lists no files")
-    with store.transaction() as c:
-        c.executemany(
-            "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)", [(n,) for n in owned + moved]
-        )
-    store.collect()
-    return store
-
-
-def _new_store_beside_old_segments(out: Path, why: str) -> Store:
-    """A new database in ``out``, numbering its segments past every file in ``segments/`` (an old
-    file is never reused, overwritten or deleted unless a database lists it); ``why`` the old ones stay."""
-    store = Store.open(out, create=True)
-    numbers = [int(p.stem) for p in (out / SEGMENTS).glob("*.npy") if p.stem.isdigit()]
-    store.set_settings({"next_segment": max(numbers, default=0) + 1})
-    if why and numbers:
-        logger.warning("%s: %s; its old segments stay in %s", out, why, out / SEGMENTS)
-    return store
-
-
-def _salvage_file_names(path: Path) -> list[str]:
-    """The files a damaged store database still lists (best effort; none when it cannot say)."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            names = [str(n) for (n,) in conn.execute("SELECT name FROM files")]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return []
-    return [n for n in names if n.startswith(f"{SEGMENTS}/") and ".." not in Path(n).parts]
-
-
-def _iso(value: str | dt.date | None, name: str) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    try:
-        return (
-            dt.datetime.fromisoformat(str(value)).isoformat()
-            if "T" in str(value)
-            else dt.date.fromisoformat(str(value)).isoformat()
-        )
-    except ValueError:
-        raise VsekitError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)") from None
-
-
-def _filter_masks(
-    view: Snapshot, folder: str | None, after: str | dt.date | None, before: str | dt.date | None
-) -> dict[int, np.ndarray] | None:
-    """Per segment, the rows the filters keep (one indexed query), or None without filters."""
-    clauses, params = [], []
-    if folder is not None:
-        name = str(PurePosixPath(folder.strip("/"))) if folder.strip("/") else ""
-        if name not in ("", "."):
-            if ".." in PurePosixPath(name).parts:
-                raise VsekitError(f"folder {folder!r}: give a folder inside the photo folder")
-            clauses.append("(folder = ? OR (folder >= ? AND folder < ?))")
-            params += [id_bytes(name), id_bytes(name + "/"), id_bytes(name + "0")]  # '0' follows '/'
-    if after is not None:
-        clauses.append("taken >= ?")
-        params.append(_iso(after, "taken_after"))
-    if before is not None:
-        clauses.append("taken < ?")
-        params.append(_iso(before, "taken_before"))
-    if not clauses:
-        return None
-    return view.keep_masks(" AND ".join(clauses), params)
-
-
-def hits_from(
-    scores: np.ndarray,
-    rows: np.ndarray,
-    paths: Sequence[str],
-    vector_of: Callable[[int], np.ndarray],
-    k: int,
-    min_score: float | None,
-    resort: int,
-) -> list[list[SearchHit]]:
-    """Hits per query from its nearest ``rows`` (best first, -1 = none) and their ``scores``: the top
-    ``resort`` re-sorted by distance to their mean (Kiros et al. 2014's re-sort; ``vector_of(row)`` gives
-    a stored vector), cut to ``k``, hits below ``min_score`` dropped. Shared by one index and shards."""
-    out = []
-    for s_q, r_q in zip(scores, rows, strict=True):
-        keep = r_q >= 0
-        s_q, r_q = s_q[keep], r_q[keep]
-        if resort > 1 and len(r_q):
-            # a re-sorted hit keeps its cosine to the query as its score
-            top = np.stack([vector_of(int(r)) for r in r_q[:resort]])
-            order = resort_by_mean(top, np.arange(len(top)))
-            s_q = np.concatenate([s_q[:resort][order], s_q[resort:]])
-            r_q = np.concatenate([r_q[:resort][order], r_q[resort:]])
-        hits = [SearchHit(int(r), paths[r], float(s)) for s, r in zip(s_q[:k], r_q[:k], strict=True)]
-        out.append([h for h in hits if min_score is None or h.score >= min_score])
-    return out
-
-
-def calibration_sentences(model: VSEModel) -> np.ndarray | None:
-    """The bundled sample's captions embedded by ``model``: the real sentences that calibrate the ANN
-    search settings (:func:`vsekit.retrieval.search.calibrate`); None when the sample is not installed."""
-    try:
-        texts = [c.text for c in load_corpus(sample_data_path()).captions]
-    except (OSError, VsekitError) as exc:
-        logger.warning("no bundled sample to calibrate with sentences (%s); photo-like queries only", exc)
-        return None
-    return model.embed_texts(texts)
-
-
-def _check_text(text: str) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise VsekitError("empty query: give a sentence or a word")
-    if len(text) > MAX_QUERY_CHARS:
-        raise VsekitError(f"query of {len(text)} characters; the limit is {MAX_QUERY_CHARS}")
-    return text

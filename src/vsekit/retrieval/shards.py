@@ -19,7 +19,8 @@ import numpy as np
 
 from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.retrieval.index import Index, SearchHit, hits_from
+from vsekit.retrieval.index import Index
+from vsekit.retrieval.query import SearchHit, hits_from
 from vsekit.retrieval.search import _best_first
 
 __all__ = ["ShardedIndex", "merge_top_k"]

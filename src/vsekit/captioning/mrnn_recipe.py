@@ -1,0 +1,127 @@
+"""The m-RNN captioner's training recipe: :class:`CaptionTrainConfig` (every field a run depends on,
+checked strictly) and the shipped captioning recipes by name.
+
+A recipe is JSON of these fields (``src/vsekit/recipes/captioning/*.json``); an unknown or out-of-range
+field is refused with one line naming the file and the field, before any data is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import ClassVar
+
+from vsekit.captioning.mrnn import CELLS
+from vsekit.captioning.scst import BASELINES
+from vsekit.resources import CAPTION_RECIPES_DIR
+from vsekit.training import Recipe, field_error, list_recipe_names, load_recipe_file
+from vsekit.vision.features import FEATURE_KINDS
+
+__all__ = [
+    "CAPTION_RECIPES_DIR",
+    "OBJECTIVES",
+    "CaptionTrainConfig",
+    "list_caption_recipes",
+    "load_caption_recipe",
+]
+
+OBJECTIVES = ("xent", "scst")
+
+
+@dataclass
+class CaptionTrainConfig(Recipe):
+    """A captioner training run; recipes in ``src/vsekit/recipes/captioning/*.json`` are these as JSON.
+
+    ``null`` switches an option off: ``image_rank`` (an unfactored W_hi), ``lr_decay_epochs`` (a
+    constant learning rate), ``rerank_beam`` (no reranking; > 0: after training, tune the reranking of
+    this many beam candidates on dev), ``patience`` (no early stopping), ``num_threads`` (torch's default).
+    """
+
+    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"rerank_beam"}
+    # Recipe files and checkpoints written before null was the one off value used 0 for these.
+    ZERO_MEANS_OFF: ClassVar[frozenset[str]] = frozenset(
+        {"lr_decay_epochs", "image_rank", "num_threads", "rerank_beam"}
+    )
+
+    name: str = "custom"
+    description: str = ""
+    method: str = "mrnn"
+    cell: str = "lstm"
+    word_dim: int = 256
+    hidden_dim: int = 512
+    dropout: float = 0.5
+    image_dropout: float = 0.5
+    image_rank: int | None = None
+    backbone: str = "mobilenet_v2"
+    image_features: str = "one-layer"
+    min_word_count: int = 5  # Karpathy's threshold: words seen fewer times become <unk>
+    max_caption_words: int = 30  # longer training captions are cut (a handful in Flickr8K)
+    max_decode_words: int = 20
+    batch_size: int = 128
+    epochs: int = 20
+    optimizer: str = "adam"
+    lr: float = 4e-4
+    weight_decay: float = 0.0
+    lr_decay_epochs: int | None = None
+    lr_decay_gamma: float = 0.5
+    grad_clip_value: float = 5.0  # element-wise, as in the paper
+    patience: int | None = 5
+    rerank_beam: int | None = None
+    seed: int = 0
+    num_threads: int | None = None
+    train_split: str = "train"
+    dev_split: str = "dev"
+    # the selection protocol: a validation slice file (recipes/splits/); train_split / dev_split must then
+    # name "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
+    validation_slice: str | None = None
+    eval_images: int | None = None  # select on the first N images of dev_split only (cheaper epochs)
+    # "xent": teacher-forced word prediction; "scst": self-critical sequence training for CIDEr-D
+    # (Rennie et al. 2017), which starts from the captioner ``init_from`` (a shipped name or a file)
+    objective: str = "xent"
+    init_from: str | None = None
+    scst_samples: int = 5  # captions sampled per image and step
+    scst_baseline: str = "greedy"  # "greedy" (Rennie et al.) or "mean" of the other samples (Luo 2020)
+
+    def validate(self, source: str = "config") -> CaptionTrainConfig:
+        def bad(name: str, why: str) -> Exception:
+            return field_error(source, name, getattr(self, name), why)
+
+        if self.method != "mrnn":
+            raise bad("method", "names a method this trainer does not train (only 'mrnn')")
+        if self.cell not in CELLS:
+            raise bad("cell", f"must be one of {', '.join(CELLS)}")
+        if self.image_features not in FEATURE_KINDS:
+            raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
+        if self.optimizer not in ("adam", "rmsprop"):
+            raise bad("optimizer", "must be 'adam' or 'rmsprop'")
+        for name in ("word_dim", "hidden_dim", "batch_size", "epochs", "min_word_count", "max_decode_words"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be >= 1")
+        for name in ("image_rank", "lr_decay_epochs", "patience", "rerank_beam", "num_threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise bad(name, "must be >= 1 or null")
+        if self.lr <= 0:
+            raise bad("lr", "must be > 0")
+        if self.objective not in OBJECTIVES:
+            raise bad("objective", f"must be one of {', '.join(OBJECTIVES)}")
+        if self.objective == "scst" and not self.init_from:
+            raise bad(
+                "init_from", "must name the cross-entropy captioner that self-critical training starts from"
+            )
+        if self.scst_baseline not in BASELINES:
+            raise bad("scst_baseline", f"must be one of {', '.join(BASELINES)}")
+        if self.scst_samples < (2 if self.scst_baseline == "mean" else 1):
+            raise bad("scst_samples", "must be >= 1 (>= 2 with the 'mean' baseline)")
+        if self.eval_images is not None and self.eval_images < 1:
+            raise bad("eval_images", "must be >= 1 or null")
+        return self
+
+
+def list_caption_recipes() -> list[str]:
+    """Names of the captioning recipes shipped in ``src/vsekit/recipes/captioning``."""
+    return list_recipe_names(CAPTION_RECIPES_DIR)
+
+
+def load_caption_recipe(name_or_path: str | os.PathLike[str]) -> CaptionTrainConfig:
+    """A shipped captioning recipe by name (``"mrnn-lstm"``) or a JSON file of config fields by path."""
+    return load_recipe_file(CaptionTrainConfig, name_or_path, CAPTION_RECIPES_DIR, "captioning recipe")

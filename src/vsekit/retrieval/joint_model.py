@@ -1,0 +1,80 @@
+"""The joint model a photo index is built with: loading it by name, its identity, and the sentences that
+calibrate the index's ANN settings.
+
+An index records its model's name and the sha256 of the model file when it is built; opening the index
+later loads the model by that name and refuses a file whose bytes changed since (vectors from two
+models do not share one space, so a query embedded by the new one would rank nonsense).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsekit.data import load_corpus
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.resources import is_shipped_joint_model, sample_data_path
+
+__all__ = ["calibration_sentences", "load_model", "load_recorded_model", "model_identity"]
+
+logger = logging.getLogger(__name__)
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_identity(model: VSEModel, name: str) -> dict[str, Any]:
+    """What an index records of its model: ``name``, the file's ``sha256``, its config and dimension."""
+    if model.path is None:
+        raise VsekitError("an index needs a model loaded from a file (its sha256 identifies the index)")
+    return {
+        "name": name,
+        "sha256": _file_sha256(Path(model.path)),
+        "config": model.config,
+        "embed_dim": model.embed_dim,
+    }
+
+
+def load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> tuple[VSEModel, str]:
+    """The model and the name the manifest records (a shipped name, or the file's absolute path)."""
+    if isinstance(model, VSEModel):
+        return model, str(Path(model.path).resolve()) if model.path is not None else ""
+    loaded = VSEModel.load(model, device=device)
+    if model is None or is_shipped_joint_model(model):
+        return loaded, "vse" if model is None else str(model)
+    return loaded, str(Path(loaded.path).resolve())
+
+
+def load_recorded_model(index_dir: Path, recorded: dict[str, Any]) -> VSEModel:
+    """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`); a model
+    file whose sha256 changed since the build is refused."""
+    model, name = load_model(recorded["name"], "auto")
+    found = model_identity(model, name)["sha256"]
+    if found != recorded["sha256"]:
+        raise ConfigMismatchError(
+            f"{index_dir}: built with model {recorded['name']} (sha256 "
+            f"{recorded['sha256'][:12]}), but that file now has sha256 {found[:12]}; rebuild it"
+        )
+    return model
+
+
+def calibration_sentences(model: VSEModel) -> np.ndarray | None:
+    """The bundled sample's captions embedded by ``model``: the real sentences that calibrate the ANN
+    search settings (:func:`vsekit.retrieval.search.calibrate`); None when the sample is not installed."""
+    try:
+        texts = [c.text for c in load_corpus(sample_data_path()).captions]
+    except (OSError, VsekitError) as exc:
+        logger.warning("no bundled sample to calibrate with sentences (%s); photo-like queries only", exc)
+        return None
+    return model.embed_texts(texts)

@@ -1,0 +1,272 @@
+"""Answering a query against an open photo index: the query vector, the filters, the nearest rows, the hits.
+
+A query is a sentence, a photo or a given vector, with optional ``plus`` / ``minus`` words (Kiros et
+al. 2014, Eq. 15: :func:`~vsekit.retrieval.arithmetic.arithmetic_query`). The filters (a folder with
+its subfolders, the EXIF date taken) become per-segment row masks from one indexed query. The nearest
+rows come from the snapshot's segments with the index's engine (:mod:`vsekit.retrieval.search`); a
+segment's saved FAISS structure is read from the file its snapshot holds open, checked once against
+the sha256 the store recorded, and kept. The hits are cut to ``k``, optionally after the paper's
+re-sort of the top results by distance to their mean.
+
+:class:`Searching` is the query half of :class:`vsekit.retrieval.index.Index` (the other half opens,
+builds and describes it); the index supplies the snapshot it holds, its folder, its model and the lock
+that serialises the model's forward passes and the FAISS cache.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import numpy as np
+
+from vsekit.embedding.pipeline import ImageInput, VSEModel
+from vsekit.errors import VsekitError
+from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.retrieval.search import deserialize_ann, resolve_engine
+from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
+from vsekit.retrieval.store import damaged, id_bytes
+
+__all__ = ["MAX_QUERY_CHARS", "SearchHit", "Searching", "hits_from"]
+
+MAX_QUERY_CHARS = 1000
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One result: ``id`` (the row, stable until the next update), ``path`` relative to the photo folder,
+    cosine ``score``."""
+
+    id: int
+    path: str
+    score: float
+
+
+class Searching:
+    """The queries of an open index (mixed into :class:`~vsekit.retrieval.index.Index`, which sets
+    these attributes and the :attr:`model` property)."""
+
+    path: Path
+    model: VSEModel
+    _view: Snapshot
+    _lock: threading.Lock
+    _faiss: dict[tuple[str, str], Any]
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        texts = [_check_text(t) for t in texts]
+        model = self.model
+        with self._lock:  # one forward pass at a time: concurrent requests share the model
+            return model.embed_texts(texts)
+
+    def embed_image(self, image: ImageInput) -> np.ndarray:
+        """The unit vector of a photo (a path or a PIL image; it need not be in the index)."""
+        model = self.model
+        with self._lock:
+            return model.embed_images([image])[0]
+
+    def query_vector(
+        self,
+        text: str | None = None,
+        image: ImageInput | None = None,
+        *,
+        vector: np.ndarray | None = None,
+        plus: Sequence[str] = (),
+        minus: Sequence[str] = (),
+    ) -> np.ndarray:
+        """The unit query vector: a sentence, a photo or a given vector, with Eq. 15 arithmetic applied."""
+        given = [x is not None for x in (text, image, vector)]
+        if sum(given) != 1:
+            raise VsekitError("give exactly one of text, image or vector as the query")
+        if text is not None:
+            base = self.embed_texts([text])[0]
+        elif image is not None:
+            base = self.embed_image(image)
+        else:
+            base = np.asarray(vector, dtype=np.float32).reshape(-1)
+        if not plus and not minus:
+            return base
+        plus_v = self.embed_texts(list(plus)) if plus else None
+        minus_v = self.embed_texts(list(minus)) if minus else None
+        return arithmetic_query(base, plus_v, minus_v)
+
+    def search(
+        self,
+        text: str | None = None,
+        image: ImageInput | None = None,
+        *,
+        vector: np.ndarray | None = None,
+        plus: Sequence[str] = (),
+        minus: Sequence[str] = (),
+        k: int = 10,
+        min_score: float | None = None,
+        resort: int = 0,
+        engine: str | None = None,
+        folder: str | None = None,
+        taken_after: str | dt.date | None = None,
+        taken_before: str | dt.date | None = None,
+    ) -> list[SearchHit]:
+        """The ``k`` photos nearest a sentence, a photo (path or PIL image) or a vector, with optional
+        ``minus`` / ``plus`` words (Kiros et al. 2014, Eq. 15) and the paper's re-sort of the top
+        ``resort`` results by distance to their mean (0: off). Hits below ``min_score`` are dropped.
+        Filters: ``folder`` (a folder relative to the photo folder, with its subfolders), and the EXIF
+        date taken, ``taken_after <= taken < taken_before`` (dates or ISO text; photos without a date
+        are left out when either is given)."""
+        query = self.query_vector(text, image, vector=vector, plus=plus, minus=minus)
+        return self.search_vectors(
+            query[None], k, min_score=min_score, resort=resort, engine=engine,
+            folder=folder, taken_after=taken_after, taken_before=taken_before,
+        )[0]  # fmt: skip
+
+    def search_texts(
+        self, texts: Sequence[str], k: int = 10, min_score: float | None = None, engine: str | None = None
+    ) -> list[list[SearchHit]]:
+        """One list of hits per sentence (embedded in one batch)."""
+        return self.search_vectors(self.embed_texts(texts), k, min_score=min_score, engine=engine)
+
+    def search_vectors(
+        self,
+        queries: np.ndarray,
+        k: int = 10,
+        *,
+        min_score: float | None = None,
+        resort: int = 0,
+        engine: str | None = None,
+        folder: str | None = None,
+        taken_after: str | dt.date | None = None,
+        taken_before: str | dt.date | None = None,
+    ) -> list[list[SearchHit]]:
+        """Hits for each unit query vector ``[q, K]`` (see :meth:`search`)."""
+        if k < 1:
+            raise VsekitError(f"k must be >= 1, got {k}")
+        view = self._view
+        if len(view) == 0:
+            return [[] for _ in np.atleast_2d(queries)]
+        keep = _filter_masks(view, folder, taken_after, taken_before)
+        want = min(max(k, resort), len(view))
+        scores, rows = self._nearest(queries, want, engine, view=view, keep=keep)
+        return hits_from(scores, rows, LivePaths(view), view.vector, k, min_score, resort)
+
+    def _nearest(
+        self,
+        queries: np.ndarray,
+        k: int,
+        engine: str | None,
+        *,
+        view: Snapshot | None = None,
+        keep: dict[int, np.ndarray] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        view = view or self._view
+        chosen = resolve_engine(engine or view.settings["engine"], len(view))
+        if chosen == "flat":
+            chosen = "exact"  # the same answer; the store searches it from the maps
+        return view.nearest(queries, k, chosen, keep, self._ann_of)
+
+    def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
+        """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
+        once) and its search settings."""
+        _, name, params = segment.ann
+        key = (str(self.path / name), name)
+        with self._lock:
+            if key not in self._faiss:
+                self._faiss[key] = (self._read_ann(segment, name, params), dict(params))
+            return self._faiss[key]
+
+    def _read_ann(self, segment: Segment, name: str, params: dict[str, int]) -> Any:
+        """The FAISS structure in the file ``name`` of ``segment``, refused when its bytes differ from
+        the sha256 the store recorded (a damaged file must not answer queries)."""
+        path = self.path / name
+        try:
+            if segment.ann_file is not None:
+                fd = segment.ann_file.fileno()
+                data = os.pread(fd, os.fstat(fd).st_size, 0)
+            else:
+                data = path.read_bytes()
+        except OSError as exc:
+            raise damaged(path, exc.strerror or str(exc), self.path) from None
+        found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
+        sha = found[0][0] if found else None
+        if sha and hashlib.sha256(data).hexdigest() != sha:
+            raise damaged(path, "sha256 differs from the one the index recorded", self.path)
+        try:
+            return deserialize_ann(data, params)
+        except RuntimeError as exc:
+            raise damaged(path, str(exc).splitlines()[0] if str(exc) else "unreadable", self.path) from None
+
+
+def _iso(value: str | dt.date | None, name: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    try:
+        return (
+            dt.datetime.fromisoformat(str(value)).isoformat()
+            if "T" in str(value)
+            else dt.date.fromisoformat(str(value)).isoformat()
+        )
+    except ValueError:
+        raise VsekitError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)") from None
+
+
+def _filter_masks(
+    view: Snapshot, folder: str | None, after: str | dt.date | None, before: str | dt.date | None
+) -> dict[int, np.ndarray] | None:
+    """Per segment, the rows the filters keep (one indexed query), or None without filters."""
+    clauses, params = [], []
+    if folder is not None:
+        name = str(PurePosixPath(folder.strip("/"))) if folder.strip("/") else ""
+        if name not in ("", "."):
+            if ".." in PurePosixPath(name).parts:
+                raise VsekitError(f"folder {folder!r}: give a folder inside the photo folder")
+            clauses.append("(folder = ? OR (folder >= ? AND folder < ?))")
+            params += [id_bytes(name), id_bytes(name + "/"), id_bytes(name + "0")]  # '0' follows '/'
+    if after is not None:
+        clauses.append("taken >= ?")
+        params.append(_iso(after, "taken_after"))
+    if before is not None:
+        clauses.append("taken < ?")
+        params.append(_iso(before, "taken_before"))
+    if not clauses:
+        return None
+    return view.keep_masks(" AND ".join(clauses), params)
+
+
+def hits_from(
+    scores: np.ndarray,
+    rows: np.ndarray,
+    paths: Sequence[str],
+    vector_of: Callable[[int], np.ndarray],
+    k: int,
+    min_score: float | None,
+    resort: int,
+) -> list[list[SearchHit]]:
+    """Hits per query from its nearest ``rows`` (best first, -1 = none) and their ``scores``: the top
+    ``resort`` re-sorted by distance to their mean (Kiros et al. 2014's re-sort; ``vector_of(row)`` gives
+    a stored vector), cut to ``k``, hits below ``min_score`` dropped. Shared by one index and shards."""
+    out = []
+    for s_q, r_q in zip(scores, rows, strict=True):
+        keep = r_q >= 0
+        s_q, r_q = s_q[keep], r_q[keep]
+        if resort > 1 and len(r_q):
+            # a re-sorted hit keeps its cosine to the query as its score
+            top = np.stack([vector_of(int(r)) for r in r_q[:resort]])
+            order = resort_by_mean(top, np.arange(len(top)))
+            s_q = np.concatenate([s_q[:resort][order], s_q[resort:]])
+            r_q = np.concatenate([r_q[:resort][order], r_q[resort:]])
+        hits = [SearchHit(int(r), paths[r], float(s)) for s, r in zip(s_q[:k], r_q[:k], strict=True)]
+        out.append([h for h in hits if min_score is None or h.score >= min_score])
+    return out
+
+
+def _check_text(text: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise VsekitError("empty query: give a sentence or a word")
+    if len(text) > MAX_QUERY_CHARS:
+        raise VsekitError(f"query of {len(text)} characters; the limit is {MAX_QUERY_CHARS}")
+    return text
