@@ -190,8 +190,9 @@ def main() -> None:
         "(bench/results/vse_reselect.json): one seed per experiment cannot resolve less than that",
         "view_extraction_s": extraction,
         "timing_note": "the extraction of the views ran beside the trainings until 15:30 UTC (the corners' "
-        "mirrors: an extraction meant to stop after 'br' went on), so the times of joint-infonce, joint-views, "
-        "joint-views-infonce and joint-views-seed1 include that contention as well as other sessions' jobs",
+        "mirrors: an extraction meant to stop after 'br' went on), so the times of joint-infonce,"
+        " joint-views, joint-views-infonce and joint-views-seed1 include that contention"
+        " as well as other sessions' jobs",
         "baselines": {str(seed): base for seed, base in bases.items()},
         "experiments": rows,
     }
