@@ -16,8 +16,21 @@ from vsekit.resources import RECIPES_DIR
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS
 from vsekit.training import Recipe, field_error, list_recipe_names, load_recipe_file
 from vsekit.vision.features import FEATURE_KINDS
+from vsekit.vision.preprocess import VIEWS
 
-__all__ = ["RECIPES_DIR", "TrainConfig", "list_recipes", "load_recipe"]
+__all__ = ["LOSSES", "RECIPES_DIR", "TRAIN_VIEW_SETS", "TrainConfig", "list_recipes", "load_recipe"]
+
+#: The named sets of views a training photo is seen through (``TrainConfig.train_views``): one view per
+#: photo per epoch, drawn at random; evaluation always reads the centre crop. See
+#: :data:`vsekit.vision.preprocess.VIEWS` for what each view is.
+TRAIN_VIEW_SETS: dict[str, tuple[str, ...]] = {
+    "centre": ("centre",),
+    "flip": ("centre", "centre-flip"),
+    "six-crop": VIEWS[:6],  # the centre crop, its mirror, the four corners
+    "ten-crop": VIEWS,  # and the corners' mirrors
+}
+
+LOSSES = ("sum", "max_violation", "infonce")
 
 
 @dataclass
@@ -28,7 +41,13 @@ class TrainConfig(Recipe):
     every epoch. ``loss="max_violation"`` is the hardest negative (VSE++); with
     ``max_violation_after_epoch=N`` the first N epochs are a warm-up with the sum of hinges and epochs
     N+1.. use the hardest negative (None: hardest negative from the first epoch, no warm-up). The loss of
-    a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``).
+    a batch is the sum over its pairs, as in the papers (see ``ContrastiveLoss``). ``loss="infonce"`` is
+    the symmetric cross-entropy over the batch's similarity matrix with a learned temperature (started at
+    ``temperature``; see ``InfoNCELoss``), the mean over the batch's pairs; ``margin`` is unused then.
+
+    ``train_views``: a name in :data:`TRAIN_VIEW_SETS`; each training photo is seen through one view of
+    that set per epoch, drawn from the run's seeded batch-order generator (so resume stays exact), its
+    features cached per view. ``"centre"`` (the default) is the evaluation crop only, as before.
 
     ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
     the module docstring); None trains the single model of ``seed``.
@@ -53,6 +72,7 @@ class TrainConfig(Recipe):
     dev_split: str = "dev"
     loss: str = "sum"
     margin: float = 0.2
+    temperature: float = 0.07
     max_violation_after_epoch: int | None = None
     batch_size: int = 128
     epochs: int = 25
@@ -71,6 +91,7 @@ class TrainConfig(Recipe):
     # the selection protocol: a validation slice (recipes/splits/); train_split / dev_split must then name
     # "<source>-minus-<slice>" and the slice (vsekit.data.splits.check_selection_splits)
     validation_slice: str | None = None
+    train_views: str = "centre"
 
     def validate(self, source: str = "config") -> TrainConfig:
         """Raise VsekitError naming ``source`` and the field for any out-of-range value; returns self."""
@@ -82,8 +103,14 @@ class TrainConfig(Recipe):
             raise bad("text_encoder", f"must be one of {', '.join(TEXT_ENCODERS)}")
         if self.image_features not in FEATURE_KINDS:
             raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
-        if self.loss not in ("sum", "max_violation"):
-            raise bad("loss", "must be 'sum' or 'max_violation'")
+        if self.loss not in LOSSES:
+            raise bad("loss", f"must be one of {', '.join(LOSSES)}")
+        if not 0.01 <= self.temperature <= 1.0:
+            raise bad("temperature", "must be in [0.01, 1] (InfoNCE's clamp range)")
+        if self.train_views not in TRAIN_VIEW_SETS:
+            raise bad("train_views", f"must be one of {', '.join(TRAIN_VIEW_SETS)}")
+        if self.train_views != "centre" and self.image_features != "one-layer":
+            raise bad("train_views", "views of a photo exist for one-layer image features only")
         if self.max_violation_after_epoch is not None:
             if self.loss != "max_violation":
                 raise bad(

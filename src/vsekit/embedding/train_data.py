@@ -20,7 +20,7 @@ import torch
 
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, build_vocabulary
-from vsekit.embedding.recipe import TrainConfig
+from vsekit.embedding.recipe import TRAIN_VIEW_SETS, TrainConfig
 from vsekit.errors import ConfigMismatchError, CorpusError, VsekitError
 from vsekit.vision.fne import FullNetworkEmbedding
 
@@ -108,7 +108,7 @@ def _as_tensor(features: np.ndarray, n: int, what: str) -> torch.Tensor:
 class RunData:
     """A run's inputs: training pairs, dev split, image features, vocabulary and their identities."""
 
-    train_feats: torch.Tensor
+    train_feats: torch.Tensor  # [n_images, dim], the centre view
     train_texts: list[str]
     train_rows: list[int]  # the image row (and id) of each training caption
     dev_feats: torch.Tensor
@@ -119,6 +119,7 @@ class RunData:
     fne: FullNetworkEmbedding | None
     features: dict[str, Any]  # what the image features are (checked on resume)
     identity: dict[str, Any]  # which captions they are (checked on resume)
+    train_views: torch.Tensor | None = None  # [n_views, n_images, dim] (view 0 the centre), if several
 
 
 def load_data(
@@ -151,6 +152,7 @@ def load_data(
         raise ConfigMismatchError(
             f"dev features have dim {dev_feats.shape[1]}, training features {image_dim}"
         )
+    views = _train_views(corpus, config, train_ids, train_feats, feature_fn, feature_kwargs)
     return RunData(
         train_feats,
         train_texts,
@@ -163,4 +165,29 @@ def load_data(
         fne,
         _feature_identity(backbone, kind, image_dim, fne),
         _data_identity(train_split, dev_split),
+        views,
     )
+
+
+def _train_views(
+    corpus: Corpus,
+    config: TrainConfig,
+    train_ids: list[str],
+    centre: torch.Tensor,
+    feature_fn: FeatureFn,
+    feature_kwargs: dict[str, Any],
+) -> torch.Tensor | None:
+    """``[n_views, n_images, dim]`` training features of ``config.train_views`` (None for the centre
+    crop alone); each view comes from its own cache, keyed by the view."""
+    names = TRAIN_VIEW_SETS[config.train_views]
+    if len(names) == 1:
+        return None
+    rows = [centre]
+    for view in names[1:]:
+        feats, _ = feature_fn(
+            corpus, train_ids, config.backbone, config.image_features, view=view, **feature_kwargs
+        )
+        rows.append(_as_tensor(feats, len(train_ids), f"training ({view} view)"))
+        if rows[-1].shape != centre.shape:
+            raise ConfigMismatchError(f"{view} view features have shape {tuple(rows[-1].shape)}")
+    return torch.stack(rows)

@@ -40,9 +40,9 @@ import torch
 from vsekit.data.corpus import Corpus
 from vsekit.data.splits import corpus_for_selection
 from vsekit.device import resolve_device
-from vsekit.embedding.losses import ContrastiveLoss
+from vsekit.embedding.losses import ContrastiveLoss, InfoNCELoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
-from vsekit.embedding.recipe import RECIPES_DIR, TrainConfig, list_recipes, load_recipe
+from vsekit.embedding.recipe import RECIPES_DIR, TRAIN_VIEW_SETS, TrainConfig, list_recipes, load_recipe
 from vsekit.embedding.train_data import FeatureFn, RunData, check_same_run, load_data
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_text
@@ -75,12 +75,14 @@ __all__ = [
     "CHECKPOINT_NAME",
     "MODEL_NAME",
     "RECIPES_DIR",
+    "TRAIN_VIEW_SETS",
     "TrainConfig",
     "evaluate_dev",
     "list_recipes",
     "load_checkpoint",
     "load_recipe",
     "train",
+    "train_in_turn",
 ]
 
 logger = logging.getLogger(__name__)
@@ -184,6 +186,51 @@ def train(
         shut_down(joined)
 
 
+def train_in_turn(
+    corpus: Corpus,
+    runs: Sequence[tuple[TrainConfig, str | os.PathLike[str]]],
+    resume: bool = False,
+    progress: bool = True,
+    device: str | torch.device = "auto",
+    cache_root: str | os.PathLike[str] | None = None,
+    feature_fn: FeatureFn | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Train several single-model recipes one after the other in this process, each into its own run
+    directory exactly as :func:`train` would, sharing the frozen text encoder between them as ensemble
+    members do: with MiniLM the training captions are encoded once for all runs instead of once per run
+    (most of a run's first epoch). Experiments that differ in anything but the frozen text part use it.
+    ``feature_fn`` as in :func:`train`. Returns the runs' summaries, in order. (Single process only; not
+    under torchrun.)
+    """
+    say = log if log is not None else logger.info
+    summaries: list[dict[str, Any]] = []
+    shared: TextEncoder | None = None
+    for config, out in runs:
+        config.validate()
+        if config.ensemble_seeds:
+            raise VsekitError(f"recipe {config.name!r}: train_in_turn takes single-model recipes")
+        selected = corpus_for_selection(
+            corpus, config.train_split, config.dev_split, config.validation_slice, f"recipe {config.name!r}"
+        )
+        say(f"run {len(summaries) + 1}/{len(runs)}: recipe {config.name!r} -> {out}")
+        summary, member = _train_one(
+            selected,
+            config,
+            Path(out),
+            resume=resume,
+            progress=progress,
+            device=device,
+            cache_root=cache_root,
+            feature_fn=feature_fn,
+            say=say,
+            share_text_from=shared,
+        )
+        shared = member.encoder
+        summaries.append(summary)
+    return summaries
+
+
 def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) -> dict[str, Any]:
     """Train one member per seed in ``out/seed-<s>`` (sharing the frozen text encoder), then pack them."""
     assert config.ensemble_seeds
@@ -271,35 +318,56 @@ def _build_model(
     ).to(device)
 
 
+class _WithLoss(torch.nn.Module):
+    """The network and a loss with parameters of its own (InfoNCE's temperature), trained together: one
+    module, so the checkpoint holds both and resume restores both."""
+
+    def __init__(self, net: JointEmbedding, loss: torch.nn.Module) -> None:
+        super().__init__()
+        self.net, self.loss = net, loss
+
+
 def _epoch_trainer(
     state: TrainState, config: TrainConfig, data: RunData, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
-    """One epoch: every training caption once with its image, in a seeded order, Adam on the hinge loss."""
+    """One epoch: every training caption once with its image (one view of it, when the recipe has views),
+    in a seeded order, Adam on the hinge or InfoNCE loss."""
     model, optimizer = state.model, state.optimizer
-    params = [p for p in model.parameters() if p.requires_grad]
+    learned_loss = model.loss if isinstance(model, _WithLoss) else None
+    if isinstance(model, _WithLoss):
+        model = model.net
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     cap_rows = torch.tensor(data.train_rows, dtype=torch.int64)
     n_pairs = len(data.train_texts)
+    views = data.train_views
 
-    def embed(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def embed(idx: torch.Tensor, view_of: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         if len(idx) == 0:  # this rank's share of a short last batch (data-parallel only)
             empty = torch.zeros(0, config.embed_dim, device=device)
             return empty, empty
         prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
-        return model(
-            data.train_feats[cap_rows[idx]].to(device), **{k: v.to(device) for k, v in prepared.items()}
-        )
+        rows = cap_rows[idx]
+        feats = data.train_feats[rows] if view_of is None else views[view_of[rows], rows]
+        return model(feats.to(device), **{k: v.to(device) for k, v in prepared.items()})
 
     def train_epoch(epoch: int) -> dict[str, Any]:
         model.train()
         max_violation = config.max_violation_at(epoch)
-        criterion = ContrastiveLoss(config.margin, max_violation)
+        criterion = learned_loss or ContrastiveLoss(config.margin, max_violation)
         perm = torch.randperm(n_pairs, generator=state.generator)
+        # one view per photo for the whole epoch, drawn after the order (no draw without views, so runs
+        # without them keep the stream they always had); the generator is in the checkpoint
+        view_of = (
+            torch.randint(len(views), (len(data.train_feats),), generator=state.generator)
+            if views is not None
+            else None
+        )
         total = 0.0
         bar = epoch_bar(range(0, n_pairs, config.batch_size), epoch, config.epochs, progress)
         for start in bar:
             # batch_size is the global batch; with several ranks each embeds every world_size-th pair of it
             idx = shard(perm[start : start + config.batch_size])
-            img_emb, cap_emb = embed(idx)
+            img_emb, cap_emb = embed(idx, view_of)
             # the global batch on every rank (identity on one process): negatives and the hardest negative
             # come from all ranks; rows are image ids, so two captions of one image are never negatives
             img_all, cap_all, ids = gather_for_loss(img_emb, cap_emb, cap_rows[idx].to(device))
@@ -314,11 +382,19 @@ def _epoch_trainer(
             total += loss.item()
             bar.set_postfix(loss=f"{total / min(start + config.batch_size, n_pairs):.4f}")
         bar.close()
-        return {
-            "loss": total / n_pairs,  # mean hinge loss per training pair
-            "loss_kind": "max_violation" if max_violation else "sum",
+        entry = {
+            # hinge: the mean loss per training pair; InfoNCE: per batch of pairs (it is a batch mean)
+            "loss": total / (n_pairs if learned_loss is None else len(range(0, n_pairs, config.batch_size))),
+            "loss_kind": config.loss
+            if learned_loss is not None
+            else "max_violation"
+            if max_violation
+            else "sum",
             "lr": optimizer.param_groups[0]["lr"],
         }
+        if isinstance(learned_loss, InfoNCELoss):
+            entry["temperature"] = learned_loss.temperature
+        return entry
 
     return train_epoch
 
@@ -362,10 +438,13 @@ def _train_one(
         model.text_encoder.precompute(
             data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress
         )
-    params = [p for p in model.parameters() if p.requires_grad]
+    trained: torch.nn.Module = model
+    if config.loss == "infonce":  # the temperature is learned with the network (and checkpointed with it)
+        trained = _WithLoss(model, InfoNCELoss(config.temperature)).to(dev)
+    params = [p for p in trained.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
     state = TrainState(
-        model=model,
+        model=trained,
         optimizer=optimizer,
         scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
         generator=torch.Generator().manual_seed(config.seed),

@@ -21,6 +21,7 @@ names it always exported.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import warnings
@@ -272,14 +273,20 @@ def image_features(
     ``kind="one-layer"``: float32 pooled activations. ``kind="fne"``: int8 {-1,0,1} Full-Network Embedding
     codes. For FNE, pass the ``fne`` a model was trained with (its statistics travel with the model and
     are applied unchanged to new images); without one, the statistics are fitted on ``fit_split`` of this
-    corpus. Returns ``(features, fne_used)``. (The signature of the trainers' feature function; a thin
-    adapter over :func:`compute_features`.)
+    corpus. ``view`` (keyword, one-layer only): another view of each photo than the evaluation crop (one
+    of :data:`~vsekit.vision.preprocess.VIEWS`), cached apart. Returns ``(features, fne_used)``. (The
+    signature of the trainers' feature function; a thin adapter over :func:`compute_features`.)
     """
     if kind not in FEATURE_KINDS:
         raise VsekitError(f"unknown feature kind {kind!r}; known: {', '.join(FEATURE_KINDS)}")
     ids = list(image_ids)
     kwargs = dict(extract_kwargs)
     spec = FeatureSpec(backbone, kind, weights=kwargs.pop("weights", None))
+    view = kwargs.pop("view", "centre")
+    if view != "centre":  # a training-time view (see vision.preprocess.VIEWS), cached apart by its key
+        if kind != "one-layer":
+            raise VsekitError(f"view {view!r}: views of a photo exist for one-layer features only")
+        spec = dataclasses.replace(spec, preprocessing=spec.preprocessing.with_view(view))
     if kind == "one-layer":
         return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None
     if fne is not None:

@@ -8,6 +8,7 @@ record exactly which preprocessing produced them.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 import os
@@ -30,6 +31,7 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "Preprocessing",
+    "VIEWS",
     "decode_image",
     "load_image",
     "readable_formats",
@@ -54,6 +56,24 @@ DEFAULT_MAX_BYTES = 1 << 30
 IMAGE_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 
 EXIF_ORIENTATION = 0x0112
+
+#: The views of a photo the CNN can see (training-time augmentation, cached per view). ``centre`` is the
+#: evaluation crop, the only one models ever see at test time; ``centre-flip`` its mirror image; the
+#: corners (top-left, top-right, bottom-left, bottom-right) are ``crop``-sided crops of the photo resized a
+#: little larger (shorter side ``resize * 8 / 7``: 256 for 224, the ImageNet 0.875 crop ratio), so each
+#: keeps most of the scene but moves it by up to an eighth of the frame; ``-flip`` mirrors any of them.
+VIEWS = (
+    "centre",
+    "centre-flip",
+    "tl",
+    "tr",
+    "bl",
+    "br",
+    "tl-flip",
+    "tr-flip",
+    "bl-flip",
+    "br-flip",
+)
 _formats: tuple[str, ...] | None = None
 _formats_lock = threading.Lock()
 
@@ -219,12 +239,15 @@ class Preprocessing:
         crop: side of the square centre crop taken after resizing; must not exceed ``resize``.
         mean: per-channel mean subtracted after scaling pixels to [0, 1].
         std: per-channel standard deviation divided by after subtracting the mean.
+        view: which crop of the photo (one of :data:`VIEWS`); ``"centre"``, the default, is the
+            evaluation crop above, and the only view whose :meth:`key` is the one it always was.
     """
 
     resize: int
     crop: int
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    view: str = "centre"
 
     def __post_init__(self) -> None:
         if self.resize <= 0 or self.crop <= 0:
@@ -235,6 +258,8 @@ class Preprocessing:
             raise ValueError("mean and std must have three (R, G, B) entries")
         if any(s <= 0 for s in self.std):
             raise ValueError(f"std entries must be positive, got {self.std}")
+        if self.view not in VIEWS:
+            raise ValueError(f"unknown view {self.view!r}; known: {', '.join(VIEWS)}")
         # Normalise to plain float tuples so equal configurations compare and hash equal.
         object.__setattr__(self, "mean", tuple(float(m) for m in self.mean))
         object.__setattr__(self, "std", tuple(float(s) for s in self.std))
@@ -243,28 +268,44 @@ class Preprocessing:
         """A stable, human-readable description for cache keys (changes whenever the output would)."""
         mean = "/".join(repr(m) for m in self.mean)
         std = "/".join(repr(s) for s in self.std)
-        return (
+        key = (
             f"resize={self.resize};crop={self.crop};mean={mean};std={std};interp=bilinear-aa;rgb;exif-upright"
         )
+        # a view's rows are other numbers: another key, so the feature cache never mixes them with plain rows
+        return key if self.view == "centre" else f"{key};view={self.view}"
 
     def crop_uint8(self, img: Image.Image) -> np.ndarray:
-        """The resized, centre-cropped RGB pixels of ``img``, uint8 ``[crop, crop, 3]`` (no normalisation)."""
+        """The resized, cropped RGB pixels of ``img`` (the centre crop unless ``view`` says otherwise),
+        uint8 ``[crop, crop, 3]`` (no normalisation)."""
         if img.mode != "RGB":
             img = img.convert("RGB")
         w, h = img.size
-        # Shorter side -> resize, keeping the aspect ratio (torchvision's Resize(int) rounding rule).
+        corner = self.view.split("-")[0]
+        # the corner views crop a slightly larger resize (see VIEWS), the centre views the plain one
+        size = self.resize if corner == "centre" else (self.resize * 8 + 6) // 7
+        # Shorter side -> size, keeping the aspect ratio (torchvision's Resize(int) rounding rule).
         if w <= h:
-            new_w, new_h = self.resize, int(self.resize * h / w)
+            new_w, new_h = size, int(size * h / w)
         else:
-            new_w, new_h = int(self.resize * w / h), self.resize
+            new_w, new_h = int(size * w / h), size
         if (new_w, new_h) != (w, h):
             # PIL's BILINEAR filter widens its support when downsampling, i.e. it is antialiased.
             img = img.resize((new_w, new_h), Image.Resampling.BILINEAR)
-        left = int(round((new_w - self.crop) / 2.0))
-        top = int(round((new_h - self.crop) / 2.0))
+        if corner == "centre":
+            left = int(round((new_w - self.crop) / 2.0))
+            top = int(round((new_h - self.crop) / 2.0))
+        else:
+            left = 0 if corner[1] == "l" else new_w - self.crop
+            top = 0 if corner[0] == "t" else new_h - self.crop
         if (left, top, self.crop, self.crop) != (0, 0, new_w, new_h):
             img = img.crop((left, top, left + self.crop, top + self.crop))
+        if self.view.endswith("-flip"):
+            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return np.asarray(img, dtype=np.uint8)
+
+    def with_view(self, view: str) -> Preprocessing:
+        """This preprocessing seen through another of :data:`VIEWS`."""
+        return dataclasses.replace(self, view=view)
 
     def normalise(self, pixels: np.ndarray) -> np.ndarray:
         """uint8 ``[..., 3]`` pixels -> float32 ``(x / 255 - mean) / std``, channels last.
