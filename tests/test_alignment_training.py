@@ -183,3 +183,12 @@ def test_a_validation_slice_trains_on_the_rest_and_selects_on_the_slice(tmp_path
     )
     with pytest.raises(CorpusError, match="flickr8k-val1000.json: the slice is drawn from split 'train'"):
         train_aligner(sample, _config(epochs=1, **shipped), tmp_path / "bad", **quiet)
+
+
+@pytest.mark.parametrize("name", ["minilm-grid-val1000", "minilm-grid-constant-lr-val1000"])
+def test_val1000_recipes_follow_the_protocol_and_differ_only_there(name):
+    recipe, base = load_aligner_recipe(name), load_aligner_recipe(name.removesuffix("-val1000"))
+    protocol = ("flickr8k-val1000", "train-minus-val1000", "val1000")
+    assert (recipe.validation_slice, recipe.train_split, recipe.dev_split) == protocol
+    differ = {k for k, v in recipe.to_dict().items() if base.to_dict()[k] != v}
+    assert differ == {"name", "description", "validation_slice", "train_split", "dev_split"}
