@@ -11,9 +11,8 @@ summed, float16), and every choice is made on val1000: each run's epoch is its b
 candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
 written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
 
-Candidates (the shipped scheme is "grid best + grid last + constant-lr best"): the grid run's best alone;
-grid best + grid last (or its second best when last is best); that + constant-lr best; grid best +
-constant-lr best.
+Candidates (:func:`candidates`): the shipped scheme "grid best + grid last + constant-lr best", its
+parts, and the same with the grid run's second-best epoch instead of its last.
 """
 
 from __future__ import annotations
@@ -86,14 +85,22 @@ def evaluate_pack(models: list, extra: dict, path: Path, corpus, split: str) -> 
 
 
 def candidates(grid: list[int], last: int, const: list[int]) -> dict[str, list[tuple[str, int]]]:
-    second = last if last != grid[0] else grid[1]
-    pair = [("grid", grid[0]), ("grid", second)]
-    return {
+    """The packings tried on val1000: the shipped scheme (grid best + grid last + constant-lr best), its
+    parts, and the same with the grid run's second best instead of its last epoch."""
+    out: dict[str, list[tuple[str, int]]] = {
         "grid best": [("grid", grid[0])],
-        "grid best + grid last" if second == last else "grid best + grid second": pair,
-        "grid pair + constant-lr best": [*pair, ("const", const[0])],
+        "constant-lr best": [("const", const[0])],
         "grid best + constant-lr best": [("grid", grid[0]), ("const", const[0])],
     }
+    for name, other in (("last", last), ("second", grid[1])):
+        if other != grid[0]:
+            out[f"grid best + grid {name}"] = [("grid", grid[0]), ("grid", other)]
+            out[f"grid best + grid {name} + constant-lr best"] = [
+                ("grid", grid[0]),
+                ("grid", other),
+                ("const", const[0]),
+            ]
+    return out
 
 
 def time_v(path: Path) -> dict[str, Any]:
