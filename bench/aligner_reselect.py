@@ -117,6 +117,16 @@ def time_v(path: Path) -> dict[str, Any]:
     return out
 
 
+def training_time(run: Path, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds of the epochs this run trained (a branched run, bench/aligner_branch.py, did not train the
+    epochs before its branch point: its ``BRANCHED`` file says which), wall time and peak RSS."""
+    branched = json.loads((run / "BRANCHED").read_text()) if (run / "BRANCHED").is_file() else None
+    first = branched["epoch"] + 1 if branched else 1
+    out: dict[str, Any] = {"branched": branched, "epochs_trained_in_this_run": [first, points[-1]["epoch"]]}
+    out["training_seconds_sum_of_epochs"] = round(sum(p["seconds"] for p in points if p["epoch"] >= first), 1)
+    return out | time_v(run.parent / f"{run.name}.time")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -167,8 +177,7 @@ def main() -> None:
                 "recipe": json.loads((run / "config.json").read_text())["name"],
                 "curve": curves[name],
                 "best_epoch_val1000": ranked[name][0],
-                "training_seconds_sum_of_epochs": round(sum(p["seconds"] for p in curves[name]), 1),
-                **time_v(run.parent / f"{run.name}.time"),
+                **training_time(run, curves[name]),
             }
             for name, run in runs.items()
         },
