@@ -11,6 +11,10 @@ summed, float16), and every choice is made on val1000: each run's epoch is its b
 candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
 written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
 
+Then, with ``--retrained --grid RUN --const RUN --out-model OTHER``: the same members (the epochs chosen on
+val1000, read from the JSON) taken from runs of the base recipes on all of train (``minilm-grid
+--epochs 10``; ``minilm-grid-constant-lr`` branched at 6, to epoch 8), packed, dev read once for them.
+
 Candidates (:func:`candidates`): the shipped scheme "grid best + grid last + constant-lr best", its
 parts, and the same with the grid run's second-best epoch instead of its last.
 """
@@ -27,7 +31,7 @@ from typing import Any
 
 import torch
 
-from _common import REPO, run_meta, write_result
+from _common import REPO, RESULTS, run_meta, write_result
 from vsekit.alignment import Aligner, load_aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
 from vsekit.alignment.pack import pack_aligners
@@ -127,6 +131,48 @@ def training_time(run: Path, points: list[dict[str, Any]]) -> dict[str, Any]:
     return out | time_v(run.parent / f"{run.name}.time")
 
 
+def retrained(args: argparse.Namespace, snapshots: list[Path]) -> None:
+    """``--retrained``: ``--grid``/``--const`` are runs of the base recipes on all of train; pack the epochs
+    chosen on val1000 (read from bench/results/aligner_reselect.json, written before these runs started),
+    rank dev once, add the result to that file. The trainer logs dev numbers every epoch; nothing here
+    reads them (only each epoch's loss and seconds)."""
+    path = RESULTS / "aligner_reselect.json"
+    result = json.loads(path.read_text())
+    members = [(r, int(e)) for r, e in (m.split(" epoch ") for m in result["chosen"]["members"])]
+    runs = {"grid": args.grid, "const": args.const}
+    models = [member(runs[r], e, snapshots) for r, e in members]
+    recipes = {name: json.loads((run / "config.json").read_text())["name"] for name, run in runs.items()}
+    extra = {
+        "recipe": "packed",
+        "selection": "flickr8k-val1000 (members chosen there; these trained on all of train)",
+        "packed_from": [{"recipe": recipes[r], "epoch": e} for r, e in members],
+    }
+    dev = evaluate_pack(models, extra, args.out_model, load_corpus(SHARED), "dev")
+    save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+    print(f"retrained on train, members {members}; dev (read once): {dev}", flush=True)
+    losses = {
+        name: [{k: p[k] for k in ("epoch", "loss", "lr", "seconds")} for p in curve(run)]
+        for name, run in runs.items()
+    }
+    result["retrained_on_train"] = {
+        "meta": run_meta(threads=args.threads, note="load average is at the end (the evaluation)"),
+        "note": args.note,
+        "members": [f"{recipes[r]} epoch {e}" for r, e in members],
+        "runs": {
+            name: {
+                "dir": str(run),
+                "recipe": recipes[name],
+                "epochs": losses[name],
+                **training_time(run, curve(run)),
+            }
+            for name, run in runs.items()
+        },
+        "model": str(args.out_model),
+        "dev_once": dev,
+    }
+    print(write_result(path, result))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -137,8 +183,11 @@ def main() -> None:
     parser.add_argument("--out-model", type=Path, default=Path("/work/runs/aligner-val1000.safetensors"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--note", default="", help="how the runs were made (recorded as is)")
+    parser.add_argument("--retrained", action="store_true", help="runs on all of train: see retrained()")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.retrained:
+        return retrained(args, [args.branched_from] if args.branched_from else [])
     corpus = apply_validation_slice(load_corpus(SHARED), load_validation_slice("flickr8k-val1000"))
     runs = {"grid": args.grid, "const": args.const}
     curves = {name: curve(run) for name, run in runs.items()}
