@@ -2,6 +2,7 @@
 the model file round trip, ranking a split by S_kl."""
 
 import csv
+import zlib
 
 import numpy as np
 import pytest
@@ -144,3 +145,50 @@ def test_recipes_load_strictly(tmp_path):
     bad.write_text('{"embed_dims": 3}')
     with pytest.raises(VsekitError, match="unknown field"):
         load_aligner_recipe(bad)
+
+
+def _sample_regions(corpus, image_ids, spec, **kwargs):
+    """Fixed random features per image id (3 regions), so the sample's images need no CNN pass."""
+    rng = {i: np.random.default_rng(zlib.crc32(i.encode())) for i in image_ids}
+    feats = np.stack([rng[i].standard_normal((3, D)).astype(np.float32) for i in image_ids])
+    return Regions(feats, np.broadcast_to(BOXES, (len(image_ids), 3, 4)).copy())
+
+
+def test_a_validation_slice_trains_on_the_rest_and_selects_on_the_slice(tmp_path, one_torch_thread):
+    from vsekit.data.splits import make_validation_slice, write_validation_slice
+    from vsekit.errors import CorpusError
+    from vsekit.resources import sample_data_path
+
+    sample = load_corpus(sample_data_path())  # the bundled sample: one split ('dev') of 100 photos
+    vslice = make_validation_slice(sample, "val20", 20, seed=0, source_split="dev")
+    path = write_validation_slice(vslice, tmp_path / "val20.json")
+    quiet = dict(progress=False, device="cpu", region_fn=_sample_regions, log=lambda s: None)
+    sliced = dict(validation_slice=str(path), train_split="dev-minus-val20", dev_split="val20")
+    summary = train_aligner(sample, _config(epochs=1, **sliced), tmp_path / "run", **quiet)
+    identity = read_checkpoint(tmp_path / "run" / "checkpoint.pt", "aligner")["data"]
+    assert (identity["n_train_captions"], identity["n_dev_captions"]) == (80 * 5, 20 * 5)
+    assert set(identity["train_ids_head"]).isdisjoint(vslice.image_ids)
+    assert summary["best_epoch"] == 1 and summary["history"][0]["dev"]["i2t"]["r1"] >= 0
+    _, extra = load_aligner(summary["model_path"])
+    assert extra["train"]["validation_slice"] == str(path)
+    # selecting on anything but the slice, or training on the whole source split, is refused up front
+    for field, wrong in (("dev_split", "dev"), ("train_split", "dev")):
+        bad = _config(epochs=1, **{**sliced, field: wrong})
+        with pytest.raises(VsekitError, match=f"field '{field}' must be"):
+            train_aligner(sample, bad, tmp_path / "bad", **quiet)
+        assert not (tmp_path / "bad").exists()  # nothing written
+    # the shipped Flickr8K slice does not fit the sample (no 'train' split): one line naming the slice
+    shipped = dict(
+        validation_slice="flickr8k-val1000", train_split="train-minus-val1000", dev_split="val1000"
+    )
+    with pytest.raises(CorpusError, match="flickr8k-val1000.json: the slice is drawn from split 'train'"):
+        train_aligner(sample, _config(epochs=1, **shipped), tmp_path / "bad", **quiet)
+
+
+@pytest.mark.parametrize("name", ["minilm-grid-val1000", "minilm-grid-constant-lr-val1000"])
+def test_val1000_recipes_follow_the_protocol_and_differ_only_there(name):
+    recipe, base = load_aligner_recipe(name), load_aligner_recipe(name.removesuffix("-val1000"))
+    protocol = ("flickr8k-val1000", "train-minus-val1000", "val1000")
+    assert (recipe.validation_slice, recipe.train_split, recipe.dev_split) == protocol
+    differ = {k for k, v in recipe.to_dict().items() if base.to_dict()[k] != v}
+    assert differ == {"name", "description", "validation_slice", "train_split", "dev_split"}

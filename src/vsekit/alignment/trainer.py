@@ -26,6 +26,7 @@ import torch
 from vsekit.alignment.model import WORD_ENCODERS, RegionAligner, save_aligner
 from vsekit.alignment.score import SCORES, alignment_scores
 from vsekit.data.corpus import Corpus
+from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, build_vocabulary
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import hinge_ranking_loss
@@ -69,6 +70,8 @@ class AlignerConfig(Recipe):
     ``freeze_words`` keeps it fixed. ``words``: ``brnn`` (Eq. 2-6) or ``minilm`` (frozen MiniLM token
     states pooled per word, then a trained ``word_head``, ``mlp`` or ``linear``; ``word_dim``, ``glove``
     and ``freeze_words`` are then unused). ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
+    ``validation_slice``: a slice (shipped name or file, :mod:`vsekit.data.splits`) to select on; the
+    recipe then trains on ``train-minus-<slice>`` and names the slice as its ``dev_split``.
     """
 
     name: str = "custom"
@@ -99,6 +102,7 @@ class AlignerConfig(Recipe):
     vocab_max_size: int | None = None
     train_split: str = "train"
     dev_split: str = "dev"
+    validation_slice: str | None = None
     patience: int | None = 5
     seed: int = 0
     num_threads: int | None = None
@@ -328,6 +332,10 @@ def train_aligner(
     extraction (tests). Returns a summary (``model_path``, ``best_epoch``, ``best_dev``, ``history``, ...).
     """
     config.validate()
+    source = f"recipe {config.name!r}"
+    corpus = corpus_for_selection(
+        corpus, config.train_split, config.dev_split, config.validation_slice, source
+    )
     refuse_data_parallel(
         "the region aligner", "its S_kl scores need every region and word of a batch on one process"
     )

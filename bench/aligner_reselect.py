@@ -1,0 +1,243 @@
+"""Re-select the shipped aligner under the selection protocol of issue 24 (validation slice flickr8k-val1000).
+
+    python bench/aligner_reselect.py --grid RUNS/align-minilm-grid-val1000 \
+        --const RUNS/align-minilm-grid-constant-lr-val1000 [--out-model RUNS/aligner-val1000.safetensors]
+
+The two runs are ``vsekit train-aligner`` with the recipes ``minilm-grid-val1000`` and
+``minilm-grid-constant-lr-val1000`` (train minus the slice; every epoch ranked on the slice). A run's
+``epochs/ep<N>.pt`` are copies of its ``checkpoint.pt`` taken after epoch N (the trainer keeps only the last
+one), so any epoch can be a member. The packing is bench/ship_aligner.py's (the members' word-region dots
+summed, float16), and every choice is made on val1000: each run's epoch is its best val1000 rsum, then the
+candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
+written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
+
+Then, with ``--retrained --grid RUN --const RUN --out-model OTHER``: the same members (the epochs chosen on
+val1000, read from the JSON) taken from runs of the base recipes on all of train (``minilm-grid
+--epochs 10``; ``minilm-grid-constant-lr`` branched at 6, to epoch 8), packed, dev read once for them.
+
+Candidates (:func:`candidates`): the shipped scheme "grid best + grid last + constant-lr best", its
+parts, and the same with the grid run's second-best epoch instead of its last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from _common import REPO, RESULTS, run_meta, write_result
+from vsekit.alignment import Aligner, load_aligner, save_aligner
+from vsekit.alignment.evaluate import evaluate_aligner
+from vsekit.alignment.pack import pack_aligners
+from vsekit.data import load_corpus
+from vsekit.data.splits import apply_validation_slice, load_validation_slice
+from vsekit.training import read_checkpoint
+
+SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
+PAPER_BRNN = {"i2t": {"r1": 16.5, "r5": 40.6, "r10": 54.2}, "t2i": {"r1": 11.8, "r5": 32.1, "r10": 44.7}}
+KEYS = ("r1", "r5", "r10", "medr")
+
+
+def _short(metrics: dict[str, Any]) -> dict[str, Any]:
+    out = {d: {k: round(metrics[d][k], 2) for k in KEYS} for d in ("i2t", "t2i")}
+    return {**out, "rsum": round(metrics["rsum"], 2)}
+
+
+def curve(run: Path) -> list[dict[str, Any]]:
+    """The run's log: per epoch the loss, learning rate, seconds and val1000 numbers."""
+    entries = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+    return [
+        {"epoch": e["epoch"], "loss": round(e["loss"], 4), "lr": e["lr"], "seconds": round(e["time_s"], 1)}
+        | {"val1000": _short(e["dev"])}
+        for e in entries
+    ]
+
+
+def best_epochs(points: list[dict[str, Any]]) -> list[int]:
+    """Epochs by val1000 rsum, best first."""
+    return [p["epoch"] for p in sorted(points, key=lambda p: -p["val1000"]["rsum"])]
+
+
+def member(run: Path, epoch: int, snapshots: list[Path]) -> torch.nn.Module:
+    """Epoch ``epoch`` of ``run``: its aligner file's architecture with the weights of the checkpoint copy
+    ``epochs/ep<epoch>.pt`` (looked up in ``run`` then in ``snapshots``: a branched run's early epochs)."""
+    model, _ = load_aligner(run / "aligner.safetensors")
+    for where in (run, *snapshots):
+        path = where / "epochs" / f"ep{epoch}.pt"
+        if path.is_file():
+            ckpt = read_checkpoint(path, "aligner")
+            if ckpt["epoch"] != epoch:
+                raise SystemExit(f"{path}: holds epoch {ckpt['epoch']}, not {epoch}")
+            model.load_state_dict(ckpt["model"])
+            return model.eval()
+    raise SystemExit(f"{run}: no copy of epoch {epoch}'s checkpoint (epochs/ep{epoch}.pt)")
+
+
+def evaluate_pack(models: list, extra: dict, path: Path, corpus, split: str) -> dict[str, Any]:
+    """Save ``models`` packed in float16 (what would ship) to ``path``, read it back, rank ``split``."""
+    packed = models[0] if len(models) == 1 else pack_aligners(models)
+    save_aligner(packed, path, extra=extra, half=True)
+    start = time.perf_counter()
+    metrics = evaluate_aligner(Aligner(load_aligner(path)[0]), corpus, split, progress=False)
+    return {**_short(metrics), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def candidates(grid: list[int], last: int, const: list[int]) -> dict[str, list[tuple[str, int]]]:
+    """The packings tried on val1000: the shipped scheme (grid best + grid last + constant-lr best), its
+    parts, and the same with the grid run's second best instead of its last epoch."""
+    out: dict[str, list[tuple[str, int]]] = {
+        "grid best": [("grid", grid[0])],
+        "constant-lr best": [("const", const[0])],
+        "grid best + constant-lr best": [("grid", grid[0]), ("const", const[0])],
+    }
+    for name, other in (("last", last), ("second", grid[1])):
+        if other != grid[0]:
+            out[f"grid best + grid {name}"] = [("grid", grid[0]), ("grid", other)]
+            out[f"grid best + grid {name} + constant-lr best"] = [
+                ("grid", grid[0]),
+                ("grid", other),
+                ("const", const[0]),
+            ]
+    return out
+
+
+def time_v(path: Path) -> dict[str, Any]:
+    """Wall time and peak RSS from ``/usr/bin/time -v`` output, where the run was started under it."""
+    if not path.is_file():
+        return {}
+    text = path.read_text()
+    out: dict[str, Any] = {}
+    if m := re.search(r"Maximum resident set size \(kbytes\): (\d+)", text):
+        out["peak_rss_gb"] = round(int(m.group(1)) / 1e6, 2)
+    if m := re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text):
+        h, mnt, s = int(m.group(1) or 0), int(m.group(2)), float(m.group(3))
+        out["wall_seconds"] = round(3600 * h + 60 * mnt + s, 1)
+    return out
+
+
+def training_time(run: Path, points: list[dict[str, Any]]) -> dict[str, Any]:
+    """Seconds of the epochs this run trained (a branched run, bench/aligner_branch.py, did not train the
+    epochs before its branch point: its ``BRANCHED`` file says which), wall time and peak RSS."""
+    branched = json.loads((run / "BRANCHED").read_text()) if (run / "BRANCHED").is_file() else None
+    first = branched["epoch"] + 1 if branched else 1
+    out: dict[str, Any] = {"branched": branched, "epochs_trained_in_this_run": [first, points[-1]["epoch"]]}
+    out["training_seconds_sum_of_epochs"] = round(sum(p["seconds"] for p in points if p["epoch"] >= first), 1)
+    return out | time_v(run.parent / f"{run.name}.time")
+
+
+def retrained(args: argparse.Namespace, snapshots: list[Path]) -> None:
+    """``--retrained``: ``--grid``/``--const`` are runs of the base recipes on all of train; pack the epochs
+    chosen on val1000 (read from bench/results/aligner_reselect.json, written before these runs started),
+    rank dev once, add the result to that file. The trainer logs dev numbers every epoch; nothing here
+    reads them (only each epoch's loss and seconds)."""
+    path = RESULTS / "aligner_reselect.json"
+    result = json.loads(path.read_text())
+    members = [(r, int(e)) for r, e in (m.split(" epoch ") for m in result["chosen"]["members"])]
+    runs = {"grid": args.grid, "const": args.const}
+    models = [member(runs[r], e, snapshots) for r, e in members]
+    recipes = {name: json.loads((run / "config.json").read_text())["name"] for name, run in runs.items()}
+    extra = {
+        "recipe": "packed",
+        "selection": "flickr8k-val1000 (members chosen there; these trained on all of train)",
+        "packed_from": [{"recipe": recipes[r], "epoch": e} for r, e in members],
+    }
+    dev = evaluate_pack(models, extra, args.out_model, load_corpus(SHARED), "dev")
+    save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+    print(f"retrained on train, members {members}; dev (read once): {dev}", flush=True)
+    losses = {
+        name: [{k: p[k] for k in ("epoch", "loss", "lr", "seconds")} for p in curve(run)]
+        for name, run in runs.items()
+    }
+    result["retrained_on_train"] = {
+        "meta": run_meta(threads=args.threads, note="load average is at the end (the evaluation)"),
+        "note": args.note,
+        "members": [f"{recipes[r]} epoch {e}" for r, e in members],
+        "runs": {
+            name: {
+                "dir": str(run),
+                "recipe": recipes[name],
+                "epochs": losses[name],
+                **training_time(run, curve(run)),
+            }
+            for name, run in runs.items()
+        },
+        "model": str(args.out_model),
+        "dev_once": dev,
+    }
+    print(write_result(path, result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--grid", type=Path, required=True)
+    parser.add_argument("--const", type=Path, required=True)
+    parser.add_argument("--branched-from", type=Path, default=None, help="run holding const's early epochs")
+    parser.add_argument("--out-model", type=Path, default=Path("/work/runs/aligner-val1000.safetensors"))
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--note", default="", help="how the runs were made (recorded as is)")
+    parser.add_argument("--retrained", action="store_true", help="runs on all of train: see retrained()")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.retrained:
+        return retrained(args, [args.branched_from] if args.branched_from else [])
+    corpus = apply_validation_slice(load_corpus(SHARED), load_validation_slice("flickr8k-val1000"))
+    runs = {"grid": args.grid, "const": args.const}
+    curves = {name: curve(run) for name, run in runs.items()}
+    ranked = {name: best_epochs(points) for name, points in curves.items()}
+    snapshots = [args.branched_from] if args.branched_from else []
+    tried, models = {}, {}
+    for label, members in candidates(ranked["grid"], curves["grid"][-1]["epoch"], ranked["const"]).items():
+        for key in members:
+            if key not in models:
+                models[key] = member(runs[key[0]], key[1], snapshots)
+        extra = {"recipe": "packed", "members": [f"{r} epoch {e}" for r, e in members]}
+        tmp = args.out_model.with_suffix(".candidate.safetensors")
+        tried[label] = {"members": extra["members"]}
+        tried[label]["val1000"] = evaluate_pack([models[k] for k in members], extra, tmp, corpus, "val1000")
+        print(f"{label}: val1000 {tried[label]['val1000']}", flush=True)
+    chosen = max(tried, key=lambda label: tried[label]["val1000"]["rsum"])
+    members = [(r, e) for r, e in (m.split(" epoch ") for m in tried[chosen]["members"])]
+    extra = {
+        "recipe": "packed",
+        "selection": "flickr8k-val1000",
+        "packed_from": [{"recipe": json.loads((runs[r] / "config.json").read_text())["name"], "epoch": int(e)}
+                        for r, e in members],
+        "val1000": tried[chosen]["val1000"],
+    }  # fmt: skip
+    dev = evaluate_pack([models[(r, int(e))] for r, e in members], extra, args.out_model, corpus, "dev")
+    save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+    print(f"chosen on val1000: {chosen}; dev (read once): {dev}", flush=True)
+    shipped = json.loads((REPO / "bench" / "results" / "alignment.json").read_text())["shipped"]
+    result = {
+        "meta": run_meta(threads=args.threads, note="load average is at the end (the evaluation)"),
+        "protocol": "train on train-minus-val1000, every choice on val1000 (flickr8k-val1000), dev read once",
+        "note": args.note,
+        "runs": {
+            name: {
+                "dir": str(run),
+                "recipe": json.loads((run / "config.json").read_text())["name"],
+                "curve": curves[name],
+                "best_epoch_val1000": ranked[name][0],
+                **training_time(run, curves[name]),
+            }
+            for name, run in runs.items()
+        },
+        "candidates_val1000": tried,
+        "chosen": {"label": chosen, "members": tried[chosen]["members"], "model": str(args.out_model)},
+        "dev_once": dev,
+        "shipped_aligner_dev": _short(shipped) | {"selected_on": "dev"},
+        "paper_brnn_flickr8k_test": PAPER_BRNN,
+    }
+    print(write_result("aligner_reselect.json", result))
+
+
+if __name__ == "__main__":
+    main()
