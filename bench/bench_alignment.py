@@ -121,10 +121,15 @@ def _rank_dev(aligner: Aligner, corpus, dev: tuple, args: argparse.Namespace) ->
     out.update(extra=aligner.extra.get("train"), best_epoch=aligner.extra.get("epoch"), **metrics)
     if "packed_from" in aligner.extra:  # bench/ship_aligner.py: which runs and epochs
         members = aligner.extra["packed_from"]
+        # members chosen on dev (the first shipped aligner) carry their dev rsum; members chosen on
+        # flickr8k-val1000 (bench/aligner_reselect.py) do not: dev was read once, for the packed file
         out["packed_from"] = [
-            {"recipe": m["recipe"], "epoch": m["epoch"], "dev_rsum": round(m["dev"]["rsum"], 2)}
+            {"recipe": m["recipe"], "epoch": m["epoch"]}
+            | ({"dev_rsum": round(m["dev"]["rsum"], 2)} if "dev" in m else {})
             for m in members
         ]
+        if "selection" in aligner.extra:
+            out["selection"] = aligner.extra["selection"]
     if args.run:
         log = [json.loads(line) for line in (Path(args.run) / "log.jsonl").read_text().splitlines()]
         out["training"] = {
