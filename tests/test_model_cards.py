@@ -99,6 +99,22 @@ def test_a_model_file_and_a_bench_json_that_disagree_are_refused(gen, monkeypatc
         gen.build_cards()
 
 
+def test_the_aligner_card_refuses_a_reselection_json_of_another_file(gen, monkeypatch):
+    """The aligner chosen on val1000: its header's dev numbers and members must be the ones that
+    bench/results/aligner_reselect.json records for the retrained packing."""
+    real = gen.load
+
+    def other(name):
+        data = copy.deepcopy(real(name))
+        if name == "aligner_reselect.json":
+            data["retrained_on_train"]["dev_once"]["rsum"] -= 5.0
+        return data
+
+    monkeypatch.setattr(gen, "load", other)
+    with pytest.raises(SystemExit, match=r"aligner dev rsum \(aligner_reselect\.json\): the model file says"):
+        gen.card_aligner()
+
+
 def test_vsekit_models_lists_every_card(monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")  # the table's cells unwrapped, to find them whole
     result = CliRunner().invoke(app, ["models"])
