@@ -241,7 +241,11 @@ CAPTIONERS = {
     "cap-lstm-ship beam 5 + rerank": "m-RNN LSTM + rerank with the MobileNetV2 `vse-best`",
     "cap-effnet-ship beam 1": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
     "cap-effnet-ship beam 3": "m-RNN, LSTM (`mrnn-lstm-effnet`)",
-    "cap-effnet-ship beam 7 + rerank": "**shipped `captioner`: `mrnn-lstm-effnet` + rerank with `vse`**",
+    "cap-effnet-ship beam 7 + rerank": "`mrnn-lstm-effnet` + rerank with `vse` (epoch and decoding chosen on dev)",
+    "cap-retrain-ship beam 1": "m-RNN, LSTM (`mrnn-lstm-effnet-retrain`)",
+    "cap-retrain-ship beam 3": "m-RNN, LSTM (`mrnn-lstm-effnet-retrain`)",
+    "cap-retrain-ship beam 7 + rerank": "**shipped `captioner`: `mrnn-lstm-effnet-retrain` + rerank with `vse` "
+    "(epochs and decoding chosen on val1000)**",
     "scnlm scnlm": "SC-NLM (Kiros 2014), KN-LM + translation-score rerank",
 }
 
