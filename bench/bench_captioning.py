@@ -56,7 +56,7 @@ def training_cost(run_dir: Path) -> dict:
     return {
         "best_epoch": best["epoch"],
         "epochs_run": len(log),
-        "train_s_to_best": round(sum(e["train_s"] + e["dev"].get("decode_s", 0) for e in upto), 1),
+        "train_s_to_best": round(sum(e["train_s"] + e.get("dev", {}).get("decode_s", 0) for e in upto), 1),
         "config": json.loads((run_dir / "config.json").read_text()),
     }
 

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
+
+from _common import run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results" / "vse_reselect.json"
@@ -49,14 +47,9 @@ def main() -> None:
     done = {s: m for s, m in members.items() if m["best"] is not None}
     ranked = sorted(done, key=lambda s: -done[s]["best"]["rsum"])
     finished = all(m["epochs_done"] >= config["epochs"] for m in members.values())
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
     payload = {
         "benchmark": "re-selection of the shipped vse under the selection protocol (val1000)",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
-        "load_average": [round(x, 2) for x in os.getloadavg()],
-        "threads": config.get("num_threads"),
-        "commit": commit.stdout.strip(),
+        **run_meta(threads=config.get("num_threads")),
         "backbone": config["backbone"],
         "run": str(args.run),
         "recipe": config["name"],
@@ -66,8 +59,7 @@ def main() -> None:
         "val1000_would_ensemble": ranked[:2] if len(ranked) >= 2 and finished else None,
         "shipped": SHIPPED,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(payload, indent=2) + "\n")
+    write_result(RESULTS, payload, indent=2)
     for seed, m in members.items():
         b = m["best"]
         best = f"best epoch {b['epoch']} rsum {b['rsum']:.1f}" if b else "no epoch yet"

@@ -1,6 +1,7 @@
 """Re-select the shipped Tree-LSTM model under the selection protocol of issue 24 (flickr8k-val1000).
 
-    vsekit train --data FLICKR8K --recipe tree-lstm-p1-val1000 --out RUNS/tree-lstm-p1-val1000 --num-threads 1
+    vsekit train --data FLICKR8K --recipe bench/recipes/tree-lstm-p1-val1000.json \
+        --out RUNS/tree-lstm-p1-val1000 --num-threads 1
     python bench/tree_lstm_reselect.py --run RUNS/tree-lstm-p1-val1000
 
 The run trains on train minus the slice and keeps its best epoch by val1000 rsum (the trainer's

@@ -1,0 +1,87 @@
+"""The next `vse` candidate (issue 24 item 3): a fixed-epoch retrain of a recipe chosen on val1000.
+
+    python bench/vse_candidate.py --run /work/runs/vse-views-retrain
+
+The run is ``vsekit train --recipe bench/recipes/vse-views-retrain.json``: the six-crop training views
+(bench/results/joint_space.json: better than the baseline on val1000 for all four seeds), members and
+epochs chosen there, retrained on all of train for exactly that many epochs; each member scores dev once,
+after its last epoch, and the packed ensemble once more (the trainer's report). Nothing here chooses.
+Writes bench/results/vse_views_candidate.json: the val1000 evidence (per seed: views vs the baseline),
+each member's dev numbers and the ensemble's, beside the shipped `vse` (chosen on dev).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from safetensors import safe_open
+
+from _common import run_meta, write_result
+from vsekit.resources import pretrained_path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results" / "vse_views_candidate.json"
+
+
+def _dev(metrics: dict) -> dict:
+    return {
+        "i2t": {k: round(metrics["i2t"][k], 2) for k in ("r1", "r5", "r10")},
+        "t2i": {k: round(metrics["t2i"][k], 2) for k in ("r1", "r5", "r10")},
+        "rsum": round(metrics["rsum"], 2),
+    }
+
+
+def _file_dev(path: Path) -> dict | None:
+    with safe_open(str(path), framework="pt") as f:
+        extra = json.loads((f.metadata() or {}).get("extra", "{}"))
+    return _dev(extra["dev"]) if extra.get("dev") else None
+
+
+def _val1000_evidence() -> list[dict]:
+    """Per seed: the best val1000 rsum of the six-crop views member and of the baseline member."""
+    space = json.loads((REPO / "bench" / "results" / "joint_space.json").read_text())
+    base = {b["seed"]: b["best"]["rsum"] for b in space["baselines"].values()}
+    rows = []
+    for e in space["experiments"]:
+        if e["recipe"].startswith("bench/recipes/joint-views") and "ten" not in e["recipe"]:
+            if "infonce" not in e["recipe"]:
+                best = max(e["val1000"], key=lambda c: c["rsum"])
+                rows.append({"seed": e["seed"], "views": best["rsum"], "baseline": base[e["seed"]]})
+    return sorted(rows, key=lambda r: r["seed"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--run", type=Path, required=True)
+    args = parser.parse_args()
+    config = json.loads((args.run / "config.json").read_text())
+    members = {}
+    for seed in config["ensemble_seeds"]:
+        log = [json.loads(x) for x in (args.run / f"seed-{seed}" / "log.jsonl").read_text().splitlines() if x]
+        scored = [e for e in log if e.get("dev")]
+        members[str(seed)] = {
+            "epochs": len(log),
+            "dev_reads": len(scored),
+            "dev": _dev(scored[-1]["dev"]) if scored else None,
+            "train_s": round(sum(e.get("time_s", 0.0) for e in log), 1),
+        }
+    payload = {
+        "benchmark": "the next vse candidate: six-crop views, chosen on val1000, retrained on train",
+        **run_meta(threads=config.get("num_threads")),
+        "run": str(args.run),
+        "recipe": config,
+        "val1000_evidence": _val1000_evidence(),
+        "members": members,
+        "ensemble_dev": _file_dev(args.run / "model.safetensors"),
+        "shipped_vse_dev": _file_dev(pretrained_path("vse")),
+    }
+    write_result(RESULTS, payload, indent=2)
+    print(json.dumps({k: payload[k] for k in ("members", "ensemble_dev", "shipped_vse_dev")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
