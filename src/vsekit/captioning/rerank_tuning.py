@@ -75,7 +75,7 @@ def tune_captioner_rerank(
     captioner.meta["dev_rerank"] = {"best": best, "beam_only": plain, "grid": grid}
     save_captioner(captioner, captioner_path)
     say(
-        f"rerank on dev ({len(ids)} images, beam {beam_size}): weight {weight:g}, "
+        f"rerank on {dev_split} ({len(ids)} images, beam {beam_size}): weight {weight:g}, "
         f"length penalty {penalty:g}: "
         f"CIDEr {best['cider']:.1f} B-4 {best['bleu4']:.1f} (beam alone: CIDEr {plain['cider']:.1f} "
         f"B-4 {plain['bleu4']:.1f})"
