@@ -217,7 +217,7 @@ def tune_fusion_on_slice(corpus, args: argparse.Namespace) -> dict:
         "tune_rsum_by_weight": by_weight,
         "tuned_on": f"{vslice.name} ({len(ids)} photos, {len(texts)} captions)",
         "tune_models": {"joint": str(args.tune_joint), "aligner": str(args.tune_aligner)},
-        "aligner_alone_rsum": by_weight.get(0.0),
+        "joint_alone_rsum": by_weight.get(0.0),  # w weighs S_kl: 0 is the cosine alone
     }
 
 
@@ -277,6 +277,8 @@ def _write_fusion(aligner: Aligner, joint, weight: float, stats: dict, out: dict
     if aligner.path is None or file_sha256(aligner.path) != file_sha256(shipped):
         raise SystemExit("--write-fusion needs --model aligner (the shipped aligner)")
     held = out["held_out"]
+    proxies = ", ".join(Path(m).name for m in out.get("tune_models", {}).values())
+    scored_by = f", scored by models trained without it ({proxies})" if proxies else ""
     spec = FusionSpec(
         "vse",
         "aligner",
@@ -287,12 +289,7 @@ def _write_fusion(aligner: Aligner, joint, weight: float, stats: dict, out: dict
         measured={
             "by": "bench/bench_alignment.py --fuse --write-fusion",
             "date": date.today().isoformat(),
-            "how": f"weight and statistics from {out['tuned_on']}"
-            + (
-                f", scored by models trained without it ({', '.join(map(str, out['tune_models'].values()))})"
-                if "tune_models" in out
-                else ""
-            ),
+            "how": f"weight and statistics from {out['tuned_on']}" + scored_by,
             "held_out_rsum": {k: round(v["rsum"], 2) for k, v in held.items()},
         },
     )

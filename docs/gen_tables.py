@@ -377,9 +377,10 @@ def t_fusion_held_out() -> str:
     d = load("alignment.json")
     held = d["fusion"]["held_out"]
     body = [[name, *recall_cells(m), f1(m["rsum"])] for name, m in held.items()]
+    tuned_on = d["fusion"].get("tuned_on", "the even-numbered dev images")
     note = (
         "the odd-numbered 500 dev images x 2,500 captions, which chose nothing "
-        "(w and the statistics come from the even half)"
+        f"(w and the statistics come from {tuned_on})"
     )
     return (
         table(["model", *RECALL_HEADER], body) + "\n\n" + source("alignment.json", d, "fusion.held_out", note)
@@ -1048,7 +1049,8 @@ def t_rerank() -> str:
     note = (
         f"image search through the folder contract on the odd-numbered half of {meta['split']} "
         f"({half['photos']} photos, {half['queries']:,} captions as queries; the fusion's weight was chosen "
-        "on the even half); a cold re-rank of the top 50 (regions computed) took "
+        f"on {meta.get('fusion_tuned_on', 'the even half')}); "
+        "a cold re-rank of the top 50 (regions computed) took "
         f"{f1(half['cold_rerank_ms_p50'])} ms at the median; "
         "`python bench/bench_rerank.py --parts odd --threads 1`"
     )

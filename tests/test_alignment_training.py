@@ -126,6 +126,27 @@ def test_two_epochs_and_resume_to_three_equals_three_epochs(scenes, tmp_path, on
         _train(scenes, tmp_path / "a", epochs=4)
 
 
+def test_eval_every_epochs_ranks_dev_once_and_keeps_the_last_epoch(scenes, tmp_path, one_torch_thread):
+    """A fixed-epoch retrain (settings chosen on a validation slice) ranks its dev split once, at the end;
+    changing eval_every on resume is allowed (it does not alter what the finished epochs computed)."""
+    import json
+
+    import vsekit.alignment.trainer as trainer
+
+    ranked = []
+    real = trainer.evaluate_dev
+    trainer_eval = lambda model, data: ranked.append(1) or real(model, data)  # noqa: E731
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer, "evaluate_dev", trainer_eval)
+        summary = _train(scenes, tmp_path / "run", epochs=3, eval_every=3)
+    assert len(ranked) == 1 and summary["best_epoch"] == 3 and summary["epochs_completed"] == 3
+    log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
+    assert [("dev" in e) for e in log] == [False, False, True]
+    _train(scenes, tmp_path / "run", epochs=4, eval_every=1, resume=True)
+    with pytest.raises(VsekitError, match="eval_every"):
+        _config(eval_every=0).validate()
+
+
 def test_evaluate_aligner_gives_the_ranking_keys(scenes, tmp_path, one_torch_thread):
     summary = _train(scenes, tmp_path / "run", epochs=3)
     model, extra = load_aligner(summary["model_path"])

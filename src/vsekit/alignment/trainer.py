@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -72,7 +72,11 @@ class AlignerConfig(Recipe):
     and ``freeze_words`` are then unused). ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
     ``validation_slice``: a slice (shipped name or file, :mod:`vsekit.data.splits`) to select on; the
     recipe then trains on ``train-minus-<slice>`` and names the slice as its ``dev_split``.
+    ``eval_every``: rank ``dev_split`` every N epochs and after the last; ``eval_every = epochs`` is a
+    fixed-epoch retrain with settings chosen elsewhere: dev is read once, after the last epoch.
     """
+
+    RESUMABLE: ClassVar[frozenset[str]] = Recipe.RESUMABLE | {"eval_every"}
 
     name: str = "custom"
     description: str = ""
@@ -106,6 +110,7 @@ class AlignerConfig(Recipe):
     patience: int | None = 5
     seed: int = 0
     num_threads: int | None = None
+    eval_every: int = 1
 
     def validate(self, source: str = "config") -> AlignerConfig:
         def bad(name: str, why: str) -> Exception:
@@ -121,7 +126,15 @@ class AlignerConfig(Recipe):
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise bad(name, f"must be one of {', '.join(allowed)}")
-        for name in ("embed_dim", "word_dim", "batch_size", "epochs", "vocab_min_count", "proposals"):
+        for name in (
+            "embed_dim",
+            "word_dim",
+            "batch_size",
+            "epochs",
+            "vocab_min_count",
+            "proposals",
+            "eval_every",
+        ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
         if self.words == "brnn" and self.glove and self.word_dim != 50:
@@ -363,7 +376,9 @@ def train_aligner(
         say(resume_message(run, state, "rsum"))
     history = run.start(config.to_dict(), state.epoch)
 
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
+    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
+        if epoch % config.eval_every and epoch != config.epochs:
+            return None  # not a scoring epoch: the log line has no dev numbers
         metrics = evaluate_dev(model, data)
         return metrics["rsum"], metrics
 
