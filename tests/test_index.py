@@ -111,6 +111,38 @@ def test_an_index_refuses_another_model(tmp_path, model):
         Index.open(tmp_path / "nowhere")
 
 
+def test_a_rebuild_moves_an_index_to_another_model_in_one_commit(tmp_path, model):
+    """After an upgrade that ships another model: `index build --rebuild` embeds every photo again with it,
+    keeps stored captions and the user's files, and a reader holds the old index until it refreshes."""
+    photos = make_photo_folder(tmp_path / "photos", n=4)
+    out = tmp_path / "index"
+    old = Index.build(photos, out, "bow", progress=False)
+    first = old.paths[0]
+    old.set_captions({first: "a caption worth keeping"})
+    (out / "notes.txt").write_text("the user's file")
+    reader = Index.open(out)
+    assert reader.search("a dog", k=1) and reader.vectors.shape[1] == 1024  # bow answers
+    with pytest.raises(ConfigMismatchError, match="--rebuild"):
+        Index.build(photos, out, model, progress=False)
+    rebuilt = Index.build(photos, out, model, progress=False, rebuild=True)
+    report = rebuilt.report
+    assert report.reembedded == sorted(old.paths) and not report.added and not report.changed
+    assert report.replaced_model["name"] == "bow" and rebuilt.manifest["model"]["embed_dim"] == 2048
+    np.testing.assert_allclose(
+        rebuilt.vectors, model.embed_images([photos / p for p in rebuilt.paths]), atol=1e-5
+    )
+    assert rebuilt.captions([first]) == {first: "a caption worth keeping"}
+    assert (out / "notes.txt").read_text() == "the user's file"
+    assert reader.vectors.shape[1] == 1024 and len(reader) == len(old)  # the snapshot it holds
+    assert reader.refresh() and reader.vectors.shape[1] == 2048
+    hits = reader.search("a dog", k=4)  # the new generation's model, loaded for the next query
+    assert reader.model.embed_dim == 2048 and [h.path for h in hits] == [
+        h.path for h in rebuilt.search("a dog", k=4)
+    ]
+    again = Index.build(photos, out, model, progress=False, rebuild=True).report  # same model: an update
+    assert again.unchanged == len(old) and not again.reembedded and again.replaced_model is None
+
+
 def test_a_crash_before_the_manifest_resumes_to_the_same_files(tmp_path, model, monkeypatch):
     """A crash just before the generation's commit (the store's "manifest") resumes to the same index."""
     photos = make_photo_folder(tmp_path / "photos", n=7)

@@ -69,6 +69,16 @@ def _check_out(out: Path) -> None:
 def _print_report(index: Index, report: BuildReport) -> None:
     for error in report.failed.values():
         warn(error, "unreadable")
+    if report.replaced_model is not None:
+        new = index.manifest["model"]
+        console.print(
+            plain(
+                f"{index.path}: rebuilt with {new['name']} (sha256 {new['sha256'][:12]}; was "
+                f"{report.replaced_model['name']}, sha256 {report.replaced_model['sha256'][:12]}): "
+                f"{len(report.reembedded)} photos embedded again"
+            ),
+            soft_wrap=True,
+        )
     console.print(
         plain(
             f"{index.path}: {len(index)} photos indexed ({len(report.added)} added, {len(report.changed)} "
@@ -102,11 +112,18 @@ def build(
         "--captions",
         help="Also store the shipped captioner's caption of each photo (shown in results).",
     ),
+    rebuild: bool = typer.Option(
+        False,
+        "--rebuild",
+        help="An index built with another model (or an older shipped vse) is embedded again with this "
+        "one; searches use the old index until the new one is complete.",
+    ),
 ) -> None:
     """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed).
 
     With --distributed ray, chunks of photos are embedded by a Ray actor pool; the index is the same.
-    With --captions, each photo's caption is stored too (resumable; only new and changed photos later)."""
+    With --captions, each photo's caption is stored too (resumable; only new and changed photos later).
+    After a vsekit upgrade that ships a new model, --rebuild brings an index over to it."""
     with user_errors(interrupted="re-run the same command to resume"):
         _scan(photos)
         _check_out(out)
@@ -114,7 +131,7 @@ def build(
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         set_cnn_engine(cnn_engine)
         options = ray_options(distributed, ray_address, ray_workers, ray_threads, ray_retries)
-        settings = dict(dtype=dtype, engine=engine, device=device, progress=show_progress())
+        settings = dict(dtype=dtype, engine=engine, device=device, progress=show_progress(), rebuild=rebuild)
         if options is not None:
             from vsekit.distributed.index import ray_build_index
 

@@ -91,6 +91,9 @@ class BuildReport:
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # every unreadable photo: id -> error
+    #: a rebuild with another model (``rebuild=True``): the photos embedded again, and the model replaced
+    reembedded: list[str] = field(default_factory=list)
+    replaced_model: dict[str, Any] | None = None
 
 
 #: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error})
@@ -236,14 +239,16 @@ def _check_same(
     identity: dict[str, Any],
     dtype: str | None,
     engine: str | None,
+    rebuild: bool = False,
 ) -> None:
-    """Refuse to extend an index with another model, another folder or other storage settings."""
+    """Refuse to extend an index with another model (unless ``rebuild``), another folder or other storage
+    settings."""
     recorded = old["model"]
-    if recorded["sha256"] != identity["sha256"]:
+    if recorded["sha256"] != identity["sha256"] and not rebuild:
         raise ConfigMismatchError(
             f"{out}: this index was built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}); "
             f"refusing to mix in vectors of {identity['name']} (sha256 {identity['sha256'][:12]}). "
-            "Use another --out or delete the index"
+            f"`vsekit index build {photos} --out {out} --rebuild` embeds every photo again with it"
         )
     if Path(old["photos"]) != photos:
         raise VsekitError(f"{out}: this index is of {old['photos']}, not {photos}; use another --out")
@@ -270,12 +275,16 @@ class Builder:
     #: Which new or changed files to read now (None: all). A file left out is neither added nor removed:
     #: its old record, if any, stays until a later update (``index update --watch``: still being written).
     ready: Callable[[PhotoFile], bool] | None = None
+    #: An index built with another model is embedded again with this one (``vsekit index build --rebuild``)
+    rebuild: bool = False
 
     def run(self) -> BuildReport:
         lost = self._lost_generations()
         settings = self._settings()
         self.dtype, self.engine = settings["dtype"], settings["engine"]
         self.dim = int(settings["model"]["embed_dim"])
+        if settings["model"]["sha256"] != self.identity["sha256"]:
+            return self._rebuild(settings["model"])
         records, damaged = self._records()
         old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
         plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
@@ -317,7 +326,15 @@ class Builder:
         manifest = read_manifest(self.store.out) if not self.store.generation() else None
         if "model" not in settings or manifest is not None:  # new, or a conversion not committed yet
             if manifest is not None:
-                _check_same(self.store.out, manifest, self.photos_dir, self.identity, self.dtype, self.engine)
+                _check_same(
+                    self.store.out,
+                    manifest,
+                    self.photos_dir,
+                    self.identity,
+                    self.dtype,
+                    self.engine,
+                    self.rebuild,
+                )
                 migrate(self.store, manifest)
                 logger.info("%s: converted to the index store (no photo re-embedded)", self.store.out)
             else:
@@ -332,8 +349,38 @@ class Builder:
                     }
                 )
             settings = self.store.settings()
-        _check_same(self.store.out, settings, self.photos_dir, self.identity, self.dtype, self.engine)
+        _check_same(
+            self.store.out, settings, self.photos_dir, self.identity, self.dtype, self.engine, self.rebuild
+        )
         return settings
+
+    def _rebuild(self, previous: dict[str, Any]) -> BuildReport:
+        """Every photo embedded again with the new model (no old vector reused: they are another model's);
+        the old segments, their ANN files and the model setting are replaced in one commit, so a reader
+        sees the old index or the new one, never a mix. Stored captions of unchanged photos are kept.
+        Killed, it resumes from its committed chunks when run again with ``rebuild``."""
+        old = self.store.photos()
+        captions = self.store.captions()
+        self.dim = int(self.identity["embed_dim"])
+        scan = scan_folder(self.photos_dir)
+        plan = plan_update(scan, {}, self.store.failed())
+        chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
+        keys = [self._chunk_key(chunk) for chunk in chunks]
+        self.store.recover(keep_chunks=set(keys))
+        self._records_of = {}
+        done = self._embed_chunks(chunks, keys)
+        failed = dict(plan.still_failed) | {i: f for chunk in done for i, f in chunk[2].items()}
+        on_disk = {p.id for p in scan}
+        plan.removed = sorted(i for i in old if i not in on_disk)
+        segments = [n for n, *_ in self.store.segments()]
+        self._commit(plan, done, failed, segments, {"model": self.identity}, captions)
+        self._finish()
+        logger.info("%s: rebuilt with %s (was %s)", self.store.out, self.identity["name"], previous["name"])
+        report = _report(plan, {}, [e for chunk in done for e in chunk[1]], failed)
+        report.reembedded = sorted(i for i in report.added if i in old)
+        report.added = [i for i in report.added if i not in old]
+        report.replaced_model = {k: previous[k] for k in ("name", "sha256")}
+        return report
 
     def _records(self) -> tuple[dict[str, tuple], list[int]]:
         """Every photo record, less those in damaged segments (dropped and re-embedded)."""
@@ -423,8 +470,17 @@ class Builder:
 
     # -- the commit -----------------------------------------------------------------------------
     def _commit(
-        self, plan: UpdatePlan, done: list[tuple], failed: dict[str, dict], damaged: list[int]
+        self,
+        plan: UpdatePlan,
+        done: list[tuple],
+        failed: dict[str, dict],
+        damaged: list[int],
+        settings: dict[str, Any] | None = None,
+        captions: dict[str, tuple[str, str]] | None = None,
     ) -> None:
+        """One generation: the new chunks' segment, removals, unreadable files, dropped segments; a
+        rebuild also replaces ``settings`` and carries ``captions`` (``{id: (sha256, caption)}``) over to
+        the photos whose bytes did not change."""
         entries = [e for _, chunk_entries, _ in done for e in chunk_entries]
         segments = [n for n, chunk_entries, _ in done if chunk_entries]
         if len(segments) == 1:
@@ -436,10 +492,17 @@ class Builder:
             failed={i: failed[i] for i in sorted(failed)},
             drop_segments=damaged,
             chunks_done=True,
+            settings=settings,
         )
+        captions = captions or {}
+
+        def kept(entry: PhotoEntry) -> str | None:
+            sha, caption = captions.get(entry.id, ("", None))
+            return caption if sha == entry.sha256 else None
+
         if segments:
             photos = [
-                PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, date_taken(self.photos_dir / e.id))
+                PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, date_taken(self.photos_dir / e.id), kept(e))
                 for e in entries
             ]
             segment = NewSegment(n, photos, sha)

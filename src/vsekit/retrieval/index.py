@@ -110,6 +110,7 @@ class Index(Searching):
         progress: bool = True,
         runner: ChunkRunner | None = None,
         ready: Callable[[PhotoFile], bool] | None = None,
+        rebuild: bool = False,
     ) -> Index:
         """Index every photo under ``photos_dir`` into ``out_dir`` (or bring an existing index up to date).
 
@@ -121,7 +122,8 @@ class Index(Searching):
         actor pool of :mod:`vsekit.distributed.index`); the store written is the same. ``ready(photo)``
         picks which new or changed files are read now (the others are neither added nor removed: see
         :mod:`vsekit.retrieval.watch`). An ``out_dir`` that holds other files and no index is refused
-        before anything is written.
+        before anything is written. ``rebuild``: an index built with another model (a retrained shipped
+        ``vse``, say) has every photo embedded again with this one, replaced in one commit.
         """
         out, photos = Path(out_dir), Path(photos_dir).expanduser().resolve()
         if dtype is not None and dtype not in DTYPES:
@@ -149,6 +151,7 @@ class Index(Searching):
                     runner=runner,
                     text_queries=lambda: calibration_sentences(loaded),
                     ready=ready,
+                    rebuild=rebuild,
                 )
                 report = builder.run()
             except sqlite3.Error as exc:
@@ -212,7 +215,10 @@ class Index(Searching):
         if view.generation == self._view.generation:
             view.close()
             return False
-        self._view = view  # searches in flight keep the snapshot they started with
+        previous, self._view = self._view, view  # searches in flight keep the snapshot they started with
+        if _model_sha(view) != _model_sha(previous):  # rebuilt with another model (`index build --rebuild`)
+            with self._lock:
+                self._model = None  # the new generation's model loads on the next query
         return True
 
     def maybe_refresh(self, every_s: float = 1.0) -> bool:
@@ -346,8 +352,15 @@ class Index(Searching):
         """The index's joint model (loaded once; a file that changed since the build is refused)."""
         with self._lock:
             if self._model is None:
-                self._model = load_recorded_model(self.path, self._view.settings["model"])
+                settings = self._view.settings
+                self._model = load_recorded_model(
+                    self.path, settings["model"], settings.get("photos", "PHOTOS")
+                )
             return self._model
+
+
+def _model_sha(view: Snapshot) -> str | None:
+    return (view.settings or {}).get("model", {}).get("sha256")
 
 
 def _segment_file(view: Snapshot, segment: Segment) -> str:

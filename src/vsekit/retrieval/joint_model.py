@@ -56,15 +56,17 @@ def load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> 
     return loaded, str(Path(loaded.path).resolve())
 
 
-def load_recorded_model(index_dir: Path, recorded: dict[str, Any]) -> VSEModel:
+def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str = "PHOTOS") -> VSEModel:
     """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`); a model
-    file whose sha256 changed since the build is refused."""
+    file whose sha256 changed since the build (a newer shipped ``vse``, say) is refused, with the command
+    that re-embeds the index's ``photos`` with it."""
     model, name = load_model(recorded["name"], "auto")
     found = model_identity(model, name)["sha256"]
     if found != recorded["sha256"]:
         raise ConfigMismatchError(
-            f"{index_dir}: built with model {recorded['name']} (sha256 "
-            f"{recorded['sha256'][:12]}), but that file now has sha256 {found[:12]}; rebuild it"
+            f"{index_dir}: built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}), but that "
+            f"file now has sha256 {found[:12]}; `vsekit index build {photos} --out {index_dir} --rebuild` "
+            "embeds every photo again with it"
         )
     return model
 

@@ -168,6 +168,16 @@ def settings_check(values: dict[str, str]) -> str:
     return json.dumps(zlib.crc32(json.dumps(sorted(values.items())).encode()))
 
 
+def _write_settings(c: sqlite3.Connection, values: dict[str, Any]) -> None:
+    """Store ``values`` (JSON) and the checksum over every setting, inside the caller's transaction."""
+    c.executemany(
+        "INSERT OR REPLACE INTO settings VALUES (?, ?)",
+        [(k, json.dumps(v, sort_keys=True)) for k, v in values.items()],
+    )
+    stored = dict(c.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')"))
+    c.execute("INSERT OR REPLACE INTO settings VALUES ('check', ?)", (settings_check(stored),))
+
+
 def damaged(path: Path, why: str, out: Path) -> VsekitError:
     """The one line a damaged index file gets."""
     why = " ".join(str(why).split())[:200]
@@ -336,6 +346,7 @@ class StoreChange:
         default_factory=list
     )  # (segment, engine, file, params)
     dead_files: list[str] = field(default_factory=list)  # owned files this generation no longer needs
+    settings: dict[str, Any] | None = None  # settings this generation changes (a rebuild: the model)
 
 
 def plan_compaction(segments: Sequence[tuple[int, int, int]], everything: bool = False) -> list[int]:
@@ -399,14 +410,7 @@ class Store:
 
     def set_settings(self, values: dict[str, Any]) -> None:
         with self.transaction() as c:
-            c.executemany(
-                "INSERT OR REPLACE INTO settings VALUES (?, ?)",
-                [(k, json.dumps(v, sort_keys=True)) for k, v in values.items()],
-            )
-            stored = dict(
-                c.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')")
-            )
-            c.execute("INSERT OR REPLACE INTO settings VALUES ('check', ?)", (settings_check(stored),))
+            _write_settings(c, values)
 
     def generation(self) -> int:
         return int(self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
@@ -439,6 +443,11 @@ class Store:
             if row is not None:
                 found[photo_id] = tuple(row)
         return found
+
+    def captions(self) -> dict[str, tuple[str, str]]:
+        """``{id: (sha256, caption)}`` of every live photo with a stored caption."""
+        rows = self.conn.execute("SELECT id, sha256, caption FROM photos WHERE caption IS NOT NULL")
+        return {id_text(i): (sha, caption) for i, sha, caption in rows}
 
     def failed(self) -> dict[str, dict]:
         rows = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed ORDER BY id")
@@ -599,6 +608,8 @@ class Store:
                 "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)",
                 [(f,) for f in change.dead_files],
             )
+            if change.settings:
+                _write_settings(c, change.settings)
             c.execute(
                 "INSERT INTO generations VALUES (?, ?, ?)",
                 (g, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), count),
