@@ -271,3 +271,27 @@ def test_the_shipped_region_captioner_loads_and_names_its_regions():
     assert len(snippets) == 2 and all(1 <= len(s.split()) <= 12 for s in snippets)
     with pytest.raises(VsekitError, match="not a region captioner"):
         RegionCaptioner.load("captioner")
+
+
+def test_a_validation_slice_trains_the_region_captioner_on_the_rest_and_selects_on_the_slice(tmp_path):
+    from vsekit.data.splits import make_validation_slice, write_validation_slice
+
+    corpus = load_corpus(write_tiny_corpus(tmp_path / "c", n_train=8, n_dev=2, n_test=1))
+    vslice = make_validation_slice(corpus, "val3", 3, seed=0, source_split="train")
+    path = write_validation_slice(vslice, tmp_path / "val3.json")
+    aligner = tiny_aligner(corpus, RegionSpec(grid=(2,)))
+
+    def region_fn(corpus, ids):
+        rng = np.random.default_rng(len(ids))
+        return Regions(rng.standard_normal((len(ids), 5, 8)).astype(np.float32), np.zeros((len(ids), 5, 4)))
+
+    config = RegionCaptionConfig(
+        word_dim=8, hidden_dim=16, min_word_count=1, epochs=1, batch_size=16,
+        validation_slice=str(path), train_split="train-minus-val3", dev_split="val3",
+    )  # fmt: skip
+    options = dict(progress=False, device="cpu", region_fn=region_fn, log=lambda _: None, score_fn=exact)
+    summary = train_region_captioner(aligner, corpus, config, tmp_path / "run", **options)
+    held = set(vslice.image_ids)
+    trained = {s.image_id for s in read_snippets(tmp_path / "run" / "snippets-train-minus-val3.jsonl")}
+    selected = {s.image_id for s in read_snippets(tmp_path / "run" / "snippets-val3.jsonl")}
+    assert trained and not trained & held and selected and selected <= held and summary["n_dev_snippets"] > 0

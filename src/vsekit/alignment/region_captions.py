@@ -27,7 +27,14 @@ import torch
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.snippets import DEFAULT_SNIPPET_BETA, Snippet, collect_snippets
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner
-from vsekit.captioning.trainer import CaptionData, CaptionTrainConfig, ScoreFn, check_run, fit_captioner
+from vsekit.captioning.trainer import (
+    CaptionData,
+    CaptionTrainConfig,
+    ScoreFn,
+    check_run,
+    fit_captioner,
+    selection_corpus,
+)
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.errors import CorpusError, VsekitError
@@ -163,6 +170,7 @@ def train_region_captioner(
     ``region_fn(corpus, ids) -> Regions`` replaces the aligner's cached region extraction and ``score_fn``
     the dev metrics (tests)."""
     config.validate()
+    corpus = selection_corpus(corpus, config)  # a validation_slice: train on the rest, select on the slice
     say = log if log is not None else logger.info
     check_run(config, out_dir, resume)
     if config.num_threads:
