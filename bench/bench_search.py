@@ -387,6 +387,18 @@ def recall_study(index, qv: np.ndarray, caption_ids: list[str], exact: dict) -> 
     return out
 
 
+def _shipped_vse() -> str:
+    """Which `vse` the rows measured: its recipe and file fingerprint (the shipped model changes)."""
+    from vsekit.fileio import content_fingerprint
+    from vsekit.resources import pretrained_path
+
+    path = pretrained_path("vse")
+    with path.open("rb") as f:
+        meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__", {})
+    recipe = json.loads(meta.get("extra", "{}")).get("recipe", "?")
+    return f"vse (shipped: recipe {recipe}, content sha256 {content_fingerprint(path)[:12]})"
+
+
 def real(work: Path, fresh: bool = True) -> tuple[dict, object]:
     """``fresh=False`` reuses the dev index in ``work`` and keeps the saved indexing figures."""
     dev = _dev()
@@ -745,7 +757,7 @@ def main() -> None:
     header = {
         **run_meta(threads=args.threads),
         "versions": _versions(),
-        "model": "vse (shipped: MobileNetV2 one-layer + MiniLM, 2048-d ensemble of 2)",
+        "model": _shipped_vse(),
     }
     if not args.no_save:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@
     python bench/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
     python bench/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
 
-``vse``: the run's (ensemble) model, rewritten in float16 with its header (recipe, dev numbers) kept, then
-ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace ``extra.dev``.
+``vse`` (or ``bow``): the run's (ensemble) joint model, rewritten in float16 with its header (recipe, dev
+numbers) kept, then ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace
+``extra.dev``.
 
 ``captioner``: the run's best epoch in float16; then for each beam size the reranking of that many beam
 candidates with the shipped joint model is tuned on the validation slice val1000 (selection protocol,
@@ -55,7 +56,7 @@ def dev_ranking(path: Path) -> dict:
     return {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
 
 
-def ship_vse(run_model: Path, out: Path) -> None:
+def ship_joint(run_model: Path, out: Path) -> None:
     model, fne, meta = load_model(run_model)
     extra = {k: v for k, v in meta.items() if k not in ("config", "dtype")}
     extra["dev_float32"] = extra.get("dev")
@@ -139,7 +140,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=("vse", "captioner"))
+    parser.add_argument("what", choices=("vse", "bow", "captioner"))
     parser.add_argument("run_model", type=Path, help="the run's model file")
     parser.add_argument("--out", type=Path, help="default: the shipped file of that name")
     parser.add_argument("--beams", default="3,5,7", help="captioner: beam sizes to tune the rerank for")
@@ -166,8 +167,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or pretrained_path(args.what)
-    if args.what == "vse":
-        ship_vse(args.run_model, out)
+    if args.what in ("vse", "bow"):
+        ship_joint(args.run_model, out)
     elif args.rerank_from:
         ship_tuned_rerank(args.run_model, out, args.rerank_from)
     else:
