@@ -705,11 +705,12 @@ def _versions() -> dict:
     }
 
 
-def _save(section: str, value) -> dict:
+def _save(section: str, value, threads: int) -> dict:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "search"}
     out[section] = value
-    out[f"{section}_run"] = run_meta(threads=out.get("threads"))  # sections are measured at other times
+    # sections are measured at other times, with other settings and possibly another shipped vse
+    out[f"{section}_run"] = run_meta(threads=threads, model=_shipped_vse())
     out[f"{section}_date"] = out[f"{section}_run"]["date"][:10]
     write_result(RESULTS, out, indent=2, default=float)
     return out
@@ -753,16 +754,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     threadpool_limits(args.threads)
-    save = (lambda s, v: None) if args.no_save else _save
-    header = {
-        **run_meta(threads=args.threads),
-        "versions": _versions(),
-        "model": _shipped_vse(),
-    }
-    if not args.no_save:
+    save = (lambda s, v: None) if args.no_save else (lambda s, v: _save(s, v, args.threads))
+    if not args.no_save:  # each section records its own run (``<section>_run``); only versions are shared
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         out = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "search"}
-        write_result(RESULTS, {**out, **header}, indent=2, default=float)
+        write_result(RESULTS, {**out, "versions": _versions()}, indent=2, default=float)
 
     if "engines" in args.only:
         spectrum = _real_spectrum(2048) if "real-spectrum" in args.distribution else None

@@ -761,7 +761,12 @@ def t_arithmetic() -> str:
     return (
         table(header, body)
         + "\n\n"
-        + source("search.json", {**d, "date": d.get("arithmetic_date")}, "arithmetic", note)
+        + source(
+            "search.json",
+            d.get("arithmetic_run") or {**d, "date": d.get("arithmetic_date")},
+            "arithmetic",
+            note,
+        )
     )
 
 
