@@ -1161,6 +1161,29 @@ def t_scst_protocol() -> str:
     return table(header, rows) + "\n\n" + source("scst_val1000.json", meta, None, note)
 
 
+def t_joint_space() -> str:
+    """Each joint-space change on val1000 against the baseline member of the same seed."""
+    d = load("joint_space.json")
+
+    def cells(run: dict[str, Any]) -> list[str]:
+        late = [c["rsum"] for c in run["val1000"] if c["epoch"] > run["epochs"] - 5]
+        best = run["best"]
+        return [str(run["seed"]), str(best["epoch"]), f1(best["rsum"]), f1(best["i2t_r1"]),
+                f1(best["t2i_r1"]), f1(sum(late) / len(late))]  # fmt: skip
+
+    rows = [
+        ["baseline (`vse-best-effnet-val1000`)", *cells(b), "-"]
+        for b in sorted(d["baselines"].values(), key=lambda b: b["seed"])
+    ]
+    for e in d["experiments"]:
+        gain = e["vs_baseline_same_seed_best"]["rsum"]
+        rows.append([f"{e['name']} (`{Path(e['recipe']).stem}`)", *cells(e), f"{gain:+.1f}"])
+    header = ["recipe", "seed", "best epoch", "val1000 rsum", "i2t R@1", "t2i R@1",
+              "mean rsum, last 5 epochs", "vs baseline, same seed (rsum)"]  # fmt: skip
+    note = f"{d['protocol']}; `python bench/joint_space.py`"
+    return table(header, rows) + "\n\n" + source("joint_space.json", d["meta"], None, note)
+
+
 def t_vse_views_candidate() -> str:
     """The six-crop views recipe retrained on all of train with val1000's choices; dev read once."""
     d = load("vse_views_candidate.json")
@@ -1503,6 +1526,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-dev": t_scst_dev,
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
+    "joint-space": t_joint_space,
     "fault-campaign": t_fault_campaign,
     "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
