@@ -75,7 +75,7 @@ def test_a_number_changed_in_the_bench_json_changes_the_cards(gen, monkeypatch):
     def edited(name):
         data = copy.deepcopy(real(name))
         if name == "bow_reselect.json":  # the shipped bow's source (bench/reselect_joint.py)
-            data["retrain"]["train_s"] += 60.0
+            data["selection"]["chosen"]["rsum"] += 1.0
         return data
 
     monkeypatch.setattr(gen, "load", edited)
