@@ -1161,6 +1161,26 @@ def t_scst_protocol() -> str:
     return table(header, rows) + "\n\n" + source("scst_val1000.json", meta, None, note)
 
 
+def t_int8() -> str:
+    """The int8 engine against float ONNX Runtime: dev ranking of a shipped model, and CNN speed."""
+    d = load("int8.json")
+    rows = []
+    for name, m in d["models"].items():
+        f, q = m["onnxruntime"], m["onnxruntime-int8"]
+        speed = d["speed"][f["backbone"]]
+        rows.append([f"`{name}` ({f['backbone']})", f1(f["rsum"]), f1(q["rsum"]), f"{m['rsum_change']:+.1f}",
+                     f1(speed["img_per_s"]["onnxruntime"]), f1(speed["img_per_s"]["onnxruntime-int8"]),
+                     f"{speed['int8_over_float']:.2f}x"])  # fmt: skip
+    header = ["model", "dev rsum, float", "dev rsum, int8", "change", "photos/s, float", "photos/s, int8",
+              "int8 speed-up"]  # fmt: skip
+    note = (
+        "Flickr8K dev ranking with each engine's features (`vsekit eval --engine ...`); speed: the bundled "
+        "sample's 100 photos uncached, 3 passes after a warm-up, engines interleaved; "
+        "`python bench/bench_int8.py --models bow --threads 1`"
+    )
+    return table(header, rows) + "\n\n" + source("int8.json", d["meta"], None, note)
+
+
 def t_joint_space() -> str:
     """Each joint-space change on val1000 against the baseline member of the same seed."""
     d = load("joint_space.json")
@@ -1527,6 +1547,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
     "joint-space": t_joint_space,
+    "int8": t_int8,
     "fault-campaign": t_fault_campaign,
     "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
