@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from _common import load_now, peak_rss_mb, run_meta, write_result
+from vsekit.resources import default_cache_root
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -40,6 +41,7 @@ def main() -> None:
     vsekit = str(Path(sys.executable).parent / "vsekit")
     minilm = recipe.get("text_encoder") == "minilm" or recipe.get("words") == "minilm"
     before = load_now()
+    sentences = any((default_cache_root() / "sentences").glob("*.safetensors"))  # a previous run's
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [vsekit, args.command, "--data", str(args.data), "--recipe", str(args.recipe)]
         cmd += ["--out", str(Path(tmp) / "run"), "--no-progress"]
@@ -53,7 +55,11 @@ def main() -> None:
         "wall_s": round(wall, 1),
         "peak_rss_mb": round(peak_rss_mb(children=True)),
         "note": "image features already in the cache are read from it (a second run)"
-        + ("; MiniLM caption encodings are computed (cached in memory only)" if minilm else ""),
+        + (
+            f"; MiniLM sentence vectors {'read from' if sentences else 'written to'} the cache"
+            if minilm
+            else ""
+        ),
     }
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "training cost"}
     rows[recipe["name"]] = row

@@ -125,14 +125,41 @@ def test_minilm_sentence_cache_stays_at_its_bound(minilm):
 
 
 @needs_minilm
-def test_minilm_precompute_makes_room_for_the_training_captions(minilm):
+def test_minilm_precompute_makes_room_for_the_training_captions(minilm, tmp_path):
     texts = [f"a child plays with ball number {i}" for i in range(10)]
-    minilm.precompute(texts + texts[:3])
-    assert minilm._cache.maxsize == 10
     before = minilm.encoded_count
+    minilm.precompute(texts + texts[:3], cache_root=tmp_path)
+    assert minilm._cache.maxsize == 10
     for _epoch in range(3):
         minilm.prepare(texts)
     assert minilm.encoded_count - before == 10  # each caption once, not once per epoch
+
+
+@needs_minilm
+def test_minilm_sentence_vectors_are_encoded_once_per_machine_and_a_bad_file_is_redone(tmp_path, caplog):
+    """A second training process reads the corpus's sentence vectors from disk (the same values, no
+    transformer pass); a damaged cache file is encoded again, never trusted."""
+    from vsekit.text.pretrained import MiniLMEncoder
+
+    texts = [f"a dog jumps over log number {i}" for i in range(12)]
+    first = MiniLMEncoder(output_dim=8, hidden_dim=8)
+    first.precompute(texts, cache_root=tmp_path)
+    (path,) = (tmp_path / "sentences").glob("*.safetensors")
+    assert first.encoded_count == 12
+    second = MiniLMEncoder(output_dim=8, hidden_dim=8)
+    second.precompute(texts, cache_root=tmp_path)
+    assert second.encoded_count == 0
+    got = second.prepare(texts)["sentence"]
+    torch.testing.assert_close(got, first.prepare(texts)["sentence"], rtol=0, atol=0)
+    fresh = MiniLMEncoder(output_dim=8, hidden_dim=8, cache=False)  # no cache at all: one batch per call
+    torch.testing.assert_close(got, fresh.prepare(texts)["sentence"], rtol=1e-5, atol=1e-6)
+    path.write_bytes(path.read_bytes()[:100])  # cut short
+    third = MiniLMEncoder(output_dim=8, hidden_dim=8)
+    third.precompute(texts, cache_root=tmp_path)
+    assert third.encoded_count == 12 and "unreadable sentence-vector cache" in caplog.text
+    torch.testing.assert_close(third.prepare(texts)["sentence"], got, rtol=0, atol=0)
+    third.precompute(texts[:5], cache_root=tmp_path)  # other texts: another file
+    assert len(list((tmp_path / "sentences").glob("*.safetensors"))) == 2
 
 
 @needs_minilm

@@ -326,9 +326,34 @@ class MiniLMEncoder(TextEncoder):
         self, texts: Sequence[str], cache_root: str | os.PathLike[str] | None = None, progress: bool = False
     ) -> None:
         """Make the cache room for every distinct text of ``texts`` (the trainer's captions, seen every
-        epoch), so no epoch evicts one the next needs; they are encoded on first use, as before."""
-        del cache_root, progress
-        self._cache.reserve(len(dict.fromkeys(texts)))
+        epoch), so no epoch evicts one the next needs, and fill it. The frozen encoder's sentence vectors
+        come from the on-disk cache under ``cache_root`` (default: the feature cache's root), so a
+        corpus is encoded once per machine, not once per training process
+        (:mod:`vsekit.text.sentence_cache`); fine-tuned top layers need per-token states, which are
+        encoded on first use, as before."""
+        del progress  # the encoding has its own bar past a few thousand texts
+        distinct = list(dict.fromkeys(texts))
+        self._cache.reserve(len(distinct))
+        if self.finetune_last or not self.use_cache or not distinct:
+            return
+        from vsekit.text.sentence_cache import cached_sentence_vectors
+
+        self._cache.update(cached_sentence_vectors(distinct, self._encode, self.identity(), cache_root))
+
+    def identity(self) -> dict[str, Any]:
+        """What the frozen sentence vectors depend on (the on-disk cache's key)."""
+        from importlib.metadata import version
+
+        transformers = importlib.import_module("transformers")
+        return {
+            "weights": MINILM_PACKAGE,
+            "weights_version": version(MINILM_PACKAGE),
+            "weights_bytes": (minilm_model_dir() / "model.safetensors").stat().st_size,
+            "max_length": self.max_length,
+            "pooling": "mean",
+            "torch": torch.__version__.split("+")[0],
+            "transformers": transformers.__version__,
+        }
 
     @property
     def transformer(self) -> nn.Module:
