@@ -369,14 +369,20 @@ def _measured_cost(recipe: str, fallback: dict[str, Any]) -> dict[str, Any]:
     """Wall time and peak memory of a recipe's training from bench/results/training_cost.json
     (bench/training_cost.py), when it was measured; ``fallback`` otherwise."""
     path = RESULTS / "training_cost.json"
-    row = json.loads(path.read_text(encoding="utf-8")).get(recipe) if path.is_file() else None
+    rows = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    row, warm = rows.get(recipe), rows.get(f"{recipe} (sentence vectors cached)")
     if row is None:
         return fallback
+    again = (
+        f"; a later run, with them cached: {minutes(warm['wall_s'])}, peak {warm['peak_rss_mb']:,} MB"
+        if warm
+        else ""
+    )
     return {
         "wall": minutes(row["wall_s"]),
         "peak_rss_mb": row["peak_rss_mb"],
         "note": f"`{row['command']}`, {row['threads']} thread(s), load {row['loadavg'][0]:.1f}; "
-        f"{row['note']} (bench/results/training_cost.json)",
+        f"{row['note']}{again} (bench/results/training_cost.json)",
     }
 
 
