@@ -33,9 +33,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("command", choices=("train", "train-captioner", "train-aligner"))
+    parser.add_argument(
+        "command", choices=("train", "train-captioner", "train-aligner", "train-region-captioner")
+    )
     parser.add_argument("recipe", type=Path)
     parser.add_argument("--data", type=Path, default=SHARED)
+    parser.add_argument("--aligner", help="train-region-captioner: the aligner whose snippets it learns")
     args = parser.parse_args()
     recipe = json.loads(args.recipe.read_text(encoding="utf-8"))
     vsekit = str(Path(sys.executable).parent / "vsekit")
@@ -45,13 +48,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [vsekit, args.command, "--data", str(args.data), "--recipe", str(args.recipe)]
         cmd += ["--out", str(Path(tmp) / "run"), "--no-progress"]
+        cmd += ["--aligner", args.aligner] if args.aligner else []
         start = time.perf_counter()
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         wall = time.perf_counter() - start
     row = {
         **run_meta(threads=recipe.get("num_threads")),
         "load_before": before["loadavg"],
-        "command": f"vsekit {args.command} --recipe {args.recipe} --no-progress",
+        "command": f"vsekit {args.command} --recipe {args.recipe} --no-progress"
+        + (f" --aligner {args.aligner}" if args.aligner else ""),
         "wall_s": round(wall, 1),
         "peak_rss_mb": round(peak_rss_mb(children=True)),
         "note": "image features already in the cache are read from it (a second run)"
