@@ -69,9 +69,10 @@ def main() -> None:
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {"benchmark": "training cost"}
     # the first run on a machine and a later one (the sentence vectors read back) are kept apart
     warm = minilm and sentences
-    rows[recipe["name"] + (" (sentence vectors cached)" if warm else "")] = row
+    name = recipe.get("name", args.recipe.stem)  # a recipe file may leave its name to its file name
+    rows[name + (" (sentence vectors cached)" if warm else "")] = row
     write_result(RESULTS, rows, indent=2)
-    print(f"{recipe['name']}: {wall / 60:.1f} min wall, peak RSS {row['peak_rss_mb']} MB")
+    print(f"{name}: {wall / 60:.1f} min wall, peak RSS {row['peak_rss_mb']} MB")
 
 
 if __name__ == "__main__":
