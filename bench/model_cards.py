@@ -437,11 +437,14 @@ def card_tree_lstm() -> dict[str, Any]:
         **_tree_lstm_confirmed(row["best_epoch"]),
         "dev": ranking(row["dev"]),
         "speed": "not recorded for p = 1 (bench/results/tree_lstm.json times the p = 2 encoder)",
-        "training": {
-            "wall": f"{row['train_min']:.1f} min ({wall}; {row['train_cpu_min']:.1f} CPU min)",
-            "peak_rss_mb": None,
-            "note": f"{row['threads']} thread",
-        },
+        "training": _measured_cost(
+            recipe["name"],
+            {
+                "wall": f"{row['train_min']:.1f} min ({wall}; {row['train_cpu_min']:.1f} CPU min)",
+                "peak_rss_mb": None,
+                "note": f"{row['threads']} thread",
+            },
+        ),
         "licence": licence(BACKBONES[recipe["backbone"]][1], GLOVE, SPACY),
         "sources": [
             f"bench/results/tree_lstm.json (rows, recipe {recipe['name']})",
@@ -513,12 +516,15 @@ def card_captioner() -> dict[str, Any]:
         "dev": captions(row),
         "speed": f"{row['captions_per_s']:.1f} captions/s from cached features, beam {row['beam']} + rerank "
         f"({row['threads']} thread); greedy {greedy['captions_per_s']:.0f}/s",
-        "training": {
-            "wall": f"{minutes(row['train_s_to_best'])} to the best epoch ({row['best_epoch']} of "
-            f"{row['epochs_run']})",
-            "peak_rss_mb": None,
-            "note": "",
-        },
+        "training": _measured_cost(
+            recipe["name"],
+            {
+                "wall": f"{minutes(row['train_s_to_best'])} to the best epoch ({row['best_epoch']} of "
+                f"{row['epochs_run']})",
+                "peak_rss_mb": None,
+                "note": "",
+            },
+        ),
         "licence": licence(BACKBONES[recipe["backbone"]][1], MINILM),
         "sources": [
             f"bench/results/captioning.json (rows, recipe {recipe['name']})",
@@ -759,11 +765,14 @@ def card_region_captioner() -> dict[str, Any]:
         **_confirmed("region_captioner_reselect.json", h["extra"]["epoch"], "CIDEr-D"),
         "dev": dev,
         "speed": f"{proxy['n_items']:,} dev regions in {seconds:.1f} s (beam 3, 1 thread)",
-        "training": {
-            "wall": f"{run['training']['this_call_minutes']:.1f} min",
-            "peak_rss_mb": None,
-            "note": f"snippets of train: {snip['total_min']:.1f} min more",
-        },
+        "training": _measured_cost(
+            recipe["name"],
+            {
+                "wall": f"{run['training']['this_call_minutes']:.1f} min",
+                "peak_rss_mb": None,
+                "note": f"snippets of train: {snip['total_min']:.1f} min more",
+            },
+        ),
         "licence": licence(BACKBONES["mobilenet_v2"][1]),
         "sources": [
             "bench/results/alignment.json (region_captions)",
