@@ -438,7 +438,7 @@ def card_tree_lstm() -> dict[str, Any]:
         "dev": ranking(row["dev"]),
         "speed": "not recorded for p = 1 (bench/results/tree_lstm.json times the p = 2 encoder)",
         "training": _measured_cost(
-            recipe["name"],
+            h["extra"]["recipe"],
             {
                 "wall": f"{row['train_min']:.1f} min ({wall}; {row['train_cpu_min']:.1f} CPU min)",
                 "peak_rss_mb": None,
