@@ -97,3 +97,16 @@ def write_result(name: str | Path, result: dict[str, Any], indent: int = 1, defa
     path = name if isinstance(name, Path) else RESULTS / name
     path.write_text(json.dumps(result, indent=indent, default=default) + "\n", encoding="utf-8")
     return path
+
+
+def model_extra(path: str | Path) -> dict[str, Any]:
+    """The ``extra`` header of a vsekit model file (recipe, epoch, dev numbers), read without loading it."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="np") as f:
+        return json.loads((f.metadata() or {}).get("extra", "{}"))
+
+
+def read_run_log(run: Path) -> list[dict[str, Any]]:
+    """A training run's ``log.jsonl``: one dict per finished epoch."""
+    return [json.loads(line) for line in (Path(run) / "log.jsonl").read_text().splitlines() if line.strip()]

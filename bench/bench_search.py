@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import latency_ms, load_now, run_meta, write_result
+from _common import latency_ms, load_now, model_extra, run_meta, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
@@ -393,9 +393,7 @@ def _shipped_vse() -> str:
     from vsekit.resources import pretrained_path
 
     path = pretrained_path("vse")
-    with path.open("rb") as f:
-        meta = json.loads(f.read(int.from_bytes(f.read(8), "little"))).get("__metadata__", {})
-    recipe = json.loads(meta.get("extra", "{}")).get("recipe", "?")
+    recipe = model_extra(path).get("recipe", "?")
     return f"vse (shipped: recipe {recipe}, content sha256 {content_fingerprint(path)[:12]})"
 
 

@@ -15,18 +15,14 @@ import argparse
 import json
 from pathlib import Path
 
-from safetensors import safe_open
-
-from _common import run_meta, write_result
+from _common import model_extra, read_run_log, run_meta, write_result
 from vsekit.resources import pretrained_path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def shipped_epoch(name: str) -> int:
-    with safe_open(str(pretrained_path(name)), framework="pt") as f:
-        extra = json.loads((f.metadata() or {}).get("extra", "{}"))
-    return int(extra["epoch"])
+    return int(model_extra(pretrained_path(name))["epoch"])
 
 
 def main() -> None:
@@ -37,7 +33,7 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True)
     parser.add_argument("--metric", default="rsum", help="the slice's selection score in the run's log")
     args = parser.parse_args()
-    log = [json.loads(x) for x in (args.run / "log.jsonl").read_text().splitlines() if x.strip()]
+    log = read_run_log(args.run)
     scored = [e for e in log if e.get("dev")]
     best = max(scored, key=lambda e: e["dev"][args.metric])
     shipped = shipped_epoch(args.name)

@@ -17,16 +17,10 @@ import argparse
 import json
 from pathlib import Path
 
-from safetensors import safe_open
-
-from _common import run_meta, write_result
+from _common import model_extra, read_run_log, run_meta, write_result
 from vsekit.resources import pretrained_path
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _log(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
 
 
 def _ranking(metrics: dict) -> dict:
@@ -37,8 +31,7 @@ def _ranking(metrics: dict) -> dict:
 
 
 def _file_dev(path: Path) -> dict:
-    with safe_open(str(path), framework="pt") as f:
-        extra = json.loads((f.metadata() or {}).get("extra", "{}"))
+    extra = model_extra(path)
     return {"recipe": extra.get("recipe"), "dev": _ranking(extra["dev"])}
 
 
@@ -50,11 +43,11 @@ def main() -> None:
     parser.add_argument("--selection-run", type=Path, required=True)
     parser.add_argument("--retrain-run", type=Path, required=True)
     args = parser.parse_args()
-    chosen_log = _log(args.selection_run)
+    chosen_log = read_run_log(args.selection_run)
     scored = [e for e in chosen_log if e.get("dev")]
     best = max(scored, key=lambda e: e["dev"]["rsum"])
     retrain_config = json.loads((args.retrain_run / "config.json").read_text())
-    retrain_log = _log(args.retrain_run)
+    retrain_log = read_run_log(args.retrain_run)
     if retrain_config["epochs"] != best["epoch"] or len(retrain_log) != best["epoch"]:
         raise SystemExit(
             f"reselect_joint.py: the slice chose epoch {best['epoch']}, the retrain ran "

@@ -69,30 +69,34 @@ def test_the_pins_between_shipped_files_hold():
             assert extra["pin_matches"], extra["name"]
 
 
-def test_a_number_changed_in_the_bench_json_changes_the_cards(gen, monkeypatch):
+def edit_bench_json(gen, monkeypatch, name, edit) -> None:
+    """Make the card generator read ``bench/results/<name>`` changed by ``edit(data)`` (a copy)."""
     real = gen.load
 
-    def edited(name):
-        data = copy.deepcopy(real(name))
-        if name == "bow_reselect.json":  # the shipped bow's source (bench/reselect_joint.py)
-            data["selection"]["chosen"]["rsum"] += 1.0
+    def load(wanted):
+        data = copy.deepcopy(real(wanted))
+        if wanted == name:
+            edit(data)
         return data
 
-    monkeypatch.setattr(gen, "load", edited)
+    monkeypatch.setattr(gen, "load", load)
+
+
+def test_a_number_changed_in_the_bench_json_changes_the_cards(gen, monkeypatch):
+    def edit(data):  # the shipped bow's source (bench/reselect_joint.py)
+        data["selection"]["chosen"]["rsum"] += 1.0
+
+    edit_bench_json(gen, monkeypatch, "bow_reselect.json", edit)
     assert gen.render(gen.build_cards()) != MODEL_CARDS.read_text(encoding="utf-8")
 
 
 def test_a_model_file_and_a_bench_json_that_disagree_are_refused(gen, monkeypatch):
     """A file re-shipped without re-running its benchmark: its header's dev rsum is not the JSON's."""
-    real = gen.load
 
-    def stale(name):
-        data = copy.deepcopy(real(name))
-        if name == "bow_reselect.json":
-            data["retrain"]["dev"]["rsum"] -= 5.0
-        return data
+    def edit(data):
+        data["retrain"]["dev"]["rsum"] -= 5.0
 
-    monkeypatch.setattr(gen, "load", stale)
+    edit_bench_json(gen, monkeypatch, "bow_reselect.json", edit)
     with pytest.raises(
         SystemExit, match=r"bow dev rsum: the model file says 224\.28, bench/results says 219\.3"
     ):
@@ -102,15 +106,11 @@ def test_a_model_file_and_a_bench_json_that_disagree_are_refused(gen, monkeypatc
 def test_the_aligner_card_refuses_a_reselection_json_of_another_file(gen, monkeypatch):
     """The aligner chosen on val1000: its header's dev numbers and members must be the ones that
     bench/results/aligner_reselect.json records for the retrained packing."""
-    real = gen.load
 
-    def other(name):
-        data = copy.deepcopy(real(name))
-        if name == "aligner_reselect.json":
-            data["retrained_on_train"]["dev_once"]["rsum"] -= 5.0
-        return data
+    def edit(data):
+        data["retrained_on_train"]["dev_once"]["rsum"] -= 5.0
 
-    monkeypatch.setattr(gen, "load", other)
+    edit_bench_json(gen, monkeypatch, "aligner_reselect.json", edit)
     with pytest.raises(SystemExit, match=r"aligner dev rsum \(aligner_reselect\.json\): the model file says"):
         gen.card_aligner()
 

@@ -290,9 +290,7 @@ class Builder:
         plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
         if self.ready is not None:
             plan.todo = [p for p in plan.todo if self.ready(p)]
-        chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
-        keys = [self._chunk_key(chunk) for chunk in chunks]
-        self.store.recover(keep_chunks=set(keys))
+        chunks, keys = self._chunks(plan.todo)
         if plan.changes_nothing and not damaged and not lost:
             self._finish()
             return _report(plan, old_entries, [], {})
@@ -364,9 +362,7 @@ class Builder:
         self.dim = int(self.identity["embed_dim"])
         scan = scan_folder(self.photos_dir)
         plan = plan_update(scan, {}, self.store.failed())
-        chunks = [plan.todo[i : i + self.chunk_size] for i in range(0, len(plan.todo), self.chunk_size)]
-        keys = [self._chunk_key(chunk) for chunk in chunks]
-        self.store.recover(keep_chunks=set(keys))
+        chunks, keys = self._chunks(plan.todo)
         self._records_of = {}
         done = self._embed_chunks(chunks, keys)
         failed = dict(plan.still_failed) | {i: f for chunk in done for i, f in chunk[2].items()}
@@ -408,6 +404,14 @@ class Builder:
         return records, damaged
 
     # -- chunks ---------------------------------------------------------------------------------
+    def _chunks(self, todo: list[PhotoFile]) -> tuple[list[list[PhotoFile]], list[str]]:
+        """``todo`` in chunks of ``chunk_size`` with their keys; a killed run's other chunks are dropped
+        (the store keeps those whose key is here: they are this run's work, committed already)."""
+        chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
+        keys = [self._chunk_key(chunk) for chunk in chunks]
+        self.store.recover(keep_chunks=set(keys))
+        return chunks, keys
+
     def _chunk_key(self, chunk: list[PhotoFile]) -> str:
         files = [[p.id, p.size, p.mtime_ns] for p in chunk]
         return _digest(self.identity["sha256"], self.dtype, files)
