@@ -37,6 +37,8 @@ from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import VsekitError
 from vsekit.fileio import file_sha256 as _file_sha256
 from vsekit.resources import resolve_model_path
+from vsekit.retrieval.answer import Answer, answer, with_score
+from vsekit.retrieval.concepts import ConceptRoute
 from vsekit.retrieval.index import Index as _StoreIndex
 from vsekit.retrieval.index import SearchHit
 from vsekit.vision.preprocess import load_image
@@ -103,22 +105,36 @@ class Index(_StoreIndex):
         super().__init__(*args, **kwargs)
         self._regions = _RegionCache()
         self._fusion: FusionSpec | None = None
+        self._route: tuple[int, ConceptRoute] | None = None
+
+    def answer(self, text: str | None = None, image: ImageInput | None = None, **kwargs: Any) -> Answer:
+        """The whole answer to a query (:func:`vsekit.retrieval.answer.answer`): the hits, whether no
+        photo matches well (``weak``), a language warning, which routes searched; what the CLI, the web
+        API and the page show. Keywords as :meth:`search`."""
+        return answer(self, text, image, **kwargs)
 
     def search(
         self, text: str | None = None, image: ImageInput | None = None, *, rerank: int = 0, **kwargs: Any
     ) -> list[SearchHit]:
-        """:meth:`vsekit.retrieval.index.Index.search`, and with ``rerank=N`` (a sentence query without
-        arithmetic) the top ``N`` re-ordered by the ``vse+aligner`` fusion; a re-ranked hit's ``score``
-        is its fused score (z-scored cosine + w x z-scored S_kl), not a cosine."""
-        if rerank < 0:
-            raise VsekitError(f"rerank must be >= 0, got {rerank}")
-        if not rerank:
-            return super().search(text, image, **kwargs)
-        if text is None or image is not None or kwargs.get("plus") or kwargs.get("minus"):
-            raise VsekitError("rerank applies to a sentence query without --plus/--minus")
-        k = int(kwargs.pop("k", 10))
-        hits = super().search(text, k=max(k, rerank), **kwargs)
-        return self.rerank(text, hits, rerank)[:k]
+        """The hits of :meth:`answer`: for a sentence both routes fused (the joint space and the concept
+        route, when the model ships their fusion and the index has its photos' classes), else the joint
+        space (:meth:`search_joint`); ``rerank=N`` (a sentence query without arithmetic) re-orders the top
+        ``N`` by the ``vse+aligner`` fusion, and a re-ranked hit's ``score`` is that fused score."""
+        return self.answer(text, image, rerank=rerank, **kwargs).hits
+
+    def search_joint(
+        self, text: str | None = None, image: ImageInput | None = None, **kwargs: Any
+    ) -> list[SearchHit]:
+        """The joint space alone (:meth:`vsekit.retrieval.index.Index.search`): cosine scores."""
+        return super().search(text, image, **kwargs)
+
+    def concept_route(self, margin: float) -> ConceptRoute:
+        """The concept route for this index's model (its frozen MiniLM shared), made once per model."""
+        model = self.model
+        if self._route is None or self._route[0] != id(model) or self._route[1].margin != margin:
+            encoder = getattr(model.network, "text_encoder", None)
+            self._route = (id(model), ConceptRoute.create(encoder, margin))
+        return self._route[1]
 
     def caption_photos(
         self, captioner: Any, chunk_size: int = 16, progress: Callable[[int, int], None] | None = None
@@ -159,10 +175,10 @@ class Index(_StoreIndex):
         found = self._regions.regions_of([self.photos_dir / h.path for h in hits])
         features = np.stack([f for f, _, _ in found])
         s_kl = self._regions.aligner().score_matrix(features, [text])[:, 0]
-        cosine = np.array([h.score for h in hits], dtype=np.float64)
+        cosine = np.array([h.score if h.joint is None else h.joint for h in hits], dtype=np.float64)
         fused = spec.fuse(cosine, s_kl)
         order = np.argsort(-fused, kind="stable")
-        return [SearchHit(hits[i].id, hits[i].path, float(fused[i])) for i in order]
+        return [with_score(hits[i], float(fused[i])) for i in order]
 
     def _fusion_spec(self) -> FusionSpec:
         """The shipped fusion's weights, if this index holds the fusion's joint model's vectors."""

@@ -34,6 +34,7 @@ from vsekit.cli._distributed import (
 from vsekit.errors import VsekitError, printable
 
 if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
+    from vsekit.retrieval.answer import Answer
     from vsekit.retrieval.confidence import Confidence
     from vsekit.retrieval.index import BuildReport, Index, SearchHit
     from vsekit.retrieval.photos import PhotoScan
@@ -306,26 +307,36 @@ def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
             console.print(plain(f"{'':>14}{error}"), highlight=False, soft_wrap=True)
 
 
-def _rows(
-    query: str, hits: list[SearchHit], confidence: Confidence | None = None, index: Index | None = None
-) -> dict:
-    """A query's JSON line; paths through :func:`printable` (valid UTF-8 whatever the file names);
-    ``weak`` where the model has a calibrated threshold and the query is a sentence; each hit's stored
-    caption (``index build --captions``) where ``index`` holds one."""
-    from vsekit.retrieval.confidence import is_weak
-
+def _rows(query: str, found: Answer, index: Index | ShardedIndex) -> dict:
+    """A query's JSON line: its hits (paths through :func:`printable`, valid UTF-8 whatever the file
+    names; the routes' scores and label of a fused hit; each hit's stored caption, ``index build
+    --captions``, where the index holds one) and the answer's verdicts (``weak``, ``warning``, ...)."""
+    hits = found.hits
     # stored captions come from a single index (a ShardedIndex has none)
     captions = index.captions([h.path for h in hits]) if hasattr(index, "captions") else {}
     results = []
     for h in hits:
         result = {"path": printable(h.path), "score": round(h.score, 6)}
+        if h.route is not None:
+            result |= {"joint": round(h.joint or 0.0, 6), "concept": round(h.concept or 0.0, 6)}
+            result |= {"route": h.route, "label": h.label}
         if captions.get(h.path):
             result["caption"] = captions[h.path]
         results.append(result)
     row = {"query": printable(query), "results": results}
-    if confidence is not None:
-        row["weak"] = is_weak([h.score for h in hits], confidence.weak_below)
-    return row
+    return row | {key: value for key, value in found.to_json().items() if value is not None}
+
+
+def _joint_answer(query: str | None, hits: list[SearchHit], confidence: Confidence | None) -> Answer:
+    """The answer of a search that only the joint space can do (shards, batches of sentences)."""
+    from vsekit.retrieval.answer import Answer
+    from vsekit.retrieval.confidence import is_weak, language_warning
+
+    found = Answer(query=query, hits=hits)
+    if confidence is not None and query is not None:
+        found.weak = is_weak([h.score for h in hits], confidence.weak_below)
+        found.warning = language_warning(query, confidence.english_words)
+    return found
 
 
 def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
@@ -337,18 +348,16 @@ def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
     return load_confidence(details["model"], details["model_sha256"])
 
 
-def _say_confidence(query: str, cosines: list[SearchHit], weak: bool, confidence: Confidence | None) -> None:
-    """Above the results: that nothing matches well, and that the query does not read as English."""
-    from vsekit.retrieval.confidence import language_warning
-
-    if confidence is None:
-        return
-    hint = language_warning(query, confidence.english_words)
-    if hint is not None:
-        warn(hint, "warning")
-    if weak and cosines:
-        best = max(h.score for h in cosines)
-        console.print(plain(f"no photo matches well (best score {best:.3f})", "yellow"), soft_wrap=True)
+def _say_confidence(found: Answer) -> None:
+    """Above the results: that nothing matches well, that the query does not read as English, and a
+    route that is off."""
+    if found.warning is not None:
+        warn(found.warning, "warning")
+    if found.notice is not None:
+        warn(found.notice, "note")
+    if found.weak and found.hits:
+        best = ", ".join(f"{route} {score:.3f}" for route, score in (found.best or {}).items())
+        console.print(plain(f"no photo matches well (best {best})", "yellow"), soft_wrap=True)
 
 
 def _print_hits(title: str, row: dict, why_empty: str) -> None:
@@ -357,14 +366,28 @@ def _print_hits(title: str, row: dict, why_empty: str) -> None:
     table = Table(header_style="bold")
     table.add_column("#", justify="right")
     table.add_column("score", justify="right")
-    table.add_column("photo")
+    # the path is what a user needs: never cut (it folds onto a second line at worst); the rest wraps
+    longest = max((len(hit["path"]) for hit in hits), default=5)
+    table.add_column("photo", overflow="fold", min_width=min(longest, max(console.width - 24, 20)))
+    routes = any("route" in hit for hit in hits)
+    if routes:
+        table.add_column("found by")
     captions = any("caption" in hit for hit in hits)
     if captions:
         table.add_column("caption")
     for rank, hit in enumerate(hits, 1):  # file names and captions are no markup either
         cells = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
+        cells += [plain(_found_by(hit))] if routes else []
         table.add_row(*cells, *([plain(hit.get("caption", ""))] if captions else []))
     console.print(table if hits else why_empty)
+
+
+def _found_by(hit: dict) -> str:
+    """ "tabby · concept", "joint space", "tabby · both" (see :func:`vsekit.retrieval.answer.answer`)."""
+    if hit.get("route") == "joint":
+        return "joint space"
+    label = f"{hit['label']} · " if hit.get("label") else ""
+    return label + ("both routes" if hit.get("route") == "both" else "concept")
 
 
 def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: Path) -> None:
@@ -471,30 +494,23 @@ def search(
             if plus or minus:
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
             texts = _read_queries(queries)
-            results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
-            confidence = _confidence(opened)
-            rows = [_rows(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
+            if isinstance(opened, Index):  # one answer per sentence, as a single search gives it
+                found = [opened.answer(q, k=top, min_score=min_score, engine=engine) for q in texts]
+            else:
+                confidence = _confidence(opened)
+                results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
+                found = [_joint_answer(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
+            rows = [_rows(q, f, opened) for q, f in zip(texts, found, strict=True)]
         else:
             picture = _query_photo(image) if image is not None else None
-            cosines = opened.search(
-                text,
-                picture,
-                plus=plus,
-                minus=minus,
-                k=max(top, rerank),
-                min_score=min_score,
-                resort=resort,
-                engine=engine,
-                **where,
-            )
-            # one search: the re-rank re-orders its top N; "weak" is decided on its cosines
-            hits = opened.rerank(text, cosines, rerank)[:top] if rerank else cosines
-            cosines = cosines[:top]
-            # "no photo matches well" is calibrated on sentences: not on photo or arithmetic queries
-            confidence = _confidence(opened) if text is not None and not (plus or minus) else None
-            rows = [_rows(text if text is not None else str(image), hits, confidence, opened)]
-            if rerank and confidence is not None:
-                rows[0]["weak"] = _rows(text, cosines, confidence)["weak"]
+            options = dict(plus=plus, minus=minus, k=top, min_score=min_score, resort=resort, engine=engine)
+            if isinstance(opened, Index):
+                answer = opened.answer(text, picture, rerank=rerank, **options, **where)
+            else:
+                confidence = _confidence(opened) if text is not None and not (plus or minus) else None
+                answer = _joint_answer(text, opened.search(text, picture, **options), confidence)
+            hits = answer.hits
+            rows = [_rows(text if text is not None else str(image), answer, opened)]
         if json_out is not None:
             write_jsonl(json_out, rows)
             console.print(plain(f"wrote {len(rows)} result line(s) to {json_out}"), soft_wrap=True)
@@ -503,7 +519,7 @@ def search(
                 console.print(json.dumps(row), highlight=False, soft_wrap=True, markup=False)
         else:
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
-            _say_confidence(text or "", cosines, rows[0].get("weak", False), confidence)
+            _say_confidence(answer)
             reranked = f" (top {rerank} re-ranked by the fusion; scores are fused)" if rerank else ""
             _print_hits(
                 f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], _why_empty(len(opened), min_score)

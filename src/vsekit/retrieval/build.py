@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
 from vsekit.retrieval.search import (
@@ -96,9 +97,10 @@ class BuildReport:
     replaced_model: dict[str, Any] | None = None
 
 
-#: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error})
-#: and the vectors float32 [len(entries), K], row i = entry i.
-ChunkResult = tuple[list[PhotoEntry], dict[str, dict], np.ndarray]
+#: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error}),
+#: the vectors float32 [len(entries), K], row i = entry i, and the packed top classes of the photos it ran
+#: through the CNN ({sha256: bytes}; the concept route).
+ChunkResult = tuple[list[PhotoEntry], dict[str, dict], np.ndarray, dict[str, bytes]]
 #: Embeds chunks elsewhere (:mod:`vsekit.distributed.index`): given the model identity and the missing
 #: chunks ``(key, photos, {id: (sha256, old vector)} of those photos the old index holds)``, yields
 #: ``(key, result of embed_chunk)`` in any order as chunks finish; the builder commits each one.
@@ -112,12 +114,19 @@ def embed_chunk(
     model: VSEModel, chunk: Sequence[PhotoFile], previous: dict[str, tuple[str, np.ndarray]]
 ) -> ChunkResult:
     """Embed one chunk of photos, ``_EMBED_GROUP`` at a time; a photo whose bytes have the sha256 that
-    ``previous`` records for it (touched, same bytes) keeps its old vector."""
+    ``previous`` records for it (touched, same bytes) keeps its old vector. The photos run through the
+    CNN also get their top ImageNet classes (the concept route), from the same features."""
     entries, failed, rows, group = [], {}, [], []
+    classifier, classes = photo_classifier(model), {}
 
     def flush() -> None:
         if group:
-            rows.extend(model.embed_images([image for _, image in group]))
+            features = model.file_features([image for _, image in group])
+            rows.extend(model.embed_features(features))
+            if classifier is not None:
+                classes.update(
+                    zip([sha for sha, _ in group], packed_classes(classifier, features), strict=True)
+                )
             group.clear()
 
     for photo in chunk:
@@ -132,11 +141,12 @@ def embed_chunk(
             flush()
             rows.append(np.asarray(old_vector, dtype=np.float32))
             continue
-        group.append((photo.id, image))
+        group.append((sha, image))
         if len(group) == _EMBED_GROUP:
             flush()
     flush()
-    return entries, failed, np.asarray(rows, dtype=np.float32).reshape(len(entries), model.embed_dim)
+    vectors = np.asarray(rows, dtype=np.float32).reshape(len(entries), model.embed_dim)
+    return entries, failed, vectors, classes
 
 
 def date_taken(path: Path) -> str | None:
@@ -221,6 +231,7 @@ def compact(
     if engine is not None:
         segment.ann = write_ann(store, n, engine, text_queries)
     store.commit(StoreChange(segments=[segment], drop_segments=chosen))
+    store.drop_orphan_concepts()  # classes of photos no generation from now on can hold
     logger.info("compacted segments %s into segment %d (%d rows)", chosen, n, len(rows))
     return True
 
@@ -291,14 +302,17 @@ class Builder:
         if self.ready is not None:
             plan.todo = [p for p in plan.todo if self.ready(p)]
         chunks, keys = self._chunks(plan.todo)
-        if plan.changes_nothing and not damaged and not lost:
+        classes = self._classes_setting(settings)
+        if plan.changes_nothing and not damaged and not lost and not classes:
             self._finish()
             return _report(plan, old_entries, [], {})
         self._records_of = records
         done = self._embed_chunks(chunks, keys)
         new_entries = [e for chunk in done for e in chunk[1]]
         failed = dict(plan.still_failed) | {i: f for chunk in done for i, f in chunk[2].items()}
-        self._commit(plan, done, failed, damaged)
+        if classes and not self._classify_kept([e for e in plan.kept if e.id in records]):
+            classes = None  # a kept photo could not be classified now: the route waits for the next update
+        self._commit(plan, done, failed, damaged, classes)
         self._finish()
         return _report(plan, old_entries, new_entries, failed)
 
@@ -369,7 +383,8 @@ class Builder:
         on_disk = {p.id for p in scan}
         plan.removed = sorted(i for i in old if i not in on_disk)
         segments = [n for n, *_ in self.store.segments()]
-        self._commit(plan, done, failed, segments, {"model": self.identity}, captions)
+        settings = {"model": self.identity} | (self._classes_setting({}) or {})
+        self._commit(plan, done, failed, segments, settings, captions)
         self._finish()
         logger.info("%s: rebuilt with %s (was %s)", self.store.out, self.identity["name"], previous["name"])
         report = _report(plan, {}, [e for chunk in done for e in chunk[1]], failed)
@@ -402,6 +417,45 @@ class Builder:
                 damaged.append(n)
         records = {i: r for i, r in self.store.photos().items() if r[3] not in damaged}
         return records, damaged
+
+    # -- the concept route's classes ------------------------------------------------------------
+    def _classes_setting(self, settings: dict[str, Any]) -> dict[str, Any] | None:
+        """``{"concepts": ...}`` when this build must (also) record that every photo has its classes: a
+        new index, or one built before the concept route (None: nothing to add, or a model whose
+        features are not the classifier's input)."""
+        if photo_classifier(self.model) is None:
+            return None
+        wanted = concepts_setting(self.model.image_spec["backbone"])
+        return None if settings.get("concepts") == wanted else {"concepts": wanted}
+
+    def _classify_kept(self, kept: list[PhotoEntry]) -> bool:
+        """Store the classes of kept photos that have none (an index built before the concept route: its
+        photos are read and run through the CNN once, their vectors untouched). False when one could not
+        be read or changed meanwhile."""
+        missing = self.store.without_concepts()
+        todo = [e for e in kept if e.id in missing]
+        if not todo:
+            return True
+        classifier, complete = photo_classifier(self.model), True
+        bar = tqdm(total=len(todo), desc="add concepts", unit="img", disable=not self.progress)
+        for start in range(0, len(todo), _EMBED_GROUP):
+            group = []
+            for entry in todo[start : start + _EMBED_GROUP]:
+                sha, image, error = read_photo(
+                    PhotoFile(entry.id, self.photos_dir / entry.id, entry.size, entry.mtime_ns)
+                )
+                if image is None or sha != missing[entry.id]:
+                    logger.warning("no concepts for %s yet: %s", entry.id, error or "it changed meanwhile")
+                    complete = False
+                    continue
+                group.append((sha, image))
+            if group:
+                features = self.model.file_features([image for _, image in group])
+                packed = packed_classes(classifier, features)
+                self.store.put_concepts(dict(zip([sha for sha, _ in group], packed, strict=True)))
+            bar.update(len(todo[start : start + _EMBED_GROUP]))
+        bar.close()
+        return complete
 
     # -- chunks ---------------------------------------------------------------------------------
     def _chunks(self, todo: list[PhotoFile]) -> tuple[list[list[PhotoFile]], list[str]]:
@@ -464,7 +518,8 @@ class Builder:
 
     def _write_chunk(self, key: str, result: ChunkResult) -> tuple[int, list[PhotoEntry], dict[str, dict]]:
         """Commit one chunk: its segment file, then its record (which a re-run takes as the commit)."""
-        entries, failed, vectors = result
+        entries, failed, vectors, classes = result
+        self.store.put_concepts(classes)  # content-keyed: kept by a killed build for its next run
         if vectors.shape != (len(entries), self.dim):
             raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
         n, sha = self.store.write_segment(vectors.astype(self.dtype), len(entries), self.dim, self.dtype)

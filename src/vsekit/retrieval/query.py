@@ -33,7 +33,7 @@ from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
 from vsekit.retrieval.store import damaged, id_bytes
 
-__all__ = ["MAX_QUERY_CHARS", "SearchHit", "Searching", "hits_from"]
+__all__ = ["MAX_QUERY_CHARS", "RouteScores", "SearchHit", "Searching", "filter_masks", "hits_from"]
 
 MAX_QUERY_CHARS = 1000
 
@@ -41,11 +41,31 @@ MAX_QUERY_CHARS = 1000
 @dataclass(frozen=True)
 class SearchHit:
     """One result: ``id`` (the row, stable until the next update), ``path`` relative to the photo folder,
-    cosine ``score``."""
+    ``score`` (the cosine; with the concept route the fused score, :mod:`vsekit.retrieval.answer`). A fused
+    hit also has its ``joint`` cosine, its ``concept`` score, the ``route`` that found it (``joint``,
+    ``concept`` or ``both``) and the class that matched (``label``)."""
 
     id: int
     path: str
     score: float
+    joint: float | None = None
+    concept: float | None = None
+    route: str | None = None
+    label: str | None = None
+
+
+@dataclass
+class RouteScores:
+    """Both routes' scores of a sentence over the candidates either route proposes (positions ``ids``):
+    ``joint`` cosines, ``concept`` scores, and each candidate's best-matching class (``classes``); the
+    best score of each route over every photo the filters keep (``best_joint``, ``best_concept``)."""
+
+    ids: np.ndarray
+    joint: np.ndarray
+    concept: np.ndarray
+    classes: np.ndarray
+    best_joint: float
+    best_concept: float
 
 
 class Searching:
@@ -147,10 +167,49 @@ class Searching:
         view = self._view
         if len(view) == 0:
             return [[] for _ in np.atleast_2d(queries)]
-        keep = _filter_masks(view, folder, taken_after, taken_before)
+        keep = filter_masks(view, folder, taken_after, taken_before)
         want = min(max(k, resort), len(view))
         scores, rows = self._nearest(queries, want, engine, view=view, keep=keep)
         return hits_from(scores, rows, LivePaths(view), view.vector, k, min_score, resort)
+
+    def route_scores(
+        self,
+        query: np.ndarray,
+        relevance: np.ndarray,
+        top: int,
+        candidates: int,
+        *,
+        folder: str | None = None,
+        taken_after: str | dt.date | None = None,
+        taken_before: str | dt.date | None = None,
+    ) -> RouteScores:
+        """Both routes for one sentence (its unit ``query`` vector and its ``relevance`` to each class,
+        :meth:`~vsekit.retrieval.concepts.ConceptRoute.relevance`): each proposes its best ``candidates``
+        photos (the joint space through the index's engine, the concept route exactly over every photo's
+        stored top ``top`` classes), and every candidate is scored by both."""
+        view = self._view
+        keep = filter_masks(view, folder, taken_after, taken_before)
+        want = min(candidates, len(view))
+        scores, rows = self._nearest(query[None], want, None, view=view, keep=keep)
+        joint_rows = rows[0][rows[0] >= 0]
+        ids, probs = view.concepts(top)
+        weighted = probs * relevance[ids.astype(np.int64)]  # [n, T]: each class's share of the score
+        concept = weighted.sum(axis=1)
+        if keep is not None:
+            concept = np.where(_position_mask(view, keep), concept, -np.inf)
+        concept_rows = np.argsort(-concept, kind="stable")[:want]
+        concept_rows = concept_rows[np.isfinite(concept[concept_rows])]
+        pool = np.unique(np.concatenate([joint_rows, concept_rows])).astype(np.int64)
+        joint = np.array([float(view.vector(int(r)) @ query) for r in pool], dtype=np.float32)
+        best_class = ids[pool, np.argmax(weighted[pool], axis=1)] if len(pool) else np.zeros(0, np.uint16)
+        return RouteScores(
+            ids=pool,
+            joint=joint,
+            concept=concept[pool].astype(np.float32),
+            classes=best_class,
+            best_joint=float(scores[0][0]) if len(joint_rows) else float("-inf"),
+            best_concept=float(concept[concept_rows[0]]) if len(concept_rows) else float("-inf"),
+        )
 
     def _nearest(
         self,
@@ -214,7 +273,7 @@ def _iso(value: str | dt.date | None, name: str) -> str | None:
         raise VsekitError(f"{name}: {value!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)") from None
 
 
-def _filter_masks(
+def filter_masks(
     view: Snapshot, folder: str | None, after: str | dt.date | None, before: str | dt.date | None
 ) -> dict[int, np.ndarray] | None:
     """Per segment, the rows the filters keep (one indexed query), or None without filters."""
@@ -235,6 +294,16 @@ def _filter_masks(
     if not clauses:
         return None
     return view.keep_masks(" AND ".join(clauses), params)
+
+
+def _position_mask(view: Snapshot, keep: dict[int, np.ndarray]) -> np.ndarray:
+    """Per-segment row masks (:func:`filter_masks`) as one mask over the snapshot's live positions."""
+    parts = []
+    for segment in view.segments:
+        live = np.ones(segment.rows, dtype=bool)
+        live[segment.dead] = False
+        parts.append(keep.get(segment.n, np.zeros(segment.rows, dtype=bool))[live])
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
 
 
 def hits_from(

@@ -37,6 +37,7 @@ from vsekit.retrieval.store import (
     check_generation,
     check_row,
     committed_mark,
+    concepts_crc,
     connect,
     damaged,
     id_bytes,
@@ -44,6 +45,7 @@ from vsekit.retrieval.store import (
     map_npy,
     read_settings,
     row_crc,
+    unpack_concepts,
 )
 
 __all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
@@ -153,6 +155,7 @@ class Snapshot:
         self.segments = segments
         self.offsets = np.concatenate([[0], np.cumsum([s.live for s in segments])]).astype(np.int64)
         self._lock = threading.Lock()
+        self._concepts: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -215,6 +218,35 @@ class Snapshot:
             "taken": taken,
             "caption": caption,
         }
+
+    # -- concepts --------------------------------------------------------------------------------
+    def concepts(self, top: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every live photo's top ImageNet classes by position: ``(ids [n, top] uint16, probs [n, top])``,
+        each row checked against its CRC (read once per snapshot). Only for a generation whose
+        ``concepts`` setting promises a row for every photo; a missing or damaged one is damage."""
+        with self._lock:
+            cached = self._concepts
+        if cached is not None:
+            return cached
+        ids = np.zeros((len(self), top), dtype=np.uint16)
+        probs = np.zeros((len(self), top), dtype=np.float32)
+        where = {s.n: (s, int(self.offsets[i])) for i, s in enumerate(self.segments)}
+        found = self.query(
+            "SELECT p.segment, p.row, p.sha256, c.classes, c.crc FROM photos p "
+            "LEFT JOIN concepts c ON c.sha256 = p.sha256"
+        )
+        for n, row, sha, blob, crc in found:
+            if blob is None or n not in where or concepts_crc(sha, blob) != crc:
+                raise damaged(self.out / DB, f"the classes of the photo at segment {n} row {row}", self.out)
+            segment, offset = where[n]
+            position = offset + int(segment.positions(np.asarray([row]))[0])
+            try:
+                ids[position], probs[position] = unpack_concepts(blob, top)
+            except ValueError as exc:
+                raise damaged(self.out / DB, str(exc), self.out) from None
+        with self._lock:
+            self._concepts = (ids, probs)
+        return ids, probs
 
     # -- filters ---------------------------------------------------------------------------------
     def keep_masks(self, where: str, params: Sequence[Any]) -> dict[int, np.ndarray]:

@@ -57,6 +57,9 @@ __all__ = [
     "StoreChange",
     "PHOTO_COLUMNS",
     "check_generation",
+    "concepts_crc",
+    "pack_concepts",
+    "unpack_concepts",
     "check_out_dir",
     "committed_mark",
     "check_row",
@@ -112,6 +115,7 @@ CREATE TABLE IF NOT EXISTS ann (
     segment INTEGER PRIMARY KEY, engine TEXT NOT NULL, file TEXT NOT NULL, params TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS chunks (
     key TEXT PRIMARY KEY, segment INTEGER NOT NULL, entries TEXT, failed TEXT);
+CREATE TABLE IF NOT EXISTS concepts (sha256 TEXT PRIMARY KEY, classes BLOB NOT NULL, crc INTEGER NOT NULL);
 """
 
 
@@ -184,6 +188,24 @@ def damaged(path: Path, why: str, out: Path) -> VsekitError:
     return VsekitError(
         f"{path}: damaged index file ({why}); `vsekit index build PHOTOS --out {out}` will rebuild it"
     )
+
+
+# ----------------------------------------------------------------------------- concepts
+def pack_concepts(ids: np.ndarray, probs: np.ndarray) -> bytes:
+    """A photo's top ImageNet classes as stored: ``T`` little-endian uint16 ids, then ``T`` float32
+    probabilities (the concept route, :mod:`vsekit.retrieval.concepts`)."""
+    return np.asarray(ids, dtype="<u2").tobytes() + np.asarray(probs, dtype="<f4").tobytes()
+
+
+def unpack_concepts(blob: bytes, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids [top], probs [top])`` of a stored row; ValueError when it has another length."""
+    if len(blob) != 6 * top:
+        raise ValueError(f"a concepts row of {len(blob)} bytes (expected {6 * top})")
+    return np.frombuffer(blob, "<u2", top, 0), np.frombuffer(blob, "<f4", top, 2 * top)
+
+
+def concepts_crc(sha256: str, blob: bytes) -> int:
+    return zlib.crc32(sha256.encode() + bytes(blob))
 
 
 # ----------------------------------------------------------------------------- the generation mark
@@ -680,6 +702,30 @@ class Store:
             )
             c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
         return new
+
+    # -- concepts (keyed by photo content: a photo's classes depend on its bytes only) -------------
+    def put_concepts(self, rows: dict[str, bytes]) -> None:
+        """Store ``{photo sha256: packed classes}`` (no new generation: the ``concepts`` setting that a
+        commit writes says when every live photo has its row)."""
+        if rows:
+            with self.transaction() as c:
+                c.executemany(
+                    "INSERT OR REPLACE INTO concepts VALUES (?, ?, ?)",
+                    [(sha, blob, concepts_crc(sha, blob)) for sha, blob in rows.items()],
+                )
+
+    def without_concepts(self) -> dict[str, str]:
+        """``{photo id: sha256}`` of the live photos whose classes are not stored."""
+        rows = self.conn.execute(
+            "SELECT p.id, p.sha256 FROM photos p LEFT JOIN concepts c ON c.sha256 = p.sha256 "
+            "WHERE c.sha256 IS NULL"
+        )
+        return {id_text(i): sha for i, sha in rows}
+
+    def drop_orphan_concepts(self) -> None:
+        """Forget the classes of photos no longer in the index (at compaction)."""
+        with self.transaction() as c:
+            c.execute("DELETE FROM concepts WHERE sha256 NOT IN (SELECT sha256 FROM photos)")
 
     # -- captions --------------------------------------------------------------------------------
     def set_captions(self, captions: dict[str, str | None]) -> int:

@@ -143,34 +143,13 @@ def _results(hits: list[SearchHit], index: Index | None = None) -> dict[str, Any
     results = []
     for h in hits:
         result = {"id": h.id, "path": _printable(h.path), "score": round(h.score, 6)}
+        if h.route is not None:  # a sentence searched by both routes: which one found it, and as what
+            result |= {"joint": round(h.joint or 0.0, 6), "concept": round(h.concept or 0.0, 6)}
+            result |= {"route": h.route, "label": h.label}
         if captions.get(h.path):
             result["caption"] = captions[h.path]
         results.append(result)
     return {"results": results}
-
-
-class _ConfidenceOf:
-    """``weak`` and ``warning`` of a sentence search, from the calibration shipped for the index's model
-    (:mod:`vsekit.retrieval.confidence`; loaded once per model file)."""
-
-    def __init__(self) -> None:
-        self._loaded: dict[str, Any] = {}
-
-    def of(self, index: Index, query: str, hits: list[SearchHit]) -> dict[str, Any]:
-        from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
-
-        model = index.manifest["model"]  # the settings already read, not info()'s file walk per request
-        sha = str(model.get("sha256", ""))
-        if sha not in self._loaded:
-            self._loaded[sha] = load_confidence(str(model["name"]), sha)
-        calibration = self._loaded[sha]
-        if calibration is None:  # a model without a shipped calibration never calls a search weak
-            return {"weak": False}
-        found: dict[str, Any] = {"weak": is_weak([h.score for h in hits], calibration.weak_below)}
-        warning = language_warning(query, calibration.english_words)
-        if warning is not None:
-            found["warning"] = warning
-        return found
 
 
 def _words(value: str | None) -> list[str]:
@@ -380,8 +359,6 @@ def _add_search_routes(
     def decode(data: bytes) -> Image.Image:
         return decode_upload(data, settings.max_upload_bytes, settings.max_pixels)
 
-    confidence = _ConfidenceOf()
-
     @app.get("/api/search")
     async def search(
         q: str = Query(..., min_length=1, max_length=MAX_QUERY),
@@ -391,18 +368,19 @@ def _add_search_routes(
         taken_after: str | None = Query(None, max_length=40),
         taken_before: str | None = Query(None, max_length=40),
     ) -> dict[str, Any]:
-        """The ``k`` photos nearest sentence ``q``; ``rerank=N`` re-orders the top N by the
-        ``vse+aligner`` fusion; filters: ``folder`` (with its subfolders) and the EXIF date taken
-        (``taken_after <= taken < taken_before``, ISO dates). ``weak``: no photo matches well (the model's
-        calibrated threshold; always false for a model that has none); ``warning``: the query does not read
-        as English."""
+        """The ``k`` best photos for sentence ``q`` (both routes fused where the index has concepts,
+        :mod:`vsekit.retrieval.answer`; each hit says which ``route`` found it and its ``label``);
+        ``rerank=N`` re-orders the top N by the ``vse+aligner`` fusion; filters: ``folder`` (with its
+        subfolders) and the EXIF date taken (``taken_after <= taken < taken_before``, ISO dates).
+        ``weak``: no photo matches well (neither route finds the query's subject; false for a model with
+        no calibration); ``warning``: the query does not read as English; ``notice``: a route that is off."""
         index = current()
         filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
 
         def answer() -> dict[str, Any]:
-            hits = index.search(q, k=max(k, rerank), **filters)
-            shown = index.rerank(q, hits, rerank)[:k] if rerank else hits[:k]
-            return {**_results(shown, index), **confidence.of(index, q, hits)}  # weak: on the cosines
+            found = index.answer(q, k=k, rerank=rerank, **filters)
+            extra = {key: value for key, value in found.to_json().items() if value is not None}
+            return {**_results(found.hits, index), **extra, "weak": bool(found.weak)}
 
         # the re-rank computes regions with the aligner: a worker thread, like the other slow work
         return await workers.run("photo", answer) if rerank else answer()

@@ -1,0 +1,199 @@
+"""One answer policy for every front end: what a search returns, how the two routes are fused, and when
+"no photo matches well" (the CLI, the web API, the page and the Python API all call :func:`answer`).
+
+A sentence is searched by two routes (docs/concepts.md, "Two routes to meaning"):
+
+* the **joint space**: the cosine between the sentence and the photo in the learned embedding;
+* the **concept route**: ConSE over the photo's top ImageNet classes (:mod:`vsekit.retrieval.concepts`).
+
+Fused score (both routes' candidates, re-scored by both)::
+
+    fused(x, q) = cos(q, x) + w * concept(x, q)
+
+and the weak verdict asks both routes: a search is weak when the best cosine is below ``joint_below`` and
+the best concept score below ``concept_below``. ``w`` and the two thresholds are chosen on the validation
+sets only (flickr8k-val1000 scored by a model trained without it, and the everyday set of
+bench/everyday/), by ``bench/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model
+file. A hit says which route found it (``route``: ``joint``, ``concept`` or ``both``: whose own threshold it
+passes) and, for a concept, which class (``label``).
+
+A photo query ("more like this") and arithmetic (Kiros et al. 2014, Eq. 15) stay in the joint space, where
+those operations are defined; an index built before the concept route searches the joint space only and
+says how to add the concepts (``vsekit index update``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from vsekit.errors import VsekitError
+from vsekit.resources import pretrained_path
+from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
+from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
+from vsekit.retrieval.query import SearchHit
+
+__all__ = ["Answer", "RoutePolicy", "answer", "load_policy", "with_score"]
+
+ROUTES_FORMAT = "vsekit.search-routes"
+#: Candidates each route proposes before fusion (re-scored by both routes).
+CANDIDATES = 100
+
+
+@dataclass(frozen=True)
+class RoutePolicy:
+    """The shipped fusion of a model: the concept weight ``w``, the concept route's ``margin`` and the
+    two weak thresholds (module docstring)."""
+
+    weight: float
+    margin: float
+    joint_below: float
+    concept_below: float
+
+
+def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
+    """The routes policy shipped for model ``model`` (a shipped name) and exactly that file, or None."""
+    try:
+        path = pretrained_path(model).with_name(f"{model}-routes.json")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (VsekitError, OSError, ValueError):
+        return None
+    if data.get("format") != ROUTES_FORMAT or data.get("model_sha256") != model_sha256:
+        return None
+    weak = data["weak"]
+    return RoutePolicy(
+        float(data["fusion_weight"]),
+        float(data["margin"]),
+        float(weak["joint_below"]),
+        float(weak["concept_below"]),
+    )
+
+
+@dataclass
+class Answer:
+    """What a search answers: ``hits`` best first; ``weak`` (None: not decided for this kind of query or
+    model); ``best`` (the best cosine, and with the concept route the best concept score);
+    ``warning`` (the query does not read as English); ``notice`` (a route that is off, and why);
+    ``routes`` (the routes searched); ``reranked`` (how many top hits the aligner re-ordered)."""
+
+    query: str | None
+    hits: list[SearchHit]
+    weak: bool | None = None
+    best: dict[str, float] | None = None
+    warning: str | None = None
+    notice: str | None = None
+    routes: tuple[str, ...] = ("joint",)
+    reranked: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "weak": self.weak,
+            "best": self.best,
+            "warning": self.warning,
+            "notice": self.notice,
+            "routes": list(self.routes),
+            "reranked": self.reranked,
+        }
+
+
+def answer(
+    index: Any,
+    text: str | None = None,
+    image: Any = None,
+    *,
+    plus: Sequence[str] = (),
+    minus: Sequence[str] = (),
+    k: int = 10,
+    rerank: int = 0,
+    min_score: float | None = None,
+    **options: Any,
+) -> Answer:
+    """The answer to one query on ``index`` (a :class:`vsekit.Index`): hits, the weak verdict, the
+    language warning and which routes searched (module docstring). ``rerank=N`` re-orders the top ``N``
+    of a sentence by the vse+aligner fusion; ``options``: ``resort``, ``engine``, ``folder``,
+    ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search`."""
+    if rerank < 0:
+        raise VsekitError(f"rerank must be >= 0, got {rerank}")
+    sentence = text is not None and image is None and not plus and not minus
+    if rerank and not sentence:
+        raise VsekitError("rerank applies to a sentence query without --plus/--minus")
+    model = index.manifest["model"]
+    confidence = load_confidence(str(model["name"]), str(model["sha256"])) if sentence else None
+    policy = load_policy(str(model["name"]), str(model["sha256"])) if sentence else None
+    result = Answer(query=text, hits=[])
+    if sentence and policy is not None and not options.get("resort") and _has_concepts(index):
+        hits = _fused(index, text, max(k, rerank), policy, options, result)
+    else:
+        if policy is not None:
+            result.notice = (
+                f"only the joint space searched: this index has no concepts yet; `vsekit index update "
+                f"{index.path}` adds them (everyday objects the CNN recognises)"
+            )
+        hits = index.search_joint(text, image, plus=plus, minus=minus, k=max(k, rerank), **options)
+        if confidence is not None:
+            result.weak = is_weak([h.score for h in hits], confidence.weak_below)
+            result.best = {"joint": max((h.score for h in hits), default=float("-inf"))}
+    if rerank:
+        hits = index.rerank(text, hits, rerank)
+        result.reranked = min(rerank, len(hits))
+    result.hits = [h for h in hits[:k] if min_score is None or h.score >= min_score]
+    if confidence is not None:
+        result.warning = language_warning(text, confidence.english_words)
+    return result
+
+
+def _has_concepts(index: Any) -> bool:
+    manifest = index.manifest
+    backbone = manifest["model"].get("config", {}).get("image", {}).get("backbone")
+    return manifest.get("concepts") == concepts_setting(str(backbone))
+
+
+def _fused(
+    index: Any, text: str, k: int, policy: RoutePolicy, options: dict, result: Answer
+) -> list[SearchHit]:
+    """Both routes' candidates, fused and labelled (module docstring); sets ``result``'s verdict."""
+    route: ConceptRoute = index.concept_route(policy.margin)
+    query = index.embed_texts([text])[0]
+    filters = {key: options[key] for key in ("folder", "taken_after", "taken_before") if options.get(key)}
+    scores = index.route_scores(query, route.relevance([text])[0], _top(index), CANDIDATES, **filters)
+    fused = scores.joint + policy.weight * scores.concept
+    order = np.argsort(-fused, kind="stable")[:k]
+    paths = index.paths
+    hits = []
+    for i in order:
+        joint, concept = float(scores.joint[i]), float(scores.concept[i])
+        found = _route(joint, concept, policy)
+        label = route.table.name(int(scores.classes[i])) if found != "joint" and concept > 0 else None
+        hits.append(
+            SearchHit(
+                int(scores.ids[i]), paths[int(scores.ids[i])], float(fused[i]), joint, concept, found, label
+            )
+        )
+    result.routes = ("joint", "concept")
+    result.best = {"joint": scores.best_joint, "concept": scores.best_concept}
+    result.weak = scores.best_joint < policy.joint_below and scores.best_concept < policy.concept_below
+    return hits
+
+
+def _route(joint: float, concept: float, policy: RoutePolicy) -> str:
+    """The route whose own threshold a hit passes (``both`` when both do); for a hit that passes neither,
+    the route closer to its threshold."""
+    joint_ok, concept_ok = joint >= policy.joint_below, concept >= policy.concept_below
+    if joint_ok and concept_ok:
+        return "both"
+    if joint_ok or concept_ok:
+        return "joint" if joint_ok else "concept"
+    return "joint" if joint / policy.joint_below >= concept / policy.concept_below else "concept"
+
+
+def _top(index: Any) -> int:
+    return int(index.manifest["concepts"]["top"])
+
+
+def with_score(hit: SearchHit, score: float) -> SearchHit:
+    """``hit`` with another ``score`` (a re-rank's fused score), its route details kept."""
+    return replace(hit, score=score)
