@@ -97,7 +97,8 @@ def test_index_info_update_and_one_line_errors(built, tmp_path):
 
 
 def test_search_equals_eval_on_the_sample(tmp_path, monkeypatch):
-    """Searching the 100 sample photos with their 500 captions gives `vsekit eval`'s t2i recall."""
+    """Searching the 100 sample photos with their 500 captions in the joint space (`--joint-only`: the
+    ranking eval measures; the default fuses the concept route) gives `vsekit eval`'s t2i recall."""
     monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
     photos = tmp_path / "Images"
     shutil.copytree(sample_data_path() / "Images", photos)
@@ -115,6 +116,7 @@ def test_search_equals_eval_on_the_sample(tmp_path, monkeypatch):
         str(tmp_path / "q.txt"),
         "--top",
         "10",
+        "--joint-only",
         "--json",
         str(out),
     ]

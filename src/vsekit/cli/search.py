@@ -457,6 +457,12 @@ def search(
     explain: Path = typer.Option(
         None, "--explain", help="Write each hit drawn with its word-to-region boxes into this folder (PNG)."
     ),
+    joint_only: bool = typer.Option(
+        False,
+        "--joint-only",
+        help="Search the joint space alone: cosine scores, the ranking `vsekit eval` measures (default: "
+        "fused with the concept route, which knows 1,000 everyday objects).",
+    ),
     shard: list[Path] = typer.Option(
         [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
     ),
@@ -495,7 +501,8 @@ def search(
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
             texts = _read_queries(queries)
             if isinstance(opened, Index):  # one answer per sentence, as a single search gives it
-                found = [opened.answer(q, k=top, min_score=min_score, engine=engine) for q in texts]
+                options = dict(k=top, min_score=min_score, engine=engine, joint_only=joint_only)
+                found = [opened.answer(q, **options) for q in texts]
             else:
                 confidence = _confidence(opened)
                 results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
@@ -505,7 +512,9 @@ def search(
             picture = _query_photo(image) if image is not None else None
             options = dict(plus=plus, minus=minus, k=top, min_score=min_score, resort=resort, engine=engine)
             if isinstance(opened, Index):
-                answer = opened.answer(text, picture, rerank=rerank, **options, **where)
+                answer = opened.answer(
+                    text, picture, rerank=rerank, joint_only=joint_only, **options, **where
+                )
             else:
                 confidence = _confidence(opened) if text is not None and not (plus or minus) else None
                 answer = _joint_answer(text, opened.search(text, picture, **options), confidence)

@@ -35,9 +35,9 @@ from vsekit.errors import VsekitError
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
 from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
-from vsekit.retrieval.query import SearchHit
+from vsekit.retrieval.query import RouteScores, SearchHit
 
-__all__ = ["Answer", "RoutePolicy", "answer", "load_policy", "with_score"]
+__all__ = ["Answer", "RoutePolicy", "answer", "fuse", "load_policy", "with_score"]
 
 ROUTES_FORMAT = "vsekit.search-routes"
 #: Candidates each route proposes before fusion (re-scored by both routes).
@@ -53,6 +53,27 @@ class RoutePolicy:
     margin: float
     joint_below: float
     concept_below: float
+
+    def weak(self, scores: RouteScores) -> bool:
+        """No photo matches well: neither route's best reaches its threshold."""
+        return scores.best_joint < self.joint_below and scores.best_concept < self.concept_below
+
+    def route(self, joint: float, concept: float) -> str:
+        """The route whose own threshold a hit passes (``both`` when both do); for a hit that passes
+        neither, the route closer to its threshold."""
+        joint_ok, concept_ok = joint >= self.joint_below, concept >= self.concept_below
+        if joint_ok and concept_ok:
+            return "both"
+        if joint_ok or concept_ok:
+            return "joint" if joint_ok else "concept"
+        return "joint" if joint / self.joint_below >= concept / self.concept_below else "concept"
+
+
+def fuse(scores: RouteScores, policy: RoutePolicy) -> tuple[np.ndarray, list[str]]:
+    """The candidates' order by ``cos + w * concept`` (best first) and each candidate's route."""
+    fused = scores.joint + policy.weight * scores.concept
+    routes = [policy.route(float(j), float(c)) for j, c in zip(scores.joint, scores.concept, strict=True)]
+    return np.argsort(-fused, kind="stable"), routes
 
 
 def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
@@ -110,11 +131,13 @@ def answer(
     k: int = 10,
     rerank: int = 0,
     min_score: float | None = None,
+    joint_only: bool = False,
     **options: Any,
 ) -> Answer:
     """The answer to one query on ``index`` (a :class:`vsekit.Index`): hits, the weak verdict, the
     language warning and which routes searched (module docstring). ``rerank=N`` re-orders the top ``N``
-    of a sentence by the vse+aligner fusion; ``options``: ``resort``, ``engine``, ``folder``,
+    of a sentence by the vse+aligner fusion; ``joint_only`` searches the joint space alone (cosine scores,
+    the ranking ``vsekit eval`` measures); ``options``: ``resort``, ``engine``, ``folder``,
     ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search`."""
     if rerank < 0:
         raise VsekitError(f"rerank must be >= 0, got {rerank}")
@@ -123,7 +146,7 @@ def answer(
         raise VsekitError("rerank applies to a sentence query without --plus/--minus")
     model = index.manifest["model"]
     confidence = load_confidence(str(model["name"]), str(model["sha256"])) if sentence else None
-    policy = load_policy(str(model["name"]), str(model["sha256"])) if sentence else None
+    policy = load_policy(str(model["name"]), str(model["sha256"])) if sentence and not joint_only else None
     result = Answer(query=text, hits=[])
     if sentence and policy is not None and not options.get("resort") and _has_concepts(index):
         hits = _fused(index, text, max(k, rerank), policy, options, result)
@@ -160,34 +183,18 @@ def _fused(
     query = index.embed_texts([text])[0]
     filters = {key: options[key] for key in ("folder", "taken_after", "taken_before") if options.get(key)}
     scores = index.route_scores(query, route.relevance([text])[0], _top(index), CANDIDATES, **filters)
-    fused = scores.joint + policy.weight * scores.concept
-    order = np.argsort(-fused, kind="stable")[:k]
-    paths = index.paths
-    hits = []
-    for i in order:
+    order, routes = fuse(scores, policy)
+    paths, hits = index.paths, []
+    for i in order[:k]:
         joint, concept = float(scores.joint[i]), float(scores.concept[i])
-        found = _route(joint, concept, policy)
-        label = route.table.name(int(scores.classes[i])) if found != "joint" and concept > 0 else None
-        hits.append(
-            SearchHit(
-                int(scores.ids[i]), paths[int(scores.ids[i])], float(fused[i]), joint, concept, found, label
-            )
-        )
+        label = route.table.name(int(scores.classes[i])) if routes[i] != "joint" and concept > 0 else None
+        fused = joint + policy.weight * concept
+        position = int(scores.ids[i])
+        hits.append(SearchHit(position, paths[position], fused, joint, concept, routes[i], label))
     result.routes = ("joint", "concept")
     result.best = {"joint": scores.best_joint, "concept": scores.best_concept}
-    result.weak = scores.best_joint < policy.joint_below and scores.best_concept < policy.concept_below
+    result.weak = policy.weak(scores)
     return hits
-
-
-def _route(joint: float, concept: float, policy: RoutePolicy) -> str:
-    """The route whose own threshold a hit passes (``both`` when both do); for a hit that passes neither,
-    the route closer to its threshold."""
-    joint_ok, concept_ok = joint >= policy.joint_below, concept >= policy.concept_below
-    if joint_ok and concept_ok:
-        return "both"
-    if joint_ok or concept_ok:
-        return "joint" if joint_ok else "concept"
-    return "joint" if joint / policy.joint_below >= concept / policy.concept_below else "concept"
 
 
 def _top(index: Any) -> int:

@@ -1,0 +1,133 @@
+"""The concept route (issue 33): ConSE scores, the fusion of both routes, the classes in the index store,
+the migration of an index built before them, and damage to a stored class row."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import vsekit
+from search_helpers import SAMPLE_IMAGES
+from vsekit.errors import VsekitError
+from vsekit.retrieval import build as build_module
+from vsekit.retrieval.answer import RoutePolicy, fuse
+from vsekit.retrieval.concepts import concept_scores
+from vsekit.retrieval.query import RouteScores
+from vsekit.vision.classes import class_table, load_classifier, top_classes
+
+EVERYDAY = Path(__file__).resolve().parents[2] / "shared" / "data" / "everyday" / "photos"
+POLICY = RoutePolicy(weight=2.0, margin=0.25, joint_below=0.28, concept_below=0.16)
+
+
+def test_concept_scores_are_the_probability_weighted_relevance():
+    relevance = np.zeros((2, 1000), dtype=np.float32)
+    relevance[0, [3, 7]] = [0.5, 0.25]  # query 0 names classes 3 and 7
+    relevance[1, 9] = 0.4
+    ids = np.array([[3, 7, 9], [9, 1, 2]], dtype=np.uint16)
+    probs = np.array([[0.6, 0.2, 0.1], [0.5, 0.3, 0.2]], dtype=np.float32)
+    got = concept_scores(relevance, ids, probs)
+    assert got == pytest.approx(np.array([[0.6 * 0.5 + 0.2 * 0.25, 0.0], [0.1 * 0.4, 0.5 * 0.4]]))
+
+
+def test_top_classes_keeps_the_most_probable_best_first():
+    p = np.array([[0.1, 0.5, 0.05, 0.35], [0.7, 0.1, 0.1, 0.1]], dtype=np.float32)
+    ids, probs = top_classes(p, 2)
+    assert ids.tolist() == [[1, 3], [0, 1]] and probs[0] == pytest.approx([0.5, 0.35])
+
+
+def _scores(joint, concept, classes=(0, 0)) -> RouteScores:
+    joint, concept = np.array(joint, np.float32), np.array(concept, np.float32)
+    return RouteScores(np.arange(len(joint)), joint, concept, np.array(classes), joint.max(), concept.max())
+
+
+def test_the_concept_route_wins_where_the_joint_space_does_not_know_the_object():
+    # photo 0: the joint space's vague best (a cosine 0.30); photo 1: the classifier is sure it is a cat
+    order, routes = fuse(_scores([0.30, 0.22], [0.0, 0.30]), POLICY)
+    assert order.tolist() == [1, 0] and routes[1] == "concept"
+
+
+def test_the_joint_space_wins_where_it_knows_and_the_classes_say_little():
+    # photo 0: "a dog catches a frisbee" at 0.45 in the joint space; photo 1: a weak class match
+    order, routes = fuse(_scores([0.45, 0.15], [0.02, 0.08]), POLICY)
+    assert order.tolist() == [0, 1] and routes[0] == "joint"
+
+
+def test_weak_when_neither_route_finds_the_subject():
+    assert POLICY.weak(_scores([0.25, 0.2], [0.1, 0.05]))
+    assert not POLICY.weak(_scores([0.25, 0.2], [0.2, 0.05]))  # the concept route found it
+    assert not POLICY.weak(_scores([0.30, 0.2], [0.0, 0.0]))  # the joint space found it
+
+
+def test_class_names_are_the_classifiers_order():
+    table = class_table()
+    assert len(table) == 1000 and table.synsets[0] == "n01440764" and table.name(281) == "tabby"
+    classifier = load_classifier("efficientnet_lite0")
+    assert classifier.weight.shape == (1000, 1280)
+
+
+def _photos(tmp_path: Path, n: int = 4) -> Path:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for src in SAMPLE_IMAGES[:n]:
+        shutil.copy(src, folder / src.name)
+    return folder
+
+
+def test_an_index_stores_each_photos_top_classes(tmp_path):
+    folder = _photos(tmp_path)
+    index = vsekit.Index.build(folder, tmp_path / "index", progress=False)
+    ids, probs = index._view.concepts(10)
+    model = vsekit.load_model()
+    expected = load_classifier("efficientnet_lite0").probabilities(
+        model.file_features([folder / p for p in index.paths])
+    )
+    want_ids, want_probs = top_classes(expected, 10)
+    assert (ids == want_ids).all() and probs == pytest.approx(want_probs, abs=1e-5)
+    assert index.manifest["concepts"]["top"] == 10
+
+
+def test_an_index_built_before_the_concept_route_gains_it_on_update(tmp_path, monkeypatch):
+    folder = _photos(tmp_path)
+    with monkeypatch.context() as old_version:  # a build that knows no classes: none stored, no setting
+        old_version.setattr(build_module, "photo_classifier", lambda model: None)
+        vsekit.Index.build(folder, tmp_path / "index", progress=False)
+    index = vsekit.Index.open(tmp_path / "index")
+    before = np.asarray(index.vectors).copy()
+    found = index.answer("a dog runs on the grass", k=2)
+    assert found.routes == ("joint",) and "vsekit index update" in (found.notice or "")
+    assert all(h.route is None for h in found.hits)  # nothing half-fused
+
+    report = index.update(progress=False)
+    assert report.added == [] and report.changed == [] and report.unchanged == 4  # nothing re-embedded
+    assert np.array_equal(np.asarray(index.vectors), before)
+    found = index.answer("a dog runs on the grass", k=2)
+    assert found.routes == ("joint", "concept") and found.notice is None
+    assert {h.route for h in found.hits} <= {"joint", "concept", "both"}
+
+
+def test_a_damaged_class_row_is_an_error_not_a_silent_change(tmp_path):
+    index_dir = tmp_path / "index"
+    vsekit.Index.build(_photos(tmp_path), index_dir, progress=False)
+    with sqlite3.connect(index_dir / "store.sqlite") as conn:
+        sha, blob = conn.execute("SELECT sha256, classes FROM concepts LIMIT 1").fetchone()
+        flipped = bytes([blob[0] ^ 1]) + bytes(blob[1:])
+        conn.execute("UPDATE concepts SET classes = ? WHERE sha256 = ?", (flipped, sha))
+    with pytest.raises(VsekitError, match="damaged index file"):
+        vsekit.Index.open(index_dir).answer("a dog", k=2)
+
+
+@pytest.mark.skipif(not EVERYDAY.is_dir(), reason="needs ../shared/data/everyday (the everyday photos)")
+def test_a_cat_is_found_through_the_concept_route(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("animals/ocv-001.jpg", "things/gc-026.jpg", "vehicles/ocv-046.jpg", "buildings/gc-150.jpg"):
+        shutil.copy(EVERYDAY / name, folder / Path(name).name)
+    index = vsekit.Index.build(folder, tmp_path / "index", progress=False)
+    found = index.answer("a cat", k=4)
+    assert found.hits[0].path == "ocv-001.jpg" and found.hits[0].route in ("concept", "both")
+    assert found.hits[0].label is not None and "cat" in found.hits[0].label.lower() + " tabby cat"
+    assert not found.weak
