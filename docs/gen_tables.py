@@ -1070,6 +1070,31 @@ def t_rerank() -> str:
     return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
 
 
+def t_concept_route() -> str:
+    d = load("concept_route.json")
+    before, after = d["before"], d["after"]
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    rows = []
+    for label, run, weak in (
+        ("joint space alone (0.1.0)", before, before),
+        (f"both routes fused (w = {d['fusion_weight']:g})", after, after["weak"]),
+    ):
+        e, v, we, wv = run["everyday"], run["val1000"], weak["everyday"], weak["val1000"]
+        rows.append([label, pct(e["fit_in_top5"]), f2(e["precision_at_5"]), f2(e["recall_at_10"]),
+                     pct(we["absent_flagged"]), pct(we["present_not_flagged"]),
+                     f2(v["t2i_r1"]), f2(v["t2i_r10"]), pct(wv["present_not_flagged"])])  # fmt: skip
+    header = ["search", "everyday: fit in top 5", "P@5", "R@10", "absent flagged weak", "present not flagged",
+              "val1000: t2i R@1", "t2i R@10", "present not flagged"]  # fmt: skip
+    note = (
+        f"validation sets only: everyday ({d['sets']['everyday']['photos']} photos, "
+        f"{d['sets']['everyday']['queries']} queries) and flickr8k-val1000 "
+        f"({d['sets']['val1000']['captions']:,} captions; joint space scored by {d['proxy']}, trained "
+        f"without it); backbone {d['backbone']}; the fusion weight and thresholds were chosen on these "
+        "numbers, so they are validation numbers, not held-out ones; `python bench/concept_route.py`"
+    )
+    return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
+
+
 def t_serve_latency() -> str:
     runs = [
         ("text search alone, 1 client", "serve_text_c1.json", ["search"]),
@@ -1548,6 +1573,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "kill-campaign": t_kill_campaign,
     "confidence": t_confidence,
     "rerank": t_rerank,
+    "concept-route": t_concept_route,
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
     "scst-dev": t_scst_dev,

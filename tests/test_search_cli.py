@@ -147,7 +147,10 @@ def test_search_several_indexes_as_one_with_shard(built, tmp_path):
     query = ["a dog runs on the grass", "--top", "20", "--json"]
     args = ["search", str(index), *query, str(out), "--shard", str(tmp_path / "more.index")]
     assert runner.invoke(app, args).exit_code == 0
-    assert runner.invoke(app, ["search", str(index), *query, str(alone)]).exit_code == 0
+    # several indexes are searched in the joint space (the concept route reads one index): the same
+    # scores as one index searched with --joint-only
+    assert runner.invoke(app, ["search", str(index), *query, str(alone), "--joint-only"]).exit_code == 0
+    assert "joint space only" in read_jsonl(out)[0]["notice"]
     merged = read_jsonl(out)[0]["results"]
     scores = [r["score"] for r in merged]
     assert len(merged) == 9 and scores == sorted(scores, reverse=True)  # 6 + 3 photos, best first

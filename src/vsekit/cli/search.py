@@ -356,8 +356,12 @@ def _say_confidence(found: Answer) -> None:
     if found.notice is not None:
         warn(found.notice, "note")
     if found.weak and found.hits:
-        best = ", ".join(f"{route} {score:.3f}" for route, score in (found.best or {}).items())
-        console.print(plain(f"no photo matches well (best {best})", "yellow"), soft_wrap=True)
+        best = found.best or {}
+        score = best.get("joint", max(h.score for h in found.hits))
+        concept = f"; best concept score {best['concept']:.3f}" if "concept" in best else ""
+        console.print(
+            plain(f"no photo matches well (best score {score:.3f}{concept})", "yellow"), soft_wrap=True
+        )
 
 
 def _print_hits(title: str, row: dict, why_empty: str) -> None:
@@ -518,6 +522,9 @@ def search(
             else:
                 confidence = _confidence(opened) if text is not None and not (plus or minus) else None
                 answer = _joint_answer(text, opened.search(text, picture, **options), confidence)
+                answer.notice = (
+                    "several indexes are searched in the joint space only (the concept route reads one)"
+                )
             hits = answer.hits
             rows = [_rows(text if text is not None else str(image), answer, opened)]
         if json_out is not None:
