@@ -317,8 +317,29 @@ def card_vse() -> dict[str, Any]:
                 **_confidence_on_dev(bench_conf),
                 "pins": {"vse": conf["model_sha256"]},
                 "pin_matches": conf["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
-            }
+            },
+            _routes_attachment(path),
         ],
+    }
+
+
+def _routes_attachment(path: Path) -> dict[str, Any]:
+    """The fusion of the joint space and the concept route shipped with vse (docs/concepts.md)."""
+    routes_path = PRETRAINED / "vse-routes.json"
+    routes = json.loads(routes_path.read_text(encoding="utf-8"))
+    bench = load("concept_route.json")
+    same("vse-routes fusion_weight", routes["fusion_weight"], bench["fusion_weight"], 1e-9)
+    weak = routes["weak"]
+    return {
+        **file_facts(routes_path),
+        "short": f"two-route fusion w={routes['fusion_weight']:g}",
+        "what": f"search fuses the joint space and the concept route (cos + {routes['fusion_weight']:g} x "
+        f"concept); weak when the best cosine < {weak['joint_below']} and the best concept score < "
+        f"{weak['concept_below']}",
+        "made_with": routes["made_with"]["data"],
+        "validation": {"everyday": bench["after"]["everyday"], "val1000": bench["after"]["val1000"]},
+        "pins": {"vse": routes["model_sha256"]},
+        "pin_matches": routes["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
     }
 
 

@@ -298,6 +298,7 @@ class Index(Searching):
             "generation": view.generation,
             "segments": len(view.segments),
             "tombstones": sum(len(s.dead) for s in view.segments),
+            "concepts": _concepts_line(m),
             "bytes": sum(f.stat().st_size for f in set(files) if f.is_file()),
         }
 
@@ -357,6 +358,14 @@ class Index(Searching):
                     self.path, settings["model"], settings.get("photos", "PHOTOS")
                 )
             return self._model
+
+
+def _concepts_line(settings: dict[str, Any]) -> str:
+    """What ``index info`` says of the concept route's classes."""
+    found = settings.get("concepts")
+    if found:
+        return f"top {found['top']} ImageNet classes of every photo ({found['backbone']})"
+    return "none yet: `vsekit index update` adds them"
 
 
 def _model_sha(view: Snapshot) -> str | None:
