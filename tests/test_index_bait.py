@@ -109,7 +109,7 @@ def test_bait_in_an_index_survives_build_update_kill_and_rebuild_after_damage(tm
     for k in range(21, 25):
         shutil.copyfile(SAMPLE_IMAGES[k], photos / f"more-{k}.jpg")
     status, stderr = run_self_signalled(
-        BUILD, [str(photos), str(out)], step=2, where=("vsekit.retrieval.index", "_Builder._write_chunk")
+        BUILD, [str(photos), str(out)], step=2, where=("vsekit.retrieval.build", "Builder._write_chunk")
     )
     assert status == -9, stderr
     assert_bait_intact(out)

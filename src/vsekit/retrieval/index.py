@@ -72,7 +72,6 @@ logger = logging.getLogger(__name__)
 DTYPES = ("float32", "float16")
 
 
-_Builder = Builder  # the name the kill tests hook (``_Builder._write_chunk``: a chunk committed)
 
 
 class Index(Searching):
