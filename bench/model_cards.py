@@ -328,14 +328,15 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     routes_path = PRETRAINED / "vse-routes.json"
     routes = json.loads(routes_path.read_text(encoding="utf-8"))
     bench = load("concept_route.json")
-    same("vse-routes fusion_weight", routes["fusion_weight"], bench["fusion_weight"], 1e-9)
-    weak = routes["weak"]
+    fusion, weak = routes["fusion"], routes["weak"]
+    for key in ("scale", "offset"):
+        same(f"vse-routes fusion {key}", fusion[key], bench["fusion"][key], 1e-9)
+    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g})"
     return {
         **file_facts(routes_path),
-        "short": f"two-route fusion w={routes['fusion_weight']:g}",
-        "what": f"search fuses the joint space and the concept route (cos + {routes['fusion_weight']:g} x "
-        f"concept); weak when the best cosine < {weak['joint_below']} and the best concept score < "
-        f"{weak['concept_below']}",
+        "short": f"two-route fusion {rule}",
+        "what": f"search fuses the joint space and the concept route ({rule}); weak when the best cosine < "
+        f"{weak['joint_below']} and the best concept score < {weak['concept_below']}",
         "made_with": routes["made_with"]["data"],
         "validation": {"everyday": bench["after"]["everyday"], "val1000": bench["after"]["val1000"]},
         "pins": {"vse": routes["model_sha256"]},

@@ -1077,7 +1077,11 @@ def t_concept_route() -> str:
     rows = []
     for label, run, weak in (
         ("joint space alone (0.1.0)", before, before),
-        (f"both routes fused (w = {d['fusion_weight']:g})", after, after["weak"]),
+        (
+            f"both routes: max(cos, {d['fusion']['scale']:g} x concept + {d['fusion']['offset']:g})",
+            after,
+            after["weak"],
+        ),
     ):
         e, v, we, wv = run["everyday"], run["val1000"], weak["everyday"], weak["val1000"]
         rows.append([label, pct(e["fit_in_top5"]), f2(e["precision_at_5"]), f2(e["recall_at_10"]),

@@ -20,7 +20,7 @@ from vsekit.retrieval.query import RouteScores
 from vsekit.vision.classes import class_table, load_classifier, top_classes
 
 EVERYDAY = Path(__file__).resolve().parents[2] / "shared" / "data" / "everyday" / "photos"
-POLICY = RoutePolicy(weight=2.0, margin=0.25, joint_below=0.28, concept_below=0.16)
+POLICY = RoutePolicy(scale=1.0, offset=0.15, margin=0.25, joint_below=0.28, concept_below=0.16)
 
 
 def test_concept_scores_are_the_probability_weighted_relevance():
@@ -46,14 +46,22 @@ def _scores(joint, concept, classes=(0, 0)) -> RouteScores:
 
 def test_the_concept_route_wins_where_the_joint_space_does_not_know_the_object():
     # photo 0: the joint space's vague best (a cosine 0.30); photo 1: the classifier is sure it is a cat
-    order, routes = fuse(_scores([0.30, 0.22], [0.0, 0.30]), POLICY)
+    order, fused, routes = fuse(_scores([0.30, 0.22], [0.0, 0.30]), POLICY)
     assert order.tolist() == [1, 0] and routes[1] == "concept"
+    assert fused.tolist() == pytest.approx([0.30, 0.30 + 0.15])  # max(cos, a * concept + b)
 
 
 def test_the_joint_space_wins_where_it_knows_and_the_classes_say_little():
     # photo 0: "a dog catches a frisbee" at 0.45 in the joint space; photo 1: a weak class match
-    order, routes = fuse(_scores([0.45, 0.15], [0.02, 0.08]), POLICY)
-    assert order.tolist() == [0, 1] and routes[0] == "joint"
+    order, fused, routes = fuse(_scores([0.45, 0.15], [0.02, 0.08]), POLICY)
+    assert order.tolist() == [0, 1] and routes == ["joint", "concept"]
+    assert fused.tolist() == pytest.approx([0.45, 0.08 + 0.15])
+
+
+def test_no_concept_evidence_leaves_the_cosine_and_ties_go_to_the_cosine():
+    order, fused, routes = fuse(_scores([0.10, 0.12, 0.05], [0.0, 0.0, 0.0]), POLICY)
+    assert order.tolist() == [1, 0, 2] and fused.tolist() == pytest.approx([0.10, 0.12, 0.05])
+    assert routes == ["joint"] * 3
 
 
 def test_weak_when_neither_route_finds_the_subject():

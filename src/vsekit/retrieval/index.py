@@ -72,8 +72,6 @@ logger = logging.getLogger(__name__)
 DTYPES = ("float32", "float16")
 
 
-
-
 class Index(Searching):
     """A searchable index of a photo folder (see the module docstring).
 

@@ -1,0 +1,35 @@
+"""The everyday validation set as one thing: labels of both parts, queries, and where each photo is.
+
+Part one: 152 photos in ../shared/data/everyday/photos (keys like "animals/ocv-001.jpg"); part two: 107 photos
+that fetch_extra.py takes from other Debian packages into extra-photos/ (keys "extra/animals/tp-009.jpg").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parents[2] / "shared" / "data" / "everyday" / "photos"
+EXTRA = HERE / "extra-photos"
+
+
+def labels() -> dict[str, dict]:
+    """Every photo's labels (README.md), both parts, sorted by key."""
+    found = json.loads((HERE / "labels.json").read_text())
+    found.update(json.loads((HERE / "labels-extra.json").read_text()))
+    return dict(sorted(found.items()))
+
+
+def queries() -> list[dict]:
+    return json.loads((HERE / "queries.json").read_text())
+
+
+def photo_path(key: str) -> Path:
+    """Where a photo of the set is on disk (run fetch_extra.py once for the second part)."""
+    if key.startswith("extra/"):
+        path = EXTRA / key.removeprefix("extra/")
+        if not path.is_file():
+            raise SystemExit(f"{path}: missing; run `python bench/everyday/fetch_extra.py` first")
+        return path
+    return SHARED / key
