@@ -233,3 +233,67 @@ def test_a_build_does_not_keep_a_damaged_record(tmp_path):
         assert store.generation() == 0  # a new database: the build embeds every photo again
     finally:
         store.close()
+
+
+def next_segment(out: Path) -> int:
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return int(conn.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("planted", ["{n}.npy", ".{n}.npy.tmp", "ann-hnsw-{n}.faiss"])
+def test_a_file_at_the_next_segments_name_is_left_alone(tmp_path, planted):
+    """A user's file at the name the next segment (or its temp file, or its ANN file) would get was
+    replaced by the next update, though the store touches only files it lists. New files are now made
+    exclusively, at the next free name; the update answers as it does without the planted file."""
+    out = tmp_path / "i"
+    new_store(out, DIM, dtype="float16", engine="hnsw")
+    add_vectors(
+        out, [record(f"p{i:02d}.jpg", i) for i in range(20)], np.stack([vector(i, DIM) for i in range(20)])
+    )
+    twin = shutil.copytree(out, tmp_path / "twin")
+    mine = out / "segments" / planted.format(n=next_segment(out))
+    mine.write_bytes(b"a user's own file")
+    for where in (out, twin):
+        add_vectors(where, [record("late.jpg", 777)], vector(777, DIM)[None], removed=["p03.jpg"])
+    assert mine.read_bytes() == b"a user's own file"
+    assert answers(out) == answers(twin)
+
+
+def test_a_damaged_database_is_moved_aside_without_replacing_a_file(tmp_path):
+    """The damaged database was moved to store.sqlite.damaged with os.replace: a user's file of that name
+    was replaced (and then deleted as the new store's dead file)."""
+    out = make_store(tmp_path / "i", 0)
+    (out / "store.sqlite.damaged").write_bytes(b"a user's own file")
+    (out / "store.sqlite").write_bytes(b"not a database " * 100)
+    open_for_writing(out).close()
+    assert (out / "store.sqlite.damaged").read_bytes() == b"a user's own file"
+    assert not list(out.glob("store.sqlite.damaged-*"))  # the moved-aside database itself was collected
+
+
+def test_a_file_that_appears_while_a_segment_is_written_is_left_alone(tmp_path, monkeypatch):
+    """Another program writes a file at the segment's name after the store found it free: the write
+    stops with one line and forgets the name (its later collection must not delete that file); the
+    next write passes over the name."""
+    from vsekit.retrieval.store import Store
+
+    out = make_store(tmp_path / "i", 0)
+    reference = answers(out)
+    real = Store.new_segment_number
+
+    def then_a_file_appears(self: Store) -> int:
+        n = real(self)
+        (self.out / "segments" / f"{n}.npy").write_bytes(b"a user's own file")
+        return n
+
+    monkeypatch.setattr(Store, "new_segment_number", then_a_file_appears)
+    mine = out / "segments" / f"{next_segment(out)}.npy"
+    with pytest.raises(VsekitError, match=r"npy: a file the index did not make appeared there") as exc:
+        add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None])
+    assert "\n" not in str(exc.value) and mine.read_bytes() == b"a user's own file"
+    assert answers(out) == reference
+    monkeypatch.undo()
+    add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None])
+    assert mine.read_bytes() == b"a user's own file" and answers(out)[-1] == reference[-1] + 1

@@ -172,9 +172,7 @@ def write_ann(
 ) -> tuple[str, str, dict[str, int]]:
     """Build, calibrate and write the ``engine`` structure of segment ``n``."""
     vectors = map_npy(store.segment_path(n))
-    name = f"{SEGMENTS}/ann-{engine}-{n}.faiss"
-    partial = f"{SEGMENTS}/.ann-{engine}-{n}.faiss.partial"  # IVF-PQ's resumable progress
-    store.reserve(partial)
+    name, partial = _free_ann_names(store, engine, n)
     index = build_ann(vectors, engine, checkpoint=store.out / partial)
     params = calibrate(index, vectors, text_queries())
     store.write_file(name, serialize_ann(index))
@@ -182,6 +180,18 @@ def write_ann(
         c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (partial,))
     store.collect()
     return engine, name, params
+
+
+def _free_ann_names(store: Store, engine: str, n: int) -> tuple[str, str]:
+    """Names for segment ``n``'s ANN file and its IVF-PQ progress file (``partial``), recorded as the
+    store's: ``ann-<engine>-<n>.faiss``, or ``ann-<engine>-<n>-<i>.faiss`` when a file is there (one
+    someone put there, or the damaged one being replaced)."""
+    for i in range(1, 10_000):
+        stem = f"ann-{engine}-{n}" + (f"-{i}" if i > 1 else "")
+        name, partial = f"{SEGMENTS}/{stem}.faiss", f"{SEGMENTS}/.{stem}.faiss.partial"
+        if store.reserve_free(name, partial):
+            return name, partial
+    raise VsekitError(f"{store.out / SEGMENTS}: no free name for an ANN file of segment {n}")
 
 
 def _records(conn, segments: Sequence[int]) -> list[tuple]:

@@ -467,20 +467,49 @@ class Store:
         return self.out / SEGMENTS / f"{n}.npy"
 
     # -- files -----------------------------------------------------------------------------------
-    def reserve(self, name: str) -> None:
-        """Record ``name`` (relative to the index) as this store's before it is created."""
+    def _taken(self, c: sqlite3.Connection, name: str) -> bool:
+        """Whether a new file may not be made at ``name``: the database lists it, or a file (or the temp
+        file of one) is there. A killed writer's own leftovers are listed and collected before a writer
+        makes anything, so a file found here is someone else's: never written over (docs/index-store.md,
+        "Files it owns")."""
+        path = self.out / name
+        listed = c.execute("SELECT 1 FROM files WHERE name = ?", (name,)).fetchone() is not None
+        return listed or os.path.lexists(path) or os.path.lexists(_tmp_for(path))
+
+    def reserve_free(self, *names: str) -> bool:
+        """Record ``names`` (relative to the index) as this store's before they are created, if every
+        one is free (:meth:`_taken`); False, recording nothing, when one is not."""
         with self.transaction() as c:
-            c.execute("INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (name,))
+            if any(self._taken(c, name) for name in names):
+                return False
+            c.executemany("INSERT INTO files VALUES (?, 'pending', NULL, NULL)", [(n,) for n in names])
+        return True
 
     def new_segment_number(self) -> int:
+        """The next segment number whose file name is free (a file someone put at ``segments/<n>.npy``
+        is passed over, not replaced), recorded as this store's."""
         with self.transaction() as c:
             row = c.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()
             n = json.loads(row[0]) if row else 1
+            while self._taken(c, f"{SEGMENTS}/{n}.npy"):
+                n += 1
             c.execute("INSERT OR REPLACE INTO settings VALUES ('next_segment', ?)", (json.dumps(n + 1),))
-            c.execute(
-                "INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (f"{SEGMENTS}/{n}.npy",)
-            )
+            c.execute("INSERT INTO files VALUES (?, 'pending', NULL, NULL)", (f"{SEGMENTS}/{n}.npy",))
         return n
+
+    @contextlib.contextmanager
+    def _creating(self, name: str) -> Iterator[None]:
+        """Create the reserved file ``name`` exclusively: a file that appeared there since it was found
+        free (another program writing into the index folder) is left as it is, and so is the name."""
+        try:
+            yield
+        except FileExistsError:
+            with self.transaction() as c:
+                c.execute("DELETE FROM files WHERE name = ? AND state = 'pending'", (name,))
+            raise VsekitError(
+                f"{self.out / name}: a file the index did not make appeared there while it was being "
+                "written; it is left as it is: run the command again"
+            ) from None
 
     def write_segment(
         self, vectors: np.ndarray | Iterable[np.ndarray], rows: int, dim: int, dtype: str
@@ -490,7 +519,10 @@ class Store:
         rows, dim = int(rows), int(dim)  # a NumPy integer would write an unreadable .npy header
         n = self.new_segment_number()
         path = self.segment_path(n)
-        with atomic_npy_memmap(path, dtype, (rows, dim)) as out:
+        with (
+            self._creating(f"{SEGMENTS}/{n}.npy"),
+            atomic_npy_memmap(path, dtype, (rows, dim), exclusive=True) as out,
+        ):
             start = 0
             for block in [vectors] if isinstance(vectors, np.ndarray) else vectors:
                 out[start : start + len(block)] = block
@@ -500,9 +532,10 @@ class Store:
         return n, file_sha256(path)  # recorded with the commit (or the chunk) that names the segment
 
     def write_file(self, name: str, data: bytes) -> str:
-        """Write an owned file (an ANN structure) atomically, recorded first; returns its sha256."""
-        self.reserve(name)
-        atomic_write_bytes(self.out / name, data)
+        """Write an owned file (an ANN structure) that :meth:`reserve_free` recorded, atomically and
+        exclusively; returns its sha256."""
+        with self._creating(name):
+            atomic_write_bytes(self.out / name, data, exclusive=True)
         sha = file_sha256(self.out / name)
         with self.transaction() as c:
             c.execute("UPDATE files SET sha256 = ?, size = ? WHERE name = ?", (sha, len(data), name))
