@@ -54,6 +54,7 @@ from vsekit.retrieval.store import (
     PhotoRecord,
     Store,
     StoreChange,
+    ann_records,
     committed_mark,
     damaged,
     is_damage,
@@ -539,17 +540,29 @@ class Builder:
 
 
 def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> None:
-    """Build the ANN structures the engine rule asks for and no segment has yet (a converted index)."""
+    """Build the ANN structures the engine rule asks for and no segment has in good order: none yet
+    (a converted index), or a record that fails its checksum (built again in a new file; the old file
+    is collected after the commit). ``vsekit index build`` is the repair a reader's error advises."""
     settings = store.settings()
     total = store.count()
-    have = {n for (n,) in store.conn.execute("SELECT segment FROM ann")}
+    try:
+        records = ann_records(store.conn, settings)
+    except ValueError as exc:  # unreadable JSON where the CRC was read as it was (format version 1)
+        raise damaged(store.out / DB, f"an ANN record: {exc}", store.out) from None
+    broken = sorted(n for n, record in records.items() if record is None)
+    for n in broken:
+        logger.warning(
+            "%s: the ANN settings of segment %d do not match their checksum; building it again",
+            store.out / DB,
+            n,
+        )
     anns = []
     for n, rows, _ in store.segments():
         engine = needs_ann(settings["engine"], total, rows)
-        if engine is not None and n not in have:
+        if engine is not None and records.get(n) is None:
             anns.append((n, *write_ann(store, n, engine, text_queries)))
-    if anns:
-        store.commit(StoreChange(anns=anns))
+    if anns or broken:
+        store.commit(StoreChange(anns=anns, drop_anns=broken))
 
 
 def _report(
