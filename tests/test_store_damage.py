@@ -451,3 +451,38 @@ def test_a_resumed_build_does_not_trust_a_damaged_chunk_record(tmp_path, monkeyp
     conn.close()
     resumed = Index.build(photos, out, whole.model, chunk_size=2, progress=False)
     assert [[(h.path, round(h.score, 4)) for h in resumed.search(q, k=8)] for q in QUERIES] == reference
+
+
+def listed_files(out: Path) -> set[str]:
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return {name for (name,) in conn.execute("SELECT name FROM files")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["truncate", "delete", "no sha256"])
+def test_a_damaged_ann_file_is_rebuilt_by_the_build_its_error_advises(tmp_path, photo_store, how):
+    """A truncated or deleted ANN file: the error advised `vsekit index build PHOTOS --out IDX`, which
+    then said "14 unchanged" (or failed with the same line) and left the index unusable. The build
+    now checks every ANN file against its sha256 and builds a damaged or missing one again. (A file
+    whose sha256 the store lost was read unchecked.)"""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    (ann,) = (out / "segments").glob("ann-*.faiss")
+    if how == "truncate":
+        ann.write_bytes(ann.read_bytes()[:100])
+    elif how == "delete":
+        ann.unlink()
+    else:
+        conn = sqlite3.connect(out / "store.sqlite")
+        conn.execute("UPDATE files SET sha256 = NULL WHERE name = ?", (f"segments/{ann.name}",))
+        conn.commit()
+        conn.close()
+    failed = cli("search", out, "a dog")
+    assert f"{ann}: damaged index file" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference
+    on_disk = {str(p.relative_to(out)) for p in (out / "segments").iterdir()} - {"segments/generation"}
+    assert on_disk == listed_files(out)  # the damaged file was collected, nothing else was touched

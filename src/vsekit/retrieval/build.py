@@ -541,28 +541,40 @@ class Builder:
 
 def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> None:
     """Build the ANN structures the engine rule asks for and no segment has in good order: none yet
-    (a converted index), or a record that fails its checksum (built again in a new file; the old file
-    is collected after the commit). ``vsekit index build`` is the repair a reader's error advises."""
+    (a converted index), a record that fails its checksum, or a file that is missing or differs from
+    its sha256 (built again in a new file; the old one is collected after the commit). This is the
+    repair a reader's damaged-ANN error advises (``vsekit index build``)."""
     settings = store.settings()
     total = store.count()
     try:
         records = ann_records(store.conn, settings)
     except ValueError as exc:  # unreadable JSON where the CRC was read as it was (format version 1)
         raise damaged(store.out / DB, f"an ANN record: {exc}", store.out) from None
-    broken = sorted(n for n, record in records.items() if record is None)
-    for n in broken:
+    broken = sorted(n for n, record in records.items() if not _sound_ann(store, n, record))
+    anns = []
+    for n, rows, _ in store.segments():
+        engine = needs_ann(settings["engine"], total, rows)
+        if engine is not None and (n not in records or n in broken):
+            anns.append((n, *write_ann(store, n, engine, text_queries)))
+    if anns or broken:
+        store.commit(StoreChange(anns=anns, drop_anns=broken))
+
+
+def _sound_ann(store: Store, n: int, record: tuple[str, str, dict] | None) -> bool:
+    """Whether segment ``n``'s ANN record passed its checksum and its file its recorded sha256."""
+    if record is None:
         logger.warning(
             "%s: the ANN settings of segment %d do not match their checksum; building it again",
             store.out / DB,
             n,
         )
-    anns = []
-    for n, rows, _ in store.segments():
-        engine = needs_ann(settings["engine"], total, rows)
-        if engine is not None and records.get(n) is None:
-            anns.append((n, *write_ann(store, n, engine, text_queries)))
-    if anns or broken:
-        store.commit(StoreChange(anns=anns, drop_anns=broken))
+        return False
+    try:
+        verify_file(store.out / record[1], store.file_sha(record[1]) or "", store.out)
+    except VsekitError as exc:
+        logger.warning("%s; building it again", str(exc).split(";")[0])
+        return False
+    return True
 
 
 def _report(
