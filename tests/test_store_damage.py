@@ -486,3 +486,23 @@ def test_a_damaged_ann_file_is_rebuilt_by_the_build_its_error_advises(tmp_path, 
     assert searched(out, tmp_path) == reference
     on_disk = {str(p.relative_to(out)) for p in (out / "segments").iterdir()} - {"segments/generation"}
     assert on_disk == listed_files(out)  # the damaged file was collected, nothing else was touched
+
+
+def test_an_update_over_a_damaged_database_keeps_the_models_shipped_name(tmp_path, photo_store):
+    """After a flipped bit in a photo path, `index update` started a new database and embedded every
+    photo again (as it should) but recorded the model as its file's path instead of `vse`: the shipped
+    confidence calibration, looked up by that name, was no longer found, and searches lost their weak
+    verdict."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    assert all("weak" in row for row in reference)
+    conn = sqlite3.connect(out / "store.sqlite")
+    rowid, photo_id = conn.execute("SELECT rowid, id FROM photos ORDER BY id LIMIT 1").fetchone()
+    conn.execute("UPDATE photos SET id = ? WHERE rowid = ?", (bytes([photo_id[0] ^ 1]) + photo_id[1:], rowid))
+    conn.commit()
+    conn.close()
+    updated = cli("index", "update", out)
+    assert updated.exit_code == 0 and "14 added" in updated.output, updated.output  # a new database
+    assert searched(out, tmp_path) == reference
+    assert re.search(r"model: vse$", cli("index", "info", out).output, re.MULTILINE)
