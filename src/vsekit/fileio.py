@@ -30,6 +30,7 @@ __all__ = [
     "preallocate",
     "read_named_json",
     "read_vsekit_safetensors",
+    "rename_no_replace",
     "stamp_safetensors",
 ]
 
@@ -39,23 +40,49 @@ def _tmp_for(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _atomic_file(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
+def _atomic_file(path: str | os.PathLike[str], exclusive: bool = False) -> Iterator[BinaryIO]:
     """The one atomic writer: yields a temp file beside ``path``; on success fsyncs it and renames it over
-    ``path``; on any error (or Ctrl-C) removes it, leaving the previous ``path`` untouched."""
+    ``path``; on any error (or Ctrl-C) removes it, leaving the previous ``path`` untouched.
+
+    ``exclusive``: a new file that must not replace anything (a file the caller did not create may
+    sit at either name): the temp file is created with ``O_EXCL`` and linked to ``path`` without
+    replacing (:func:`_publish`); a file at either name is a ``FileExistsError`` (not wrapped), and the
+    file there is left as it was."""
     path = Path(path)
     tmp = _tmp_for(path)
+    created = False
     try:
-        with open(tmp, "wb") as f:
+        with open(tmp, "xb" if exclusive else "wb") as f:
+            created = True
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        _publish(tmp, path, exclusive)
     except BaseException as exc:
-        with contextlib.suppress(OSError):  # on a read-only folder there is nothing to remove
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        if created or not exclusive:  # an existing temp file of another's is not ours to remove
+            with contextlib.suppress(OSError):  # on a read-only folder there is nothing to remove
+                tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not (exclusive and isinstance(exc, FileExistsError)):
             raise _write_error(path, exc) from exc
         raise
+
+
+def _publish(tmp: Path, path: Path, exclusive: bool) -> None:
+    """Rename the finished ``tmp`` to ``path``; ``exclusive``: only where nothing is (a hard link fails
+    with ``FileExistsError`` over any file, where ``os.replace`` would silently replace it)."""
+    if not exclusive:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # a file system without hard links: look, then rename (a window of microseconds)
+        if os.path.lexists(path):
+            raise FileExistsError(17, "File exists", str(path)) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 def _write_error(path: Path, exc: OSError) -> Exception:
@@ -64,6 +91,12 @@ def _write_error(path: Path, exc: OSError) -> Exception:
 
     kept = "the previous file is kept" if path.exists() else "nothing was written"
     return VsekitError(f"{path}: cannot write ({exc.strerror or exc}); {kept}")
+
+
+def rename_no_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Rename ``src`` to ``dst`` unless something is at ``dst`` (``FileExistsError``; both are left as
+    they were): ``os.replace`` would silently replace a file there."""
+    _publish(Path(src), Path(dst), exclusive=True)
 
 
 #: Header field holding the sha256 of the rest of the header and of the tensor bytes (see
@@ -331,18 +364,20 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any, **dumps_kwargs: An
     return atomic_write_bytes(path, (json.dumps(obj, **dumps_kwargs) + "\n").encode("utf-8"))
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically, fsynced before the rename (feature-cache metadata)."""
-    with _atomic_file(path) as f:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, exclusive: bool = False) -> Path:
+    """Write ``data`` to ``path`` atomically, fsynced before the rename (feature-cache metadata);
+    ``exclusive``: never over an existing file (see :func:`_atomic_file`)."""
+    with _atomic_file(path, exclusive) as f:
         f.write(data)
     return Path(path)
 
 
-def atomic_save_npy(path: str | os.PathLike[str], array: Any) -> Path:
-    """``numpy.save`` ``array`` to ``path`` atomically (through an open file, so no ``.npy`` is appended)."""
+def atomic_save_npy(path: str | os.PathLike[str], array: Any, *, exclusive: bool = False) -> Path:
+    """``numpy.save`` ``array`` to ``path`` atomically (through an open file, so no ``.npy`` is appended);
+    ``exclusive``: never over an existing file (see :func:`_atomic_file`)."""
     import numpy as np
 
-    with _atomic_file(path) as f:
+    with _atomic_file(path, exclusive) as f:
         np.save(f, array)
     return Path(path)
 
@@ -359,11 +394,14 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 @contextlib.contextmanager
-def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...]) -> Iterator[Any]:
+def atomic_npy_memmap(
+    path: str | os.PathLike[str], dtype: Any, shape: tuple[int, ...], *, exclusive: bool = False
+) -> Iterator[Any]:
     """A ``.npy`` file filled in place through a memory map (arrays larger than RAM), swapped in atomically.
 
     Yields a writable ``numpy.memmap`` of a temp file beside ``path``; on success flushes and fsyncs it
     and renames it over ``path``; on any error removes it, leaving the previous ``path`` untouched.
+    ``exclusive``: never over an existing file, at either name (see :func:`_atomic_file`).
     """
     import numpy as np
 
@@ -371,10 +409,14 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
     if 0 in shape:  # an empty file cannot be memory-mapped
         array = np.zeros(shape, dtype=dtype)
         yield array
-        atomic_save_npy(path, array)
+        atomic_save_npy(path, array, exclusive=exclusive)
         return
     tmp = _tmp_for(path)
+    created = False
     try:
+        if exclusive:  # claim the temp name first: open_memmap would truncate another's file there
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        created = True
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
         preallocate(tmp)
         yield array
@@ -385,11 +427,12 @@ def atomic_npy_memmap(path: str | os.PathLike[str], dtype: Any, shape: tuple[int
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        _publish(tmp, path, exclusive)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        if isinstance(exc, OSError):
+        if created:  # an existing temp file of another's is not ours to remove
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not (exclusive and isinstance(exc, FileExistsError)):
             raise _write_error(path, exc) from exc
         raise
 

@@ -55,6 +55,7 @@ from vsekit.retrieval.store import (
     PhotoRecord,
     Store,
     StoreChange,
+    ann_records,
     committed_mark,
     damaged,
     is_damage,
@@ -182,9 +183,7 @@ def write_ann(
 ) -> tuple[str, str, dict[str, int]]:
     """Build, calibrate and write the ``engine`` structure of segment ``n``."""
     vectors = map_npy(store.segment_path(n))
-    name = f"{SEGMENTS}/ann-{engine}-{n}.faiss"
-    partial = f"{SEGMENTS}/.ann-{engine}-{n}.faiss.partial"  # IVF-PQ's resumable progress
-    store.reserve(partial)
+    name, partial = _free_ann_names(store, engine, n)
     index = build_ann(vectors, engine, checkpoint=store.out / partial)
     params = calibrate(index, vectors, text_queries())
     store.write_file(name, serialize_ann(index))
@@ -192,6 +191,18 @@ def write_ann(
         c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (partial,))
     store.collect()
     return engine, name, params
+
+
+def _free_ann_names(store: Store, engine: str, n: int) -> tuple[str, str]:
+    """Names for segment ``n``'s ANN file and its IVF-PQ progress file (``partial``), recorded as the
+    store's: ``ann-<engine>-<n>.faiss``, or ``ann-<engine>-<n>-<i>.faiss`` when a file is there (one
+    someone put there, or the damaged one being replaced)."""
+    for i in range(1, 10_000):
+        stem = f"ann-{engine}-{n}" + (f"-{i}" if i > 1 else "")
+        name, partial = f"{SEGMENTS}/{stem}.faiss", f"{SEGMENTS}/.{stem}.faiss.partial"
+        if store.reserve_free(name, partial):
+            return name, partial
+    raise VsekitError(f"{store.out / SEGMENTS}: no free name for an ANN file of segment {n}")
 
 
 def _records(conn, segments: Sequence[int]) -> list[tuple]:
@@ -584,17 +595,41 @@ class Builder:
 
 
 def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> None:
-    """Build the ANN structures the engine rule asks for and no segment has yet (a converted index)."""
+    """Build the ANN structures the engine rule asks for and no segment has in good order: none yet
+    (a converted index), a record that fails its checksum, or a file that is missing or differs from
+    its sha256 (built again in a new file; the old one is collected after the commit). This is the
+    repair a reader's damaged-ANN error advises (``vsekit index build``)."""
     settings = store.settings()
     total = store.count()
-    have = {n for (n,) in store.conn.execute("SELECT segment FROM ann")}
+    try:
+        records = ann_records(store.conn, settings)
+    except ValueError as exc:  # unreadable JSON where the CRC was read as it was (format version 1)
+        raise damaged(store.out / DB, f"an ANN record: {exc}", store.out) from None
+    broken = sorted(n for n, record in records.items() if not _sound_ann(store, n, record))
     anns = []
     for n, rows, _ in store.segments():
         engine = needs_ann(settings["engine"], total, rows)
-        if engine is not None and n not in have:
+        if engine is not None and (n not in records or n in broken):
             anns.append((n, *write_ann(store, n, engine, text_queries)))
-    if anns:
-        store.commit(StoreChange(anns=anns))
+    if anns or broken:
+        store.commit(StoreChange(anns=anns, drop_anns=broken))
+
+
+def _sound_ann(store: Store, n: int, record: tuple[str, str, dict] | None) -> bool:
+    """Whether segment ``n``'s ANN record passed its checksum and its file its recorded sha256."""
+    if record is None:
+        logger.warning(
+            "%s: the ANN settings of segment %d do not match their checksum; building it again",
+            store.out / DB,
+            n,
+        )
+        return False
+    try:
+        verify_file(store.out / record[1], store.file_sha(record[1]) or "", store.out)
+    except VsekitError as exc:
+        logger.warning("%s; building it again", str(exc).split(";")[0])
+        return False
+    return True
 
 
 def _report(

@@ -88,7 +88,7 @@ class Index(Searching):
         self.report: BuildReport | None = None
         self._model = model
         self._lock = threading.Lock()
-        self._faiss: dict[tuple[str, str], Any] = {}
+        self._faiss: dict[tuple[str, str, str | None], Any] = {}
         self._checked_at = time.monotonic()
         self._probe: sqlite3.Connection | None = None
 

@@ -19,7 +19,7 @@ import numpy as np
 from vsekit.data import load_corpus
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.resources import is_shipped_joint_model, sample_data_path
+from vsekit.resources import PRETRAINED, is_shipped_joint_model, pretrained_path, sample_data_path
 
 __all__ = ["calibration_sentences", "load_model", "load_recorded_model", "model_identity"]
 
@@ -47,13 +47,26 @@ def model_identity(model: VSEModel, name: str) -> dict[str, Any]:
 
 
 def load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> tuple[VSEModel, str]:
-    """The model and the name the manifest records (a shipped name, or the file's absolute path)."""
+    """The model and the name the manifest records: a shipped name, also for a loaded model or a path
+    whose file is a shipped model's (the shipped confidence calibration is found by that name; an
+    update over a damaged database passes the loaded model, and recorded its path), else the file's
+    absolute path."""
     if isinstance(model, VSEModel):
-        return model, str(Path(model.path).resolve()) if model.path is not None else ""
+        if model.path is None:
+            return model, ""
+        return model, _shipped_name(Path(model.path)) or str(Path(model.path).resolve())
     loaded = VSEModel.load(model, device=device)
     if model is None or is_shipped_joint_model(model):
         return loaded, "vse" if model is None else str(model)
-    return loaded, str(Path(loaded.path).resolve())
+    return loaded, _shipped_name(Path(loaded.path)) or str(Path(loaded.path).resolve())
+
+
+def _shipped_name(path: Path) -> str | None:
+    """The shipped joint model whose file ``path`` is, or None."""
+    for name in PRETRAINED:
+        if is_shipped_joint_model(name) and pretrained_path(name).resolve() == path.resolve():
+            return name
+    return None
 
 
 def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str = "PHOTOS") -> VSEModel:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 from pathlib import Path
 
 from vsekit.errors import VsekitError
+from vsekit.fileio import rename_no_replace
 from vsekit.retrieval.legacy import legacy_snapshot, read_manifest
 from vsekit.retrieval.segments import Snapshot, open_snapshot
 from vsekit.retrieval.store import DB, GENERATION_MARK, LEGACY_MANIFEST, SEGMENTS, Store
@@ -84,10 +84,8 @@ def _replace_damaged_store(out: Path) -> Store:
     owned = _salvage_file_names(out / DB)
     moved = []
     for name in (DB, f"{DB}-wal", f"{DB}-shm", GENERATION_MARK):
-        aside = name.replace(DB, f"{DB}.damaged") if name.startswith(DB) else f"{name}.damaged"
         with contextlib.suppress(FileNotFoundError):
-            os.replace(out / name, out / aside)
-            moved.append(aside)
+            moved.append(_move_aside(out, name))
     store = _new_store_beside_old_segments(out, "" if owned else "the damaged database lists no files")
     with store.transaction() as c:
         c.executemany(
@@ -95,6 +93,19 @@ def _replace_damaged_store(out: Path) -> Store:
         )
     store.collect()
     return store
+
+
+def _move_aside(out: Path, name: str) -> str:
+    """Rename the file ``name`` of ``out`` to a free ``<name>.damaged`` name (``.damaged-2``, ... when
+    one is there: a file the store did not make is never replaced); returns the new name."""
+    for i in range(1, 1000):
+        aside = f"{name}.damaged" + (f"-{i}" if i > 1 else "")
+        try:
+            rename_no_replace(out / name, out / aside)
+        except FileExistsError:
+            continue
+        return aside
+    raise VsekitError(f"{out / name}: damaged, and no free name to move it aside to")
 
 
 def _new_store_beside_old_segments(out: Path, why: str) -> Store:

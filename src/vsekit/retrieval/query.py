@@ -76,7 +76,7 @@ class Searching:
     model: VSEModel
     _view: Snapshot
     _lock: threading.Lock
-    _faiss: dict[tuple[str, str], Any]
+    _faiss: dict[tuple[str, str, str | None], Any]
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = [_check_text(t) for t in texts]
@@ -230,15 +230,19 @@ class Searching:
         """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
         once) and its search settings."""
         _, name, params = segment.ann
-        key = (str(self.path / name), name)
+        found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
+        sha = found[0][0] if found else None
+        # keyed by content too: a repaired ANN file may be given a name a replaced one had
+        key = (str(self.path / name), name, sha)
         with self._lock:
             if key not in self._faiss:
-                self._faiss[key] = (self._read_ann(segment, name, params), dict(params))
+                self._faiss[key] = (self._read_ann(segment, name, params, sha), dict(params))
             return self._faiss[key]
 
-    def _read_ann(self, segment: Segment, name: str, params: dict[str, int]) -> Any:
+    def _read_ann(self, segment: Segment, name: str, params: dict[str, int], sha: str | None) -> Any:
         """The FAISS structure in the file ``name`` of ``segment``, refused when its bytes differ from
-        the sha256 the store recorded (a damaged file must not answer queries)."""
+        the sha256 the store recorded (a damaged file must not answer queries), or when the store
+        records none (only an index in the old format has none)."""
         path = self.path / name
         try:
             if segment.ann_file is not None:
@@ -248,8 +252,8 @@ class Searching:
                 data = path.read_bytes()
         except OSError as exc:
             raise damaged(path, exc.strerror or str(exc), self.path) from None
-        found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
-        sha = found[0][0] if found else None
+        if not sha and self._view.generation:
+            raise damaged(path, "the index records no sha256 for it", self.path)
         if sha and hashlib.sha256(data).hexdigest() != sha:
             raise damaged(path, "sha256 differs from the one the index recorded", self.path)
         try:

@@ -43,6 +43,7 @@ from vsekit.retrieval.store import (
     id_bytes,
     id_text,
     map_npy,
+    read_anns,
     read_settings,
     row_crc,
     unpack_concepts,
@@ -375,10 +376,7 @@ def _load_segments(
         if row_crc(n, row, generation) != crc:
             raise ValueError("a tombstone does not match its checksum")
         dead.setdefault(n, []).append(row)
-    anns = {
-        n: (e, f, json.loads(p))
-        for n, e, f, p in conn.execute("SELECT segment, engine, file, params FROM ann")
-    }
+    anns = read_anns(conn, settings)  # checked: a flipped bit in efSearch answered without an error
     shared = {s.n: s for s in previous.segments} if previous is not None else {}
     segments = []
     for n, rows, name, sha in conn.execute(

@@ -44,6 +44,7 @@ from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_
 
 __all__ = [
     "DB",
+    "ann_records",
     "map_npy",
     "GENERATION_MARK",
     "LEGACY_LEDGER",
@@ -63,6 +64,7 @@ __all__ = [
     "check_out_dir",
     "committed_mark",
     "check_row",
+    "read_anns",
     "read_settings",
     "row_crc",
     "connect",
@@ -81,7 +83,9 @@ logger = logging.getLogger(__name__)
 DB, LOCK, LEGACY_MANIFEST, SEGMENTS = "store.sqlite", ".lock", "index.json", "segments"
 #: The list of owned files of the JSON-manifest format's last version (converted like its manifest).
 LEGACY_LEDGER = ".vsekit-owned.json"
-STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 1
+#: Version 2: the ``ann`` and ``chunks`` records carry a CRC like the photo records (version 1 stores are
+#: upgraded by their next writer: :meth:`Store.open`).
+STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 2
 #: Automatic compaction: more live segments than this, or a segment whose tombstoned rows pass this
 #: share of its rows (docs/index-store.md, "Compaction").
 MAX_SEGMENTS, TOMBSTONE_SHARE = 10, 0.25
@@ -112,9 +116,10 @@ CREATE TABLE IF NOT EXISTS generations (n INTEGER PRIMARY KEY, committed TEXT NO
 CREATE TABLE IF NOT EXISTS files (
     name TEXT PRIMARY KEY, state TEXT NOT NULL, sha256 TEXT, size INTEGER);
 CREATE TABLE IF NOT EXISTS ann (
-    segment INTEGER PRIMARY KEY, engine TEXT NOT NULL, file TEXT NOT NULL, params TEXT NOT NULL);
+    segment INTEGER PRIMARY KEY, engine TEXT NOT NULL, file TEXT NOT NULL, params TEXT NOT NULL,
+    crc INTEGER);
 CREATE TABLE IF NOT EXISTS chunks (
-    key TEXT PRIMARY KEY, segment INTEGER NOT NULL, entries TEXT, failed TEXT);
+    key TEXT PRIMARY KEY, segment INTEGER NOT NULL, entries TEXT, failed TEXT, crc INTEGER);
 CREATE TABLE IF NOT EXISTS concepts (sha256 TEXT PRIMARY KEY, classes BLOB NOT NULL, crc INTEGER NOT NULL);
 """
 
@@ -165,6 +170,51 @@ def check_row(row: Sequence[Any], out: Path) -> tuple:
     if row_crc(*values) != crc:
         raise damaged(out / DB, "a photo record does not match its checksum", out)
     return tuple(values)
+
+
+#: The columns of an ``ann`` record that its ``crc`` covers: its search settings (efSearch, nprobe,
+#: candidates) change the answers, and one flipped bit in them was served without an error.
+ANN_COLUMNS = "segment, engine, file, params"
+
+
+def ann_crc(segment: int, engine: str, file: str, params: str) -> int:
+    """The CRC of an ``ann`` record (``params`` as stored: JSON text)."""
+    return row_crc(segment, engine, file, params)
+
+
+def ann_records(
+    conn: sqlite3.Connection, settings: dict[str, Any]
+) -> dict[int, tuple[str, str, dict] | None]:
+    """``{segment: (engine, file, params)}`` of every ANN record; None for one that fails its CRC (a
+    store of format version 1 has none: its records are read as they are)."""
+    checked = int(settings.get("format_version", STORE_VERSION)) >= 2
+    anns: dict[int, tuple[str, str, dict] | None] = {}
+    for n, engine, file, params, crc in conn.execute(
+        f"SELECT {ANN_COLUMNS}, {'crc' if checked else 'NULL'} FROM ann"
+    ):
+        good = not checked or crc == ann_crc(n, engine, file, params)
+        anns[n] = (engine, file, json.loads(params)) if good else None
+    return anns
+
+
+def read_anns(conn: sqlite3.Connection, settings: dict[str, Any]) -> dict[int, tuple[str, str, dict]]:
+    """:func:`ann_records`, all of them good (ValueError names a segment whose record is not)."""
+    good = {}
+    for n, record in ann_records(conn, settings).items():
+        if record is None:
+            raise ValueError(f"the ANN settings of segment {n} do not match their checksum")
+        good[n] = record
+    return good
+
+
+def _put_ann(c: sqlite3.Connection, n: int, engine: str, file: str, params: dict[str, int]) -> None:
+    """Record segment ``n``'s ANN file and search settings, with their CRC (the file becomes live)."""
+    text = json.dumps(params, sort_keys=True)
+    c.execute(
+        "INSERT OR REPLACE INTO ann VALUES (?, ?, ?, ?, ?)",
+        (n, engine, file, text, ann_crc(n, engine, file, text)),
+    )
+    c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
 
 
 def settings_check(values: dict[str, str]) -> str:
@@ -368,6 +418,7 @@ class StoreChange:
         default_factory=list
     )  # (segment, engine, file, params)
     dead_files: list[str] = field(default_factory=list)  # owned files this generation no longer needs
+    drop_anns: list[int] = field(default_factory=list)  # segments whose ANN record is forgotten (damaged)
     settings: dict[str, Any] | None = None  # settings this generation changes (a rebuild: the model)
 
 
@@ -411,7 +462,43 @@ class Store:
         except sqlite3.DatabaseError as exc:
             raise damaged(path, str(exc), Path(out)) from None
         (Path(out) / SEGMENTS).mkdir(exist_ok=True)
-        return cls(Path(out), conn)
+        store = cls(Path(out), conn)
+        try:
+            store._upgrade()
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    def _upgrade(self) -> None:
+        """A store of format version 1 (its ``ann`` and ``chunks`` records without a CRC) gets the
+        column and CRCs for its ANN records, trusted as they are (nothing checked them before); a chunk
+        without one is embedded again rather than trusted (:meth:`chunk`). One transaction."""
+        try:
+            missing = [
+                t
+                for t in ("ann", "chunks")
+                if "crc" not in {r[1] for r in self.conn.execute(f"PRAGMA table_info({t})")}
+            ]
+            settings = self.settings()
+            if int(settings.get("format_version", 1 if missing else STORE_VERSION)) >= 2:
+                if missing:  # a version 2 store always had them
+                    raise sqlite3.DatabaseError(f"no crc column in {', '.join(missing)}")
+                return
+            with self.transaction() as c:
+                for table in missing:
+                    c.execute(f"ALTER TABLE {table} ADD COLUMN crc INTEGER")
+                for n, engine, file, params in c.execute(f"SELECT {ANN_COLUMNS} FROM ann").fetchall():
+                    c.execute(
+                        "UPDATE ann SET crc = ? WHERE segment = ?", (ann_crc(n, engine, file, params), n)
+                    )
+                if settings:  # (a store with none yet gets them from its first writer)
+                    _write_settings(c, {"format_version": STORE_VERSION})
+        except (sqlite3.DatabaseError, ValueError) as exc:
+            raise damaged(self.out / DB, str(exc), self.out) from None
+        logger.info(
+            "%s: upgraded to index store format %d (checksummed ANN records)", self.out, STORE_VERSION
+        )
 
     def close(self) -> None:
         self.conn.close()
@@ -489,20 +576,49 @@ class Store:
         return self.out / SEGMENTS / f"{n}.npy"
 
     # -- files -----------------------------------------------------------------------------------
-    def reserve(self, name: str) -> None:
-        """Record ``name`` (relative to the index) as this store's before it is created."""
+    def _taken(self, c: sqlite3.Connection, name: str) -> bool:
+        """Whether a new file may not be made at ``name``: the database lists it, or a file (or the temp
+        file of one) is there. A killed writer's own leftovers are listed and collected before a writer
+        makes anything, so a file found here is someone else's: never written over (docs/index-store.md,
+        "Files it owns")."""
+        path = self.out / name
+        listed = c.execute("SELECT 1 FROM files WHERE name = ?", (name,)).fetchone() is not None
+        return listed or os.path.lexists(path) or os.path.lexists(_tmp_for(path))
+
+    def reserve_free(self, *names: str) -> bool:
+        """Record ``names`` (relative to the index) as this store's before they are created, if every
+        one is free (:meth:`_taken`); False, recording nothing, when one is not."""
         with self.transaction() as c:
-            c.execute("INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (name,))
+            if any(self._taken(c, name) for name in names):
+                return False
+            c.executemany("INSERT INTO files VALUES (?, 'pending', NULL, NULL)", [(n,) for n in names])
+        return True
 
     def new_segment_number(self) -> int:
+        """The next segment number whose file name is free (a file someone put at ``segments/<n>.npy``
+        is passed over, not replaced), recorded as this store's."""
         with self.transaction() as c:
             row = c.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()
             n = json.loads(row[0]) if row else 1
+            while self._taken(c, f"{SEGMENTS}/{n}.npy"):
+                n += 1
             c.execute("INSERT OR REPLACE INTO settings VALUES ('next_segment', ?)", (json.dumps(n + 1),))
-            c.execute(
-                "INSERT OR REPLACE INTO files VALUES (?, 'pending', NULL, NULL)", (f"{SEGMENTS}/{n}.npy",)
-            )
+            c.execute("INSERT INTO files VALUES (?, 'pending', NULL, NULL)", (f"{SEGMENTS}/{n}.npy",))
         return n
+
+    @contextlib.contextmanager
+    def _creating(self, name: str) -> Iterator[None]:
+        """Create the reserved file ``name`` exclusively: a file that appeared there since it was found
+        free (another program writing into the index folder) is left as it is, and so is the name."""
+        try:
+            yield
+        except FileExistsError:
+            with self.transaction() as c:
+                c.execute("DELETE FROM files WHERE name = ? AND state = 'pending'", (name,))
+            raise VsekitError(
+                f"{self.out / name}: a file the index did not make appeared there while it was being "
+                "written; it is left as it is: run the command again"
+            ) from None
 
     def write_segment(
         self, vectors: np.ndarray | Iterable[np.ndarray], rows: int, dim: int, dtype: str
@@ -512,7 +628,10 @@ class Store:
         rows, dim = int(rows), int(dim)  # a NumPy integer would write an unreadable .npy header
         n = self.new_segment_number()
         path = self.segment_path(n)
-        with atomic_npy_memmap(path, dtype, (rows, dim)) as out:
+        with (
+            self._creating(f"{SEGMENTS}/{n}.npy"),
+            atomic_npy_memmap(path, dtype, (rows, dim), exclusive=True) as out,
+        ):
             start = 0
             for block in [vectors] if isinstance(vectors, np.ndarray) else vectors:
                 out[start : start + len(block)] = block
@@ -522,9 +641,10 @@ class Store:
         return n, file_sha256(path)  # recorded with the commit (or the chunk) that names the segment
 
     def write_file(self, name: str, data: bytes) -> str:
-        """Write an owned file (an ANN structure) atomically, recorded first; returns its sha256."""
-        self.reserve(name)
-        atomic_write_bytes(self.out / name, data)
+        """Write an owned file (an ANN structure) that :meth:`reserve_free` recorded, atomically and
+        exclusively; returns its sha256."""
+        with self._creating(name):
+            atomic_write_bytes(self.out / name, data, exclusive=True)
         sha = file_sha256(self.out / name)
         with self.transaction() as c:
             c.execute("UPDATE files SET sha256 = ?, size = ? WHERE name = ?", (sha, len(data), name))
@@ -567,19 +687,27 @@ class Store:
 
     # -- chunks of a build (resumable work) ----------------------------------------------------
     def chunk(self, key: str) -> tuple[int, list, dict] | None:
+        """A finished chunk's segment, photos and unreadable files (None: not finished, or its record
+        fails its CRC: a resumed build would commit its photos at the wrong rows or with the wrong ids,
+        so it is embedded again)."""
         row = self.conn.execute(
-            "SELECT segment, entries, failed FROM chunks WHERE key = ? AND entries IS NOT NULL", (key,)
+            "SELECT segment, entries, failed, crc FROM chunks WHERE key = ? AND entries IS NOT NULL", (key,)
         ).fetchone()
-        return None if row is None else (row[0], json.loads(row[1]), json.loads(row[2]))
+        if row is None:
+            return None
+        if row[3] != row_crc(key, *row[:3]):
+            logger.warning(
+                "%s: a finished chunk's record does not match its checksum; embedding it again", self.out / DB
+            )
+            return None
+        return row[0], json.loads(row[1]), json.loads(row[2])
 
     def save_chunk(self, key: str, n: int, sha256: str, entries: list, failed: dict) -> None:
-        """Record a finished chunk of a build (its segment file and sha256, its photos)."""
+        """Record a finished chunk of a build (its segment file and sha256, its photos), with a CRC."""
+        values = (key, n, json.dumps(entries), json.dumps(failed, sort_keys=True))
         with self.transaction() as c:
             c.execute("UPDATE files SET sha256 = ? WHERE name = ?", (sha256, f"{SEGMENTS}/{n}.npy"))
-            c.execute(
-                "INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?)",
-                (key, n, json.dumps(entries), json.dumps(failed, sort_keys=True)),
-            )
+            c.execute("INSERT OR REPLACE INTO chunks VALUES (?, ?, ?, ?, ?)", (*values, row_crc(*values)))
 
     def chunk_segments(self) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT segment FROM chunks")]
@@ -621,11 +749,7 @@ class Store:
                     if f"{SEGMENTS}/{n}.npy" not in live:
                         c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (f"{SEGMENTS}/{n}.npy",))
                 c.execute("DELETE FROM chunks")
-            for n, engine, file, params in change.anns:
-                c.execute(
-                    "INSERT OR REPLACE INTO ann VALUES (?, ?, ?, ?)", (n, engine, file, json.dumps(params))
-                )
-                c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
+            self._replace_anns(c, change)
             c.executemany(
                 "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)",
                 [(f,) for f in change.dead_files],
@@ -695,13 +819,22 @@ class Store:
                 (*values, row_crc(*values)),
             )
         if segment.ann is not None:
-            engine, file, params = segment.ann
-            c.execute(
-                "INSERT OR REPLACE INTO ann VALUES (?, ?, ?, ?)",
-                (segment.n, engine, file, json.dumps(params)),
-            )
-            c.execute("UPDATE files SET state = 'live' WHERE name = ?", (file,))
+            _put_ann(c, segment.n, *segment.ann)
         return new
+
+    def _replace_anns(self, c: sqlite3.Connection, change: StoreChange) -> None:
+        """Drop the ANN records ``change.drop_anns`` names, record ``change.anns``; then any live file
+        no segment or ANN record names (a replaced ANN file, or the one a damaged record named) is
+        dead: its record may have been the damaged part, so its own file name cannot be trusted."""
+        if not change.drop_anns and not change.anns:
+            return
+        c.executemany("DELETE FROM ann WHERE segment = ?", [(n,) for n in change.drop_anns])
+        for n, engine, file, params in change.anns:
+            _put_ann(c, n, engine, file, params)
+        c.execute(
+            "UPDATE files SET state = 'dead' WHERE state = 'live' AND name NOT IN (SELECT file FROM segments)"
+            " AND name NOT IN (SELECT file FROM ann)"
+        )
 
     # -- concepts (keyed by photo content: a photo's classes depend on its bytes only) -------------
     def put_concepts(self, rows: dict[str, bytes]) -> None:
