@@ -24,6 +24,7 @@ no weight that helps everyday photos keeps val1000's R@1.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -44,6 +45,7 @@ FLICKR = HERE.parent.parent / "shared" / "data" / "flickr8k"
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 OFFSETS = (0.0, 0.05, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25)
+GATES = (0.0, 0.02, 0.05, 0.1)
 MARGIN = 0.25
 R1_NOISE = 0.5  # val1000 text->image R@1 may fall this much (points) and still count as "no drop"
 KEEP_PRESENT = 0.85
@@ -108,9 +110,10 @@ def weak_rates(best_joint: np.ndarray, best_concept: np.ndarray, present: np.nda
     return float(weak[~present].mean()) if (~present).any() else None, float(1 - weak[present].mean())
 
 
-def fused(scores: dict, a: float, b: float) -> np.ndarray:
-    """``max(cos, a * concept + b)`` (the concept term only where concept > 0), ties by the cosine."""
-    term = np.where(scores["concept"] > 0, a * scores["concept"] + b, -np.inf)
+def fused(scores: dict, a: float, b: float, g: float) -> np.ndarray:
+    """``max(cos, a * concept + b)`` (the concept term only where concept >= g > 0), ties by the cosine."""
+    counts = (scores["concept"] > 0) & (scores["concept"] >= g)
+    term = np.where(counts, a * scores["concept"] + b, -np.inf)
     return np.maximum(scores["joint"], term) + 1e-6 * scores["joint"]
 
 
@@ -129,13 +132,12 @@ def weighted_sum_sweep(every: dict, val: dict, queries, names, truth) -> list[di
 def choose_fusion(every: dict, val: dict, queries, names, truth) -> tuple[dict, list[dict]]:
     base = val1000_metrics(val["joint"], truth)["t2i_r1"]
     table = []
-    for a in SCALES:
-        for b in OFFSETS:
-            row = {"scale": a, "offset": b}
-            row["everyday"] = everyday_metrics(fused(every, a, b), queries, names)
-            row["val1000"] = val1000_metrics(fused(val, a, b), truth)
-            row["allowed"] = row["val1000"]["t2i_r1"] >= base - R1_NOISE
-            table.append(row)
+    for a, b, g in itertools.product(SCALES, OFFSETS, GATES):
+        row = {"scale": a, "offset": b, "gate": g}
+        row["everyday"] = everyday_metrics(fused(every, a, b, g), queries, names)
+        row["val1000"] = val1000_metrics(fused(val, a, b, g), truth)
+        row["allowed"] = row["val1000"]["t2i_r1"] >= base - R1_NOISE
+        table.append(row)
     key = lambda r: (  # noqa: E731
         r["everyday"]["fit_in_top5"],
         r["everyday"]["recall_at_10"],
@@ -197,11 +199,11 @@ def main() -> None:
     every, queries, names = everyday_scores(shipped, route)
     val, truth = val1000_scores(proxy, ConceptRoute.create(proxy.network.text_encoder, MARGIN))
     chosen, table = choose_fusion(every, val, queries, names, truth)
-    a, b = chosen["scale"], chosen["offset"]
+    a, b, g = chosen["scale"], chosen["offset"], chosen["gate"]
     weak = choose_thresholds(every, val, queries)
     after = {
-        "everyday": everyday_metrics(fused(every, a, b), queries, names),
-        "val1000": val1000_metrics(fused(val, a, b), truth),
+        "everyday": everyday_metrics(fused(every, a, b, g), queries, names),
+        "val1000": val1000_metrics(fused(val, a, b, g), truth),
         "weak": weak,
     }
     result = run_meta() | {
@@ -213,7 +215,12 @@ def main() -> None:
         },
         "margin": MARGIN,
         "top_classes": TOP_CLASSES,
-        "fusion": {"rule": "max(cos, scale * concept + offset)", "scale": a, "offset": b},
+        "fusion": {
+            "rule": "max(cos, scale * concept + offset) where concept >= gate",
+            "scale": a,
+            "offset": b,
+            "gate": g,
+        },  # fmt: skip
         "fusions": table,
         "weighted_sum": weighted_sum_sweep(every, val, queries, names, truth),
         "before": before(every, val, queries, names, truth),

@@ -331,7 +331,7 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     fusion, weak = routes["fusion"], routes["weak"]
     for key in ("scale", "offset"):
         same(f"vse-routes fusion {key}", fusion[key], bench["fusion"][key], 1e-9)
-    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g})"
+    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}), concept >= {fusion.get('gate', 0):g}"
     return {
         **file_facts(routes_path),
         "short": f"two-route fusion {rule}",

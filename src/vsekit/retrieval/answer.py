@@ -8,7 +8,7 @@ A sentence is searched by two routes (docs/concepts.md, "Two routes to meaning")
 
 Fused score (both routes' candidates, re-scored by both): the more confident route decides::
 
-    fused(x, q) = max(cos(q, x), a * concept(x, q) + b)      (the concept term only where concept > 0)
+    fused(x, q) = max(cos(q, x), a * concept(x, q) + b)   (the concept term only where concept >= g > 0)
 
 so a photo the joint space knows well keeps its cosine, and one that only the classifier recognises is
 lifted above the joint space's noise floor by its concept evidence. (A weighted sum, ``cos + w * concept``,
@@ -51,18 +51,22 @@ CANDIDATES = 100
 
 @dataclass(frozen=True)
 class RoutePolicy:
-    """The shipped fusion of a model: the concept term's ``scale`` and ``offset`` (``a`` and ``b``), the
-    concept route's ``margin`` and the two weak thresholds (module docstring)."""
+    """The shipped fusion of a model: the concept term's ``scale`` and ``offset`` (``a`` and ``b``) and the
+    least concept evidence that counts (``gate``, ``g``), the concept route's ``margin`` and the two weak
+    thresholds (module docstring)."""
 
     scale: float
     offset: float
     margin: float
     joint_below: float
     concept_below: float
+    gate: float = 0.0
 
     def fused(self, joint: np.ndarray, concept: np.ndarray) -> np.ndarray:
-        """``max(cos, a * concept + b)``, the concept term only where there is concept evidence."""
-        term = np.where(concept > 0, self.scale * concept + self.offset, -np.inf)
+        """``max(cos, a * concept + b)``, the concept term only where the concept evidence counts: a trace
+        of a class (a probability of 0.01 on a vaguely related one) must not lift a photo by ``b``."""
+        counts = (concept > 0) & (concept >= self.gate)
+        term = np.where(counts, self.scale * concept + self.offset, -np.inf)
         return np.maximum(joint, term)
 
     def weak(self, scores: RouteScores) -> bool:
@@ -74,7 +78,8 @@ class RoutePolicy:
         score."""
         if joint >= self.joint_below and concept >= self.concept_below:
             return "both"
-        return "concept" if concept > 0 and self.scale * concept + self.offset > joint else "joint"
+        counts = concept > 0 and concept >= self.gate
+        return "concept" if counts and self.scale * concept + self.offset > joint else "joint"
 
 
 def fuse(scores: RouteScores, policy: RoutePolicy) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -101,6 +106,7 @@ def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
         float(data["margin"]),
         float(weak["joint_below"]),
         float(weak["concept_below"]),
+        float(fusion.get("gate", 0.0)),
     )
 
 
@@ -123,7 +129,7 @@ class Answer:
     def to_json(self) -> dict[str, Any]:
         return {
             "weak": self.weak,
-            "best": self.best,
+            "best": None if self.best is None else {k: round(v, 6) for k, v in self.best.items()},
             "warning": self.warning,
             "notice": self.notice,
             "routes": list(self.routes),
