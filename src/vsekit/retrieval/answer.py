@@ -37,7 +37,7 @@ from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
 from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
 from vsekit.retrieval.query import SearchHit
 
-__all__ = ["Answer", "RoutePolicy", "answer", "load_policy", "with_score"]
+__all__ = ["Answer", "PhotoConcept", "RoutePolicy", "answer", "load_policy", "photo_concept", "with_score"]
 
 ROUTES_FORMAT = "vsekit.search-routes"
 #: Candidates each route proposes before fusion (re-scored by both routes).
@@ -166,8 +166,8 @@ def _fused(
     hits = []
     for i in order:
         joint, concept = float(scores.joint[i]), float(scores.concept[i])
-        found = _route(joint, concept, policy)
-        label = route.table.name(int(scores.classes[i])) if found != "joint" and concept > 0 else None
+        found, labelled = _found(joint, concept, policy)
+        label = route.table.name(int(scores.classes[i])) if labelled else None
         hits.append(
             SearchHit(
                 int(scores.ids[i]), paths[int(scores.ids[i])], float(fused[i]), joint, concept, found, label
@@ -177,6 +177,43 @@ def _fused(
     result.best = {"joint": scores.best_joint, "concept": scores.best_concept}
     result.weak = scores.best_joint < policy.joint_below and scores.best_concept < policy.concept_below
     return hits
+
+
+def _found(joint: float, concept: float, policy: RoutePolicy) -> tuple[str, bool]:
+    """A hit's route (:func:`_route`) and whether it names its class: when the concept route found it
+    (alone or with the joint space) through a class the query names (a positive concept score)."""
+    found = _route(joint, concept, policy)
+    return found, found != "joint" and concept > 0
+
+
+@dataclass(frozen=True)
+class PhotoConcept:
+    """The class through which the concept route matches a query with one photo: its ``class_id``, name
+    (``label``, a hit's label), the photo's ``probability`` of it (as the index stores it) and the hit's
+    ``route`` (``concept`` or ``both``)."""
+
+    class_id: int
+    label: str
+    probability: float
+    route: str
+
+
+def photo_concept(index: Any, text: str, photo: int) -> PhotoConcept | None:
+    """The class a search for ``text`` labels the photo at row ``photo`` with (a fused hit's ``label``,
+    by the same rule: module docstring), or None: no label, or the concept route is off here (the model
+    ships no fusion, or the index has no concepts yet)."""
+    model = index.manifest["model"]
+    policy = load_policy(str(model["name"]), str(model["sha256"]))
+    if policy is None or not _has_concepts(index):
+        return None
+    route: ConceptRoute = index.concept_route(policy.margin)
+    query = index.embed_texts([text])[0]
+    scores = index.photo_route_scores(query, route.relevance([text])[0], _top(index), photo)
+    found, labelled = _found(float(scores.joint[0]), float(scores.concept[0]), policy)
+    if not labelled:
+        return None
+    class_id = int(scores.classes[0])
+    return PhotoConcept(class_id, route.table.name(class_id), float(scores.probabilities[0]), found)
 
 
 def _route(joint: float, concept: float, policy: RoutePolicy) -> str:
