@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from typer.testing import CliRunner
 
-from vsekit.alignment.describe import scale_boxes
+from vsekit.alignment.describe import CONCEPT_COLOUR, scale_boxes
 from vsekit.vision.cam import MAX_ASPECT, FeatureMap, cam_box, cam_input_size, class_activation_map
 
 # the shared data lives next to the repository, as tests/conftest.py says: <repo>/../shared/data
@@ -165,3 +166,22 @@ def test_the_api_returns_the_concept_box(everyday):
     body = client.get(f"/api/explain/{row}", params={"q": "a cat"}).json()
     assert body == everyday.explain(row, "a cat")
     assert body["concept"]["label"] in CATS and len(body["concept"]["box"]) == 4
+
+
+def test_the_explain_picture_draws_the_concept_box(everyday, tmp_path):
+    from vsekit.cli import app
+
+    out = tmp_path / "why"
+    result = CliRunner().invoke(
+        app, ["search", str(everyday.path), "a cat", "--top", "1", "--explain", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    (picture,) = out.iterdir()
+    assert picture.name == "01-ocv-001.png"
+    x0, y0, x1, y1 = everyday.explain(CAT.name, "a cat")["concept"]["box"]
+    pixels = np.asarray(Image.open(picture).convert("RGB"), dtype=np.int32)
+    white = np.array(Image.new("RGB", (1, 1), CONCEPT_COLOUR).getpixel((0, 0)))
+    # the box's left and right frames, halfway down (below any label), are in the concept colour
+    row = (y0 + y1) // 2
+    for edge in (pixels[row, x0 : x0 + 8], pixels[row, x1 - 8 : x1]):
+        assert (np.abs(edge - white).max(axis=1) < 40).any(), edge
