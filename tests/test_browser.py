@@ -404,6 +404,51 @@ def test_why_boxes_are_drawn_over_the_photo(page, shots):
     expect(page.locator("#lb-boxes .box")).to_have_count(0)
 
 
+LABELS_APART = """() => {
+  const r = [...document.querySelectorAll('#lb-boxes .box span')].map((s) => s.getBoundingClientRect());
+  return r.every((a, i) => r.every((b, j) => i === j || a.right <= b.left || b.right <= a.left
+    || a.bottom <= b.top || b.bottom <= a.top));
+}"""
+
+
+def test_the_concept_box_is_drawn_with_its_label(page, shots):
+    # Issue 33 item 5: /api/explain's "concept" (a class activation map's box) drawn in its own colour and
+    # dashed, labelled "<class> · concept"; here it shares its corner with a phrase's box, so the two
+    # labels would sit on each other: they must not.
+    segments = [{"text": "a cat", "box": [56, 56, 168, 168], "score": 0.9}]
+    words = [{"word": "cat", "box": [56, 56, 168, 168], "score": 0.5}]
+    concept = {"label": "tabby", "box": [56, 56, 112, 224], "probability": 0.6}
+    answer = {"width": 224, "height": 224, "words": words, "segments": segments, "concept": concept}
+    page.route("**/api/explain/**", lambda route: route.fulfill(json=answer))
+    search(page, QUERY)
+    page.locator("#grid .hit").first.click()
+    boxes = page.locator("#lb-boxes .box")
+    expect(boxes).to_have_count(2)
+    expect(page.locator("#lb-boxes .box.concept")).to_have_text("tabby \u00b7 concept")
+    page.wait_for_function(ready("lb-img"))
+    page.wait_for_function(LABELS_APART)
+    img, cat = page.locator("#lb-img").bounding_box(), page.locator("#lb-boxes .box.concept").bounding_box()
+    assert (
+        abs(cat["x"] - (img["x"] + img["width"] / 4)) < 3
+        and abs(cat["y"] - (img["y"] + img["height"] / 4)) < 3
+    )
+    assert abs(cat["width"] - img["width"] / 4) < 3 and abs(cat["height"] - img["height"] * 3 / 4) < 3
+    style = page.locator("#lb-boxes .box.concept").evaluate(
+        "(b) => [getComputedStyle(b).borderTopStyle, getComputedStyle(b).borderTopColor]"
+    )
+    first = boxes.first.evaluate("(b) => getComputedStyle(b).borderTopColor")
+    assert style[0] == "dashed" and style[1] != first  # its own colour, not a phrase's
+    page.screenshot(path=str(shots / "why-concept.png"))
+    page.set_viewport_size({"width": 700, "height": 600})  # a smaller photo: the labels are placed again
+    page.wait_for_function(LABELS_APART)
+    page.get_by_label("Why this photo").select_option("words")
+    expect(boxes).to_have_count(2)
+    expect(boxes.first).to_have_text("cat 0.50")
+    page.wait_for_function(LABELS_APART)
+    page.get_by_label("Why this photo").select_option("off")
+    expect(boxes).to_have_count(0)
+
+
 def test_why_boxes_from_the_shipped_aligner(page, shots):
     search(page, QUERY)
     page.locator("#grid .hit").first.click()

@@ -7,6 +7,8 @@
   by ``v_i . s_t``, Eq. 8, and the MRF's contiguous segments, Eq. 10-12), boxes in pixels of the upright
   photo. Regions are computed on demand for the photos asked about and kept in a small cache (keyed by
   file, size and modification time, so a changed photo is recomputed).
+  With the concept route (the hit was found through an ImageNet class), the class's box too: where the
+  CNN sees that class, from its class activation map (Zhou et al. 2016, :mod:`vsekit.vision.cam`).
 * :meth:`Index.explain_picture`: the same drawn on the photo.
 * ``search(..., rerank=N)``: the index's top ``N`` for a sentence re-ranked by the ``vse+aligner``
   fusion (the joint cosine and the aligner's S_kl on one scale, :mod:`vsekit.alignment.fusion`), with the
@@ -37,11 +39,12 @@ from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import VsekitError
 from vsekit.fileio import file_sha256 as _file_sha256
 from vsekit.resources import resolve_model_path
-from vsekit.retrieval.answer import Answer, answer, with_score
+from vsekit.retrieval.answer import Answer, answer, photo_concept, with_score
 from vsekit.retrieval.concepts import ConceptRoute
 from vsekit.retrieval.index import Index as _StoreIndex
 from vsekit.retrieval.index import SearchHit
-from vsekit.vision.preprocess import load_image
+from vsekit.vision.cam import ClassMaps, FeatureMap
+from vsekit.vision.preprocess import decode_image, load_image
 
 __all__ = ["Index"]
 
@@ -49,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 #: Photos whose regions are kept in memory (about 100 KB each for the shipped aligner).
 REGION_CACHE = 256
+#: Photos whose last conv map is kept for concept boxes (1280 x 7 x 7 to 7 x 28 floats: 250 KB to 1 MB).
+MAP_CACHE = 32
 
 
 class _RegionCache:
@@ -93,6 +98,35 @@ class _RegionCache:
         return values
 
 
+class _ConceptBoxes:
+    """Concept boxes (:mod:`vsekit.vision.cam`): one CNN per backbone, and the last conv maps of recently
+    explained photos (LRU, keyed like the regions), so another query on the same photo costs no CNN pass."""
+
+    def __init__(self, size: int = MAP_CACHE) -> None:
+        self.size = size
+        self._maps: dict[str, ClassMaps] = {}
+        self._items: OrderedDict[tuple, FeatureMap] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def box(self, backbone: str, path: Path, class_id: int, size: tuple[int, int]) -> list[int]:
+        """The box of class ``class_id`` on the upright photo at ``path`` of ``size`` (width, height), in
+        its pixels (scaled from fractions as the aligner's boxes are)."""
+        key = (backbone, *_file_key(path))
+        with self._lock:
+            if backbone not in self._maps:
+                self._maps[backbone] = ClassMaps(backbone)
+            maps, features = self._maps[backbone], self._items.get(key)
+        if features is None:
+            side = maps.preprocessing.resize  # the map's input is no larger: JPEG may decode smaller
+            features = maps.feature_map(decode_image(path, draft=(side, side)))
+        with self._lock:
+            self._items[key] = features
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+        return scale_boxes([maps.box(features, class_id)], size)[0]
+
+
 def _file_key(path: Path) -> tuple[str, int, int]:
     st = path.stat()
     return (str(path), st.st_size, st.st_mtime_ns)
@@ -106,6 +140,7 @@ class Index(_StoreIndex):
         self._regions = _RegionCache()
         self._fusion: FusionSpec | None = None
         self._route: tuple[int, ConceptRoute] | None = None
+        self._concept_boxes = _ConceptBoxes()
 
     def answer(self, text: str | None = None, image: ImageInput | None = None, **kwargs: Any) -> Answer:
         """The whole answer to a query (:func:`vsekit.retrieval.answer.answer`): the hits, whether no
@@ -193,36 +228,40 @@ class Index(_StoreIndex):
             self._fusion = spec
         return self._fusion
 
-    def _photo_path(self, photo: int | str) -> tuple[str, Path]:
-        """``(id, file)`` of a photo given by its row (as in a search hit) or its path in the folder."""
+    def _photo_path(self, photo: int | str) -> tuple[int, str, Path]:
+        """``(row, id, file)`` of a photo given by its row (as in a search hit) or its path in the folder."""
         if isinstance(photo, int):
             if not 0 <= photo < len(self.paths):
                 raise VsekitError(f"no photo with id {photo} (the index holds {len(self.paths)})")
-            rel = self.paths[photo]
+            row, rel = photo, self.paths[photo]
         else:
-            rel = str(photo)
-            if rel not in set(self.paths):
+            rel, paths = str(photo), list(self.paths)
+            if rel not in paths:
                 raise VsekitError(f"{rel}: not a photo of this index")
+            row = paths.index(rel)
         path = self.photos_dir / rel
         if not path.is_file():
             raise VsekitError(
                 f"{rel}: the photo is no longer in {self.photos_dir.name}/ (run vsekit index update)"
             )
-        return rel, path
+        return row, rel, path
 
     def explain(self, photo: int | str, text: str, beta: float = DEFAULT_BETA) -> dict[str, Any]:
         """Why ``photo`` (a hit's id or its path) matches ``text``: ``{"path", "width", "height",
         "words": [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``; each word's best
         region (Eq. 8's max) and the MRF's segments (Eq. 10-12, ``beta``), boxes ``[x0, y0, x1, y1]`` in
-        pixels of the upright photo. Words the aligner does not know are shown as ``<unk>``."""
+        pixels of the upright photo. Words the aligner does not know are shown as ``<unk>``. When a search
+        for ``text`` labels this photo with a class (the concept route, :func:`photo_concept`), also
+        ``"concept": {"label", "box", "probability"}``: the class, where the CNN sees it (its class
+        activation map's box, :mod:`vsekit.vision.cam`) and the photo's stored probability of it."""
         if not isinstance(text, str) or not text.strip():
             raise VsekitError("empty query: give a sentence to explain")
-        rel, path = self._photo_path(photo)
+        row, rel, path = self._photo_path(photo)
         features, boxes, (width, height) = self._regions.regions(path)
         words, dots = self._regions.aligner().word_region_scores(features, text)  # [n_words, R]
         best = dots.argmax(axis=1)
         chain, _ = mrf_align(dots, beta)
-        return {
+        result: dict[str, Any] = {
             "path": rel,
             "width": int(width),
             "height": int(height),
@@ -239,20 +278,33 @@ class Index(_StoreIndex):
                 for a, b, r in segments(chain)
             ],
         }
+        concept = self._concept(row, path, text, (int(width), int(height)))
+        return result | ({"concept": concept} if concept else {})
+
+    def _concept(self, row: int, path: Path, text: str, size: tuple[int, int]) -> dict[str, Any] | None:
+        """:meth:`explain`'s ``concept`` for the photo at ``row`` (file ``path``, ``size``), or None."""
+        found = photo_concept(self, text, row)
+        if found is None:
+            return None
+        backbone = str(self.manifest["concepts"]["backbone"])
+        box = self._concept_boxes.box(backbone, path, found.class_id, size)
+        return {"label": found.label, "box": box, "probability": round(found.probability, 4)}
 
     def explain_picture(
         self, photo: int | str, text: str, out: str | os.PathLike[str], beta: float = DEFAULT_BETA
     ) -> Path:
-        """:meth:`explain` drawn on the full-size upright photo (each segment's region boxed and labelled)."""
+        """:meth:`explain` drawn on the full-size upright photo: each segment's region boxed and labelled,
+        and the concept's box (if any) in its own colour, labelled "<class> · concept"."""
         result = self.explain(photo, text, beta)
-        _, path = self._photo_path(photo)
+        _, _, path = self._photo_path(photo)
         distinct: list[list[int]] = []  # the segments' boxes, each once, in order
         labelled = []
         for seg in result["segments"]:
             if seg["box"] not in distinct:
                 distinct.append(seg["box"])
             labelled.append({"region": distinct.index(seg["box"]), "text": seg["text"]})
-        return draw_alignment(load_image(path), {"boxes": distinct, "segments": labelled}, out)
+        drawn = {"boxes": distinct, "segments": labelled, "concept": result.get("concept")}
+        return draw_alignment(load_image(path), drawn, out)
 
 
 def _box(box: Any) -> list[int]:

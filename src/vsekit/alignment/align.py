@@ -12,7 +12,7 @@ from typing import Any
 
 from PIL import Image
 
-from vsekit.alignment.describe import draw_boxes, scale_boxes
+from vsekit.alignment.describe import CONCEPT_COLOUR, draw_boxes, scale_boxes
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.mrf import mrf_align, segments
 from vsekit.vision.features import _decode
@@ -61,9 +61,15 @@ def draw_alignment(
     result: dict[str, Any],
     out: str | os.PathLike[str],
 ) -> Path:
-    """The full-size photo with each segment's region boxed in a colour and labelled with its words."""
+    """The full-size photo with each segment's region boxed in a colour and labelled with its words; with
+    ``result["concept"]`` (``{"label", "box"}``, :meth:`vsekit.Index.explain`), that box too, in
+    :data:`CONCEPT_COLOUR`, labelled "<class> · concept"."""
     by_region: dict[int, list[str]] = {}
     for seg in result["segments"]:
         by_region.setdefault(seg["region"], []).append(seg["text"])
     labelled = [(result["boxes"][region], " | ".join(texts)) for region, texts in sorted(by_region.items())]
-    return draw_boxes(image, labelled, out)
+    colours: list[str | None] = [None] * len(labelled)
+    if result.get("concept"):
+        labelled.append((result["concept"]["box"], f"{result['concept']['label']} \u00b7 concept"))
+        colours.append(CONCEPT_COLOUR)
+    return draw_boxes(image, labelled, out, colours)

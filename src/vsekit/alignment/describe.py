@@ -32,6 +32,7 @@ from vsekit.vision.regions import nms
 
 __all__ = [
     "COLOURS",
+    "CONCEPT_COLOUR",
     "describe_regions",
     "draw_boxes",
     "draw_regions",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 COLOURS = ["#e6194b", "#3cb44b", "#4363d8", "#f58231", "#911eb4", "#42d4f4", "#f032e6", "#bfef45"]
+#: The concept box's colour (white, framed in black like every box): none of :data:`COLOURS`.
+CONCEPT_COLOUR = "#ffffff"
 
 
 def scale_boxes(
@@ -123,29 +126,70 @@ def draw_boxes(
     image: str | os.PathLike[str] | Image.Image,
     labelled: Sequence[tuple[Sequence[int], str]],
     out: str | os.PathLike[str],
+    colours: Sequence[str | None] | None = None,
 ) -> Path:
-    """The full-size photo with each pixel box framed in a colour and its label on a band of that colour;
-    line width and text grow with the photo."""
+    """The full-size photo with each pixel box framed in a colour (``colours[k]``, else the k-th of
+    :data:`COLOURS`) and its label on a band of that colour, placed where it covers no earlier label; line
+    width and text grow with the photo."""
     img = _decode(image)
     draw = ImageDraw.Draw(img)
     side = max(img.size)
     width, font = max(2, round(side / 200)), _font(round(side / 32))
+    placed: list[tuple[float, ...]] = []
     for k, (box, label) in enumerate(labelled):
-        colour = COLOURS[k % len(COLOURS)]
+        colour = (colours[k] if colours is not None else None) or COLOURS[k % len(COLOURS)]
         inset = k % 3 * width  # boxes may coincide (the whole image): keep every frame visible
         x0, y0, x1, y1 = box
-        draw.rectangle([x0 + inset, y0 + inset, x1 - 1 - inset, y1 - 1 - inset], outline=colour, width=width)
-        tx, ty = x0 + inset + width + 1, y0 + inset + width + 1
+        frame = [x0 + inset, y0 + inset, x1 - 1 - inset, y1 - 1 - inset]
+        draw.rectangle(
+            [frame[0] - 1, frame[1] - 1, frame[2] + 1, frame[3] + 1], outline="black", width=width + 2
+        )
+        draw.rectangle(frame, outline=colour, width=width)
+        tx, ty = _label_place(draw, img.size, font, label, frame, width, placed)
         bbox = draw.textbbox((tx, ty), label, font=font)
-        if bbox[2] + 2 > img.width:  # keep the label on the photo: slide it left
-            tx -= min(tx, bbox[2] + 2 - img.width)
-            bbox = draw.textbbox((tx, ty), label, font=font)
-        draw.rectangle([bbox[0] - 2, bbox[1] - 1, bbox[2] + 2, bbox[3] + 1], fill=colour)
-        draw.text((tx, ty), label, fill="white", font=font)
+        placed.append((bbox[0] - 2, bbox[1] - 1, bbox[2] + 2, bbox[3] + 1))
+        draw.rectangle(placed[-1], fill=colour)
+        draw.text((tx, ty), label, fill=_ink(colour), font=font)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     img.save(out)
     return out
+
+
+def _label_place(
+    draw: ImageDraw.ImageDraw,
+    size: tuple[int, int],
+    font: Any,
+    label: str,
+    frame: Sequence[float],
+    width: int,
+    placed: Sequence[tuple[float, ...]],
+) -> tuple[float, float]:
+    """Where a box's label goes: inside its top-left corner, else inside its bottom-left corner, else
+    the first place below the top-left corner, a line at a time, that covers no ``placed`` band (the
+    top-left corner when none is free); always on the photo."""
+    left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
+    w, h = right - left, bottom - top
+    tx = max(0, min(frame[0] + width + 1, size[0] - w - 3))
+    first = frame[1] + width + 1
+    tries = [first, frame[3] - width - 1 - bottom]
+    tries += [first + (h + 4) * n for n in range(1, max(1, int(size[1] // (h + 4))))]
+    for ty in tries:
+        ty = max(0, min(ty, size[1] - bottom - 2))
+        band = (tx - 2, ty + top - 1, tx + w + 2, ty + bottom + 1)
+        if not any(_overlap(band, other) for other in placed):
+            return tx, ty
+    return tx, max(0, min(first, size[1] - bottom - 2))
+
+
+def _overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _ink(colour: str) -> str:
+    """Black or white text, whichever reads on a band of ``colour`` (``#rrggbb``; sRGB luma, Rec. 601)."""
+    r, g, b = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "white"
 
 
 def draw_regions(

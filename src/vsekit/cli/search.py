@@ -396,7 +396,8 @@ def _found_by(hit: dict) -> str:
 
 def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: Path) -> None:
     """``--explain``: each hit drawn with the aligner's word-to-region segments (Karpathy & Fei-Fei 2015,
-    sec. 3.1) as ``folder/NN-name.png``."""
+    sec. 3.1) and, for a concept match, its class's box (a class activation map, Zhou et al. 2016) as
+    ``folder/NN-name.png``."""
     folder.mkdir(parents=True, exist_ok=True)
     for rank, hit in enumerate(hits, 1):
         out = folder / f"{rank:02d}-{Path(hit.path).stem}.png"
@@ -459,7 +460,9 @@ def search(
         help="Re-rank the top N by the vse+aligner fusion (how the sentence's words align with regions).",
     ),
     explain: Path = typer.Option(
-        None, "--explain", help="Write each hit drawn with its word-to-region boxes into this folder (PNG)."
+        None,
+        "--explain",
+        help="Write each hit drawn with its word-to-region and concept boxes into this folder (PNG).",
     ),
     joint_only: bool = typer.Option(
         False,

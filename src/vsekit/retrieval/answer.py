@@ -42,7 +42,16 @@ from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
 from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
 from vsekit.retrieval.query import RouteScores, SearchHit
 
-__all__ = ["Answer", "RoutePolicy", "answer", "fuse", "load_policy", "with_score"]
+__all__ = [
+    "Answer",
+    "PhotoConcept",
+    "RoutePolicy",
+    "answer",
+    "fuse",
+    "load_policy",
+    "photo_concept",
+    "with_score",
+]
 
 ROUTES_FORMAT = "vsekit.search-routes"
 #: Candidates each route proposes before fusion (re-scored by both routes).
@@ -203,13 +212,49 @@ def _fused(
     paths, hits = index.paths, []
     for i in order[:k]:
         joint, concept = float(scores.joint[i]), float(scores.concept[i])
-        label = route.table.name(int(scores.classes[i])) if routes[i] != "joint" and concept > 0 else None
+        label = route.table.name(int(scores.classes[i])) if _labelled(routes[i], concept) else None
         position = int(scores.ids[i])
         hits.append(SearchHit(position, paths[position], float(fused[i]), joint, concept, routes[i], label))
     result.routes = ("joint", "concept")
     result.best = {"joint": scores.best_joint, "concept": scores.best_concept}
     result.weak = policy.weak(scores)
     return hits
+
+
+def _labelled(route: str, concept: float) -> bool:
+    """Whether a hit names its class: the concept route found it (alone or with the joint space) through
+    a class the query names (a positive concept score)."""
+    return route != "joint" and concept > 0
+
+
+@dataclass(frozen=True)
+class PhotoConcept:
+    """The class through which the concept route matches a query with one photo: its ``class_id``, name
+    (``label``, a hit's label), the photo's ``probability`` of it (as the index stores it) and the hit's
+    ``route`` (``concept`` or ``both``)."""
+
+    class_id: int
+    label: str
+    probability: float
+    route: str
+
+
+def photo_concept(index: Any, text: str, photo: int) -> PhotoConcept | None:
+    """The class a search for ``text`` labels the photo at row ``photo`` with (a fused hit's ``label``,
+    by the same rule: module docstring), or None: no label, or the concept route is off here (the model
+    ships no fusion, or the index has no concepts yet)."""
+    model = index.manifest["model"]
+    policy = load_policy(str(model["name"]), str(model["sha256"]))
+    if policy is None or not _has_concepts(index):
+        return None
+    route: ConceptRoute = index.concept_route(policy.margin)
+    query = index.embed_texts([text])[0]
+    scores = index.photo_route_scores(query, route.relevance([text])[0], _top(index), photo)
+    found = policy.route(float(scores.joint[0]), float(scores.concept[0]))
+    if not _labelled(found, float(scores.concept[0])):
+        return None
+    class_id = int(scores.classes[0])
+    return PhotoConcept(class_id, route.table.name(class_id), float(scores.probabilities[0]), found)
 
 
 def _top(index: Any) -> int:

@@ -57,13 +57,15 @@ class SearchHit:
 @dataclass
 class RouteScores:
     """Both routes' scores of a sentence over the candidates either route proposes (positions ``ids``):
-    ``joint`` cosines, ``concept`` scores, and each candidate's best-matching class (``classes``); the
-    best score of each route over every photo the filters keep (``best_joint``, ``best_concept``)."""
+    ``joint`` cosines, ``concept`` scores, and each candidate's best-matching class (``classes``, the class
+    that adds most to its concept score) with that class's probability (``probabilities``); the best score
+    of each route over every photo the filters keep (``best_joint``, ``best_concept``)."""
 
     ids: np.ndarray
     joint: np.ndarray
     concept: np.ndarray
     classes: np.ndarray
+    probabilities: np.ndarray
     best_joint: float
     best_concept: float
 
@@ -200,16 +202,26 @@ class Searching:
         concept_rows = np.argsort(-concept, kind="stable")[:want]
         concept_rows = concept_rows[np.isfinite(concept[concept_rows])]
         pool = np.unique(np.concatenate([joint_rows, concept_rows])).astype(np.int64)
-        joint = np.array([float(view.vector(int(r)) @ query) for r in pool], dtype=np.float32)
-        best_class = ids[pool, np.argmax(weighted[pool], axis=1)] if len(pool) else np.zeros(0, np.uint16)
-        return RouteScores(
-            ids=pool,
-            joint=joint,
-            concept=concept[pool].astype(np.float32),
-            classes=best_class,
-            best_joint=float(scores[0][0]) if len(joint_rows) else float("-inf"),
-            best_concept=float(concept[concept_rows[0]]) if len(concept_rows) else float("-inf"),
+        best_joint = float(scores[0][0]) if len(joint_rows) else float("-inf")
+        best_concept = float(concept[concept_rows[0]]) if len(concept_rows) else float("-inf")
+        return _pool_scores(
+            view, query, pool, (ids[pool], probs[pool]), weighted[pool], (best_joint, best_concept)
         )
+
+    def photo_route_scores(
+        self, query: np.ndarray, relevance: np.ndarray, top: int, position: int
+    ) -> RouteScores:
+        """:meth:`route_scores` of the one photo at ``position`` (a hit's id), as a search scores it when it
+        is a candidate; ``best_joint`` and ``best_concept`` are its own scores."""
+        view = self._view
+        if not 0 <= position < len(view):
+            raise VsekitError(f"no photo with id {position} (the index holds {len(view)})")
+        ids, probs = view.concepts(top)
+        pool = np.asarray([position], dtype=np.int64)
+        weighted = probs[pool] * relevance[ids[pool].astype(np.int64)]
+        found = _pool_scores(view, query, pool, (ids[pool], probs[pool]), weighted, (0.0, 0.0))
+        found.best_joint, found.best_concept = float(found.joint[0]), float(found.concept[0])
+        return found
 
     def _nearest(
         self,
@@ -298,6 +310,31 @@ def filter_masks(
     if not clauses:
         return None
     return view.keep_masks(" AND ".join(clauses), params)
+
+
+def _pool_scores(
+    view: Snapshot,
+    query: np.ndarray,
+    pool: np.ndarray,
+    classes: tuple[np.ndarray, np.ndarray],
+    weighted: np.ndarray,
+    best: tuple[float, float],
+) -> RouteScores:
+    """Both routes' scores of the photos at positions ``pool``, given their top ``classes`` ``(ids,
+    probs)`` and ``weighted`` (``probs`` times the query's relevance to each class: the ConSE terms), rows
+    in ``pool``'s order; ``best``: ``(best_joint, best_concept)``."""
+    ids, probs = classes
+    joint = np.array([float(view.vector(int(r)) @ query) for r in pool], dtype=np.float32)
+    top = np.argmax(weighted, axis=1)[:, None] if len(pool) else np.zeros((0, 1), np.int64)
+    return RouteScores(
+        ids=pool,
+        joint=joint,
+        concept=weighted.sum(axis=1).astype(np.float32),
+        classes=np.take_along_axis(ids, top, axis=1)[:, 0],
+        probabilities=np.take_along_axis(probs, top, axis=1)[:, 0],
+        best_joint=best[0],
+        best_concept=best[1],
+    )
 
 
 def _position_mask(view: Snapshot, keep: dict[int, np.ndarray]) -> np.ndarray:

@@ -497,7 +497,9 @@ def _add_page_routes(
     ) -> dict[str, Any]:
         """Why this photo matches ``q`` (:meth:`vsekit.Index.explain`): ``{"width", "height", "words":
         [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``, boxes ``[x0, y0, x1, y1]``
-        in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12)."""
+        in pixels of the upright photo (Karpathy & Fei-Fei 2015, Eq. 8 and 10-12); with ``"concept":
+        {"label", "box", "probability"}`` when the concept route matched it through an ImageNet class (the
+        box from the class activation map, Zhou et al. 2016)."""
         index = current()
         _photo_path(index, photo_id)
 
