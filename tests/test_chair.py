@@ -59,3 +59,8 @@ def test_no_mentions_and_mismatched_lengths() -> None:
     }
     with pytest.raises(VsekitError, match="2 captions but 1 object lists"):
         chair(["a", "b"], [["cat"]])
+
+
+def test_label_words_used_as_verbs_are_not_objects() -> None:
+    vocab = ObjectVocabulary(["stand", "sign"])  # "stand" labels a tripod stand, but captions say "stands"
+    assert vocab.mentions("a man stands by a sign") == ["person", "sign"]

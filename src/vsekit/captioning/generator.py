@@ -39,6 +39,7 @@ from vsekit.errors import ImageError, VsekitError
 from vsekit.fileio import fingerprint_matches
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
+from vsekit.vision.backbones import BACKBONES
 from vsekit.vision.classes import Classifier, load_classifier
 from vsekit.vision.features import readable_image_ids
 from vsekit.vision.preprocess import load_image
@@ -141,16 +142,24 @@ class CaptionGenerator:
             self.decode = replace(self.decode, beam_size=self.rerank.beam_size if self.rerank else 3)
 
     def _load_guard(self) -> None:
-        """The concept guard, when the captioner's features are its backbone classifier's input."""
+        """The concept guard, when the captioner's features are its backbone classifier's input and the
+        guard's table is installed (a trimmed install captions without it, saying so in the log)."""
         backbone = self.image.get("backbone")
-        if self.image.get("kind") != "one-layer":
-            logger.info("no concept guard: the captioner reads %s features", self.image.get("kind"))
+        if self.image.get("kind") != "one-layer" or backbone not in BACKBONES:
+            logger.info(
+                "no concept guard: the captioner reads %s %s features", backbone, self.image.get("kind")
+            )
             return
         classifier = load_classifier(backbone)
         if classifier.dim != int(self.image["image_dim"]):
             logger.info("no concept guard: %s's classifier does not read these features", backbone)
             return
-        self.classifier, self.guard = classifier, load_guard(self.captioner.vocab, backbone)
+        try:
+            self.guard = load_guard(self.captioner.vocab, backbone)
+        except VsekitError as exc:
+            logger.warning("no concept guard: %s", exc)
+            return
+        self.classifier = classifier
 
     def _load_scnlm(self, model: str | os.PathLike[str] | None) -> None:
         from vsekit.captioning.scnlm import load_scnlm
@@ -337,39 +346,49 @@ class CaptionGenerator:
     def _beam_guarded(
         self, features: np.ndarray, n: int, joint_features: np.ndarray | None
     ) -> list[list[str]]:
-        """Beam search with the concept guard's word bias; a confident subject that no candidate names is
-        forced in (or, beyond the captioner's words, said plainly); then the rerank, if any."""
+        """Beam search under the concept guard (:mod:`vsekit.captioning.guard`, "the decoding policy"),
+        then the rerank, if any; captions that are only a name are not reranked."""
         guard, probs = self.guard, self.classifier.probabilities(features)
         bias = guard.word_bias(probs)
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
-        candidates = self.captioner.decode(features, word_bias=bias, **kwargs)
+        candidates = [
+            guard.fluent(caps) for caps in self.captioner.decode(features, word_bias=bias, **kwargs)
+        ]
         plain: dict[int, str] = {}
         forced: dict[int, list[int]] = {}
-        for i, subject in enumerate(guard.subjects(probs)):
-            if subject is None or any(
-                guard.names_subject(self.captioner.text(c), subject) for c in candidates[i]
-            ):
-                continue
-            prefix = guard.prefix_ids(subject)
-            if prefix is None:
-                plain[i] = subject.phrase
-            else:
-                forced[i] = prefix
+        sure, top = guard.subjects(probs), guard.subjects(probs, threshold=0.0)
+        for i, subject in enumerate(sure):
+            text = self.captioner.text
+            if subject is not None and not any(guard.names_subject(text(c), subject) for c in candidates[i]):
+                prefix = guard.prefix_ids(subject)
+                forced.update({i: prefix} if prefix else {})
+                plain.update({} if prefix else {i: subject.phrase})
+            elif not candidates[i]:
+                plain[i] = top[i].phrase
         for length in sorted({len(p) for p in forced.values()}):  # one decode per prefix length
             rows = [i for i in sorted(forced) if len(forced[i]) == length]
             prefix = torch.tensor([forced[i] for i in rows])
             redone = self.captioner.decode(features[rows], word_bias=bias[rows], prefix=prefix, **kwargs)
             for i, caps in zip(rows, redone, strict=True):
-                candidates[i] = caps
-        texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
+                candidates[i] = guard.supported(guard.fluent(caps), bias[i], skip=length)
+                plain.update({} if candidates[i] else {i: sure[i].phrase})
+        return self._order_guarded(candidates, plain, n, joint_features)
+
+    def _order_guarded(
+        self, candidates: list[list[Any]], plain: dict[int, str], n: int, joint_features: np.ndarray | None
+    ) -> list[list[str]]:
+        """The ``n`` best of each image's candidates (reranked when tuned), or its plain name."""
+        texts = [
+            [] if i in plain else [self.captioner.text(c) for c in caps] for i, caps in enumerate(candidates)
+        ]
         if self.rerank is None:
-            order = [list(range(len(caps))) for caps in candidates]
+            order = [list(range(len(t))) for t in texts]
         else:
             cosines = embedding_cosines(self.joint.network, joint_features, texts)
             s = self.rerank
             order = [
-                rerank_order(caps, cos, s.weight, s.length_penalty)
-                for caps, cos in zip(candidates, cosines, strict=True)
+                rerank_order(caps, cos, s.weight, s.length_penalty) if i not in plain else []
+                for i, (caps, cos) in enumerate(zip(candidates, cosines, strict=True))
             ]
         return [[plain[i]] if i in plain else [texts[i][j] for j in order[i][:n]] for i in range(len(texts))]
 

@@ -138,6 +138,8 @@ KINDS: dict[str, tuple[str, ...]] = {
 _IRREGULAR = {"men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot",
               "teeth": "tooth", "mice": "mouse", "geese": "goose", "oxen": "ox", "leaves": "leaf",
               "knives": "knife", "wolves": "wolf", "shelves": "shelf", "calves": "calf"}  # fmt: skip
+#: label words that captions mostly use as verbs or in phrases ("stands", "a number of"): never objects
+NOT_OBJECTS = frozenset({"stand", "model", "number", "text", "light", "square", "letter"})
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -159,7 +161,8 @@ class ObjectVocabulary:
     def __init__(self, extra: Iterable[str] = ()) -> None:
         self.canonical: dict[str, str] = {}
         for obj in (*OBJECTS, *KINDS, *(g for gs in KINDS.values() for g in gs), *extra):
-            self.canonical.setdefault(_key(obj), _key(obj))
+            if _key(obj) not in NOT_OBJECTS:
+                self.canonical.setdefault(_key(obj), _key(obj))
         for canon, words in SYNONYMS.items():  # synonyms win over a word's own entry
             for word in words:
                 self.canonical[_key(word)] = _key(canon)
