@@ -65,11 +65,15 @@ def load_captioner(
     beam: int | None = None,
     rerank: bool = True,
     device: str = "auto",
+    guard: bool = True,
 ) -> CaptionGenerator:
     """A caption generator: the shipped m-RNN (``"captioner"``, the default), a captioner file, or an
-    SC-NLM file with ``method="scnlm"``. ``describe(image paths, n)`` returns n captions per image."""
+    SC-NLM file with ``method="scnlm"``. ``describe(image paths, n)`` returns n captions per image.
+
+    ``guard``: m-RNN beam search checks each caption's objects against the CNN's ImageNet classes and names
+    a class it is sure of (:mod:`vsekit.captioning.guard`); ``False`` gives the captioner's own words."""
     settings = DecodeSettings(decoding=decoding, beam_size=beam)
-    return CaptionGenerator(method, name_or_path, settings, rerank, joint_model, device=device)
+    return CaptionGenerator(method, name_or_path, settings, rerank, joint_model, device=device, guard=guard)
 
 
 def rank_captions(

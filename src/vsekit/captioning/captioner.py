@@ -59,8 +59,13 @@ class MRNNCaptioner:
         n_best: int = 1,
         batch_size: int = 256,
         generator: torch.Generator | None = None,
+        word_bias: torch.Tensor | None = None,
+        prefix: torch.Tensor | None = None,
     ) -> list[list[Caption]]:
-        """Decoded captions per image (``n_best`` for beam search, one otherwise), best first."""
+        """Decoded captions per image (``n_best`` for beam search, one otherwise), best first.
+
+        Beam search only: ``word_bias`` ``[n, V]`` added to each step's log-probabilities, ``prefix``
+        ``[n, P]`` forced first words (:func:`vsekit.captioning.decode.beam_search`)."""
         if decoding not in DECODINGS:
             raise VsekitError(f"unknown decoding {decoding!r}; known: {', '.join(DECODINGS)}")
         x = torch.as_tensor(np.asarray(features))
@@ -74,7 +79,12 @@ class MRNNCaptioner:
         for start in range(0, x.shape[0], batch_size):
             chunk = x[start : start + batch_size].to(self.model.device)
             if decoding == "beam":
-                out.extend(beam_search(self.model, chunk, beam_size, max_len, length_penalty, n_best))
+                rows = slice(start, start + batch_size)
+                bias = None if word_bias is None else word_bias[rows]
+                forced = None if prefix is None else prefix[rows]
+                out.extend(
+                    beam_search(self.model, chunk, beam_size, max_len, length_penalty, n_best, bias, forced)
+                )
             elif decoding == "greedy":
                 out.extend([c] for c in greedy(self.model, chunk, max_len))
             else:

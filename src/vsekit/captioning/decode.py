@@ -137,8 +137,14 @@ def beam_search(
     max_len: int = 20,
     length_penalty: float = 0.0,
     n_best: int = 1,
+    word_bias: torch.Tensor | None = None,
+    prefix: torch.Tensor | None = None,
 ) -> list[list[Caption]]:
-    """The ``n_best`` highest-scoring captions per image, best first (see the module docstring)."""
+    """The ``n_best`` highest-scoring captions per image, best first (see the module docstring).
+
+    ``word_bias`` ``[n, V]`` is added to every step's log-probabilities of image ``n`` (the concept guard,
+    :mod:`vsekit.captioning.guard`), so scores include it; ``prefix`` ``[n, P]`` word ids every caption of
+    image ``n`` starts with (scored like the rest; P < ``max_len``)."""
     _check(features, max_len)
     if beam_size < 1:
         raise VsekitError(f"beam size must be at least 1, got {beam_size}")
@@ -146,17 +152,22 @@ def beam_search(
         raise VsekitError(f"n_best must be between 1 and the beam size ({beam_size}), got {n_best}")
     n, k = features.shape[0], beam_size
     logp, state = model.start(features)
+    bias = (
+        torch.zeros(n, logp.shape[1], dtype=torch.float64) if word_bias is None else word_bias.double().cpu()
+    )
+    start, prefix_score, logp, state = _walk_prefix(model, logp, state, bias, prefix, max_len)
     vocab_size = logp.shape[1]
-    # every image's k slots start as copies of the single empty hypothesis; only slot 0 is live.
+    # every image's k slots start as copies of the single (prefixed) hypothesis; only slot 0 is live.
     repeat = torch.arange(n, device=logp.device).repeat_interleave(k)
     logp, state = logp.index_select(0, repeat), model.reorder_state(state, repeat)
     live = torch.full((n, k), _NEG_INF, dtype=torch.float64)
-    live[:, 0] = 0.0
-    history = torch.zeros((n, k, 0), dtype=torch.long)
+    live[:, 0] = prefix_score
+    history = start[:, None, :].expand(n, k, start.shape[1]).clone()
+    slot_bias = bias.repeat_interleave(k, dim=0)
     finished: list[list[Caption]] = [[] for _ in range(n)]
     done = torch.zeros(n, dtype=torch.bool)
-    for t in range(max_len + 1):
-        step_logp = _constrain(logp, t, max_len).double().cpu().view(n, k, vocab_size)
+    for t in range(start.shape[1], max_len + 1):
+        step_logp = (_constrain(logp, t, max_len).double().cpu() + slot_bias).view(n, k, vocab_size)
         candidates = (live.unsqueeze(-1) + step_logp).view(n, k * vocab_size)
         top_scores, top_index = candidates.topk(k, dim=1)
         parent, words = top_index // vocab_size, top_index % vocab_size
@@ -165,16 +176,7 @@ def beam_search(
         for i, j in torch.nonzero(is_end & ~done[:, None]).tolist():
             finished[i].append(Caption(tuple(history[i, j, :-1].tolist()), float(top_scores[i, j])))
         live = torch.where(is_end, _NEG_INF, top_scores)
-        for i in range(n):
-            if done[i] or not finished[i]:
-                continue
-            if length_penalty:
-                stop = len(finished[i]) >= k
-            else:
-                ranked = sorted((c.log_prob for c in finished[i]), reverse=True)
-                stop = len(ranked) >= n_best and float(live[i].max()) <= ranked[n_best - 1]
-            if stop:
-                done[i] = True
+        _mark_done(done, finished, live, k, n_best, length_penalty)
         live[done] = _NEG_INF
         if bool(done.all()) or not bool(torch.isfinite(live).any()):
             break
@@ -184,3 +186,42 @@ def beam_search(
     return [
         sorted(caps, key=lambda c: c.normalized(length_penalty), reverse=True)[:n_best] for caps in finished
     ]
+
+
+def _walk_prefix(
+    model: StepModel,
+    logp: torch.Tensor,
+    state: tuple[torch.Tensor, ...],
+    bias: torch.Tensor,
+    prefix: torch.Tensor | None,
+    max_len: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Feed every image's forced first words: ``(prefix [n, P], its scores [n], logp, state)`` after it."""
+    n = logp.shape[0]
+    if prefix is None:
+        return torch.zeros((n, 0), dtype=torch.long), torch.zeros(n, dtype=torch.float64), logp, state
+    prefix = torch.as_tensor(prefix, dtype=torch.long).cpu()
+    if prefix.shape[0] != n or prefix.shape[1] >= max_len:
+        raise VsekitError(f"prefix of shape {tuple(prefix.shape)} for {n} images and max_len {max_len}")
+    score = torch.zeros(n, dtype=torch.float64)
+    for t in range(prefix.shape[1]):
+        step = _constrain(logp, t, max_len).double().cpu() + bias
+        score += step.gather(1, prefix[:, t : t + 1])[:, 0]
+        logp, state = model.step(prefix[:, t].to(logp.device), state)
+    return prefix, score, logp, state
+
+
+def _mark_done(
+    done: torch.Tensor, finished: list[list[Caption]], live: torch.Tensor, k: int, n_best: int, penalty: float
+) -> None:
+    """Mark the images whose live hypotheses can no longer enter their top ``n_best`` (module docstring)."""
+    for i in range(len(finished)):
+        if done[i] or not finished[i]:
+            continue
+        if penalty:
+            stop = len(finished[i]) >= k
+        else:
+            ranked = sorted((c.log_prob for c in finished[i]), reverse=True)
+            stop = len(ranked) >= n_best and float(live[i].max()) <= ranked[n_best - 1]
+        if stop:
+            done[i] = True

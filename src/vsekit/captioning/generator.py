@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from tqdm.auto import tqdm
 
 from vsekit.captioning.captioner import DECODINGS, load_captioner
+from vsekit.captioning.guard import ConceptGuard, load_guard
 from vsekit.captioning.nearest import NearestNeighbourCaptioner
 from vsekit.captioning.rerank import RerankSettings, embedding_cosines, rerank_order
 from vsekit.data.corpus import Corpus
@@ -37,6 +39,8 @@ from vsekit.errors import ImageError, VsekitError
 from vsekit.fileio import fingerprint_matches
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
+from vsekit.vision.backbones import BACKBONES
+from vsekit.vision.classes import Classifier, load_classifier
 from vsekit.vision.features import readable_image_ids
 from vsekit.vision.preprocess import load_image
 from vsekit.vision.spec import FeatureSpec
@@ -100,6 +104,7 @@ class CaptionGenerator:
         joint_model: str | os.PathLike[str] | None = None,
         nn_features: tuple[str, str] = ("mobilenet_v2", "one-layer"),
         device: str = "auto",
+        guard: bool = True,
     ) -> None:
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
@@ -113,8 +118,12 @@ class CaptionGenerator:
         self._joint_name = joint_model
         self.captioner: Any = None
         self.fne = None
+        self.guard: ConceptGuard | None = None
+        self.classifier: Classifier | None = None
         if method == "mrnn":
             self._load_mrnn(model, rerank)
+            if guard and self.decode.decoding == "beam":
+                self._load_guard()
         elif method == "scnlm":
             self._load_scnlm(model)
         else:
@@ -131,6 +140,26 @@ class CaptionGenerator:
             self._load_joint()
         if self.decode.beam_size is None:
             self.decode = replace(self.decode, beam_size=self.rerank.beam_size if self.rerank else 3)
+
+    def _load_guard(self) -> None:
+        """The concept guard, when the captioner's features are its backbone classifier's input and the
+        guard's table is installed (a trimmed install captions without it, saying so in the log)."""
+        backbone = self.image.get("backbone")
+        if self.image.get("kind") != "one-layer" or backbone not in BACKBONES:
+            logger.info(
+                "no concept guard: the captioner reads %s %s features", backbone, self.image.get("kind")
+            )
+            return
+        classifier = load_classifier(backbone)
+        if classifier.dim != int(self.image["image_dim"]):
+            logger.info("no concept guard: %s's classifier does not read these features", backbone)
+            return
+        try:
+            self.guard = load_guard(self.captioner.vocab, backbone)
+        except VsekitError as exc:
+            logger.warning("no concept guard: %s", exc)
+            return
+        self.classifier = classifier
 
     def _load_scnlm(self, model: str | os.PathLike[str] | None) -> None:
         from vsekit.captioning.scnlm import load_scnlm
@@ -175,6 +204,8 @@ class CaptionGenerator:
             )
         if self.rerank is not None:
             text += " + joint-embedding rerank"
+        if self.guard is not None:
+            text += " + concept guard"
         return text + f", {self.image['backbone']} {self.image['kind']} features"
 
     # -- describing ----------------------------------------------------------------------------------
@@ -271,9 +302,11 @@ class CaptionGenerator:
             return [[c] for c in self.captioner.caption(features)]
         if self.method == "scnlm":
             return self.captioner.generate(self.joint.network.embed_images(features), n_best=n)
+        if self.rerank is not None and joint_features is None:
+            raise VsekitError("reranking needs the joint model's features of the images")
+        if self.guard is not None:
+            return self._beam_guarded(features, n, joint_features)
         if self.rerank is not None:
-            if joint_features is None:
-                raise VsekitError("reranking needs the joint model's features of the images")
             return self._beam_reranked(features, n, joint_features)
         return self._decode(features, n)
 
@@ -309,6 +342,55 @@ class CaptionGenerator:
             [group[j] for j in rerank_order(caps, cos, settings.weight, settings.length_penalty)[:n]]
             for caps, group, cos in zip(candidates, texts, cosines, strict=True)
         ]
+
+    def _beam_guarded(
+        self, features: np.ndarray, n: int, joint_features: np.ndarray | None
+    ) -> list[list[str]]:
+        """Beam search under the concept guard (:mod:`vsekit.captioning.guard`, "the decoding policy"),
+        then the rerank, if any; captions that are only a name are not reranked."""
+        guard, probs = self.guard, self.classifier.probabilities(features)
+        bias = guard.word_bias(probs)
+        kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
+        candidates = [
+            guard.fluent(caps) for caps in self.captioner.decode(features, word_bias=bias, **kwargs)
+        ]
+        plain: dict[int, str] = {}
+        forced: dict[int, list[int]] = {}
+        sure, top = guard.subjects(probs), guard.subjects(probs, threshold=0.0)
+        for i, subject in enumerate(sure):
+            text = self.captioner.text
+            if subject is not None and not any(guard.names_subject(text(c), subject) for c in candidates[i]):
+                prefix = guard.prefix_ids(subject)
+                forced.update({i: prefix} if prefix else {})
+                plain.update({} if prefix else {i: subject.phrase})
+            elif not candidates[i]:
+                plain[i] = top[i].phrase
+        for length in sorted({len(p) for p in forced.values()}):  # one decode per prefix length
+            rows = [i for i in sorted(forced) if len(forced[i]) == length]
+            prefix = torch.tensor([forced[i] for i in rows])
+            redone = self.captioner.decode(features[rows], word_bias=bias[rows], prefix=prefix, **kwargs)
+            for i, caps in zip(rows, redone, strict=True):
+                candidates[i] = guard.supported(guard.fluent(caps), bias[i], skip=length)
+                plain.update({} if candidates[i] else {i: sure[i].phrase})
+        return self._order_guarded(candidates, plain, n, joint_features)
+
+    def _order_guarded(
+        self, candidates: list[list[Any]], plain: dict[int, str], n: int, joint_features: np.ndarray | None
+    ) -> list[list[str]]:
+        """The ``n`` best of each image's candidates (reranked when tuned), or its plain name."""
+        texts = [
+            [] if i in plain else [self.captioner.text(c) for c in caps] for i, caps in enumerate(candidates)
+        ]
+        if self.rerank is None:
+            order = [list(range(len(t))) for t in texts]
+        else:
+            cosines = embedding_cosines(self.joint.network, joint_features, texts)
+            s = self.rerank
+            order = [
+                rerank_order(caps, cos, s.weight, s.length_penalty) if i not in plain else []
+                for i, (caps, cos) in enumerate(zip(candidates, cosines, strict=True))
+            ]
+        return [[plain[i]] if i in plain else [texts[i][j] for j in order[i][:n]] for i in range(len(texts))]
 
     def _joint_reads_same_features(self) -> bool:
         spec = self.joint.image_spec

@@ -117,6 +117,12 @@ def caption(
         help="m-RNN: rerank the beam with the joint embedding, using the weights tuned on dev (if the "
         "captioner has them).",
     ),
+    guard: bool = typer.Option(
+        True,
+        "--guard/--no-guard",
+        help="m-RNN beam: check the caption's objects against the CNN's ImageNet classes and name a class "
+        "it is sure of (the concept guard); --no-guard gives the captioner's own words.",
+    ),
     joint_model: str | None = typer.Option(
         None, "--joint-model", help="Joint embedding for reranking and SC-NLM (name or file; default vse)."
     ),
@@ -181,7 +187,14 @@ def caption(
         if image and out is not None and out.suffix.lower() not in (".jsonl", ".csv"):
             raise VsekitError(f"{printable(str(out))}: --out must end in .jsonl or .csv")
         generator = CaptionGenerator(
-            method, model, settings, rerank, joint_model, nn_features=(backbone, features), device=device
+            method,
+            model,
+            settings,
+            rerank,
+            joint_model,
+            nn_features=(backbone, features),
+            device=device,
+            guard=guard,
         )
         if image:
             if method == "nn":

@@ -1,7 +1,9 @@
 """Pure metric functions: ranking (Recall@K, median rank, the flickr / coco protocols) and caption scores
-(BLEU, METEOR, ROUGE-L, CIDEr-D through pycocoevalcap). No model code is imported here."""
+(BLEU, METEOR, ROUGE-L, CIDEr-D through pycocoevalcap), invented objects (CHAIR). No model code is imported
+here."""
 
 from vsekit.metrics.captions import METRIC_KEYS, java_available, score_captions
+from vsekit.metrics.chair import chair, subject_named
 from vsekit.metrics.ranking import (
     PROTOCOLS,
     embedding_ranks,
@@ -16,6 +18,7 @@ from vsekit.metrics.ranking import (
 __all__ = [
     "METRIC_KEYS",
     "PROTOCOLS",
+    "chair",
     "embedding_ranks",
     "evaluate_embeddings",
     "evaluate_protocol",
@@ -24,5 +27,6 @@ __all__ = [
     "ranking_metrics",
     "ranks_from_scores",
     "score_captions",
+    "subject_named",
     "summarize_ranks",
 ]

@@ -1,0 +1,235 @@
+"""The concept guard: captions that say what the photo's CNN sees, not what Flickr8K usually shows.
+
+The shipped captioner learned Flickr8K's world (people, dogs, outdoor sports); on an everyday photo its
+language model fills the gap with that world ("a little boy in a blue shirt ..." for a cat). The CNN whose
+pooled features it reads also carries an ImageNet-1k classifier (:mod:`vsekit.vision.classes`), so a
+photo's class probabilities ``p(c | x)`` cost one matrix product. The guard uses them twice:
+
+1. **Evidence for object words.** A shipped table ``evidence[c, w]`` (``bench/ship_caption_guard.py``:
+   WordNet hypernyms and co-occurrence in Flickr8K's training captions) says how strongly class ``c``
+   supports object word ``w``; a photo's evidence for ``w`` is ``e(w | x) = min(1, sum_c p(c|x)
+   evidence[c, w])``, ConSE's convex combination (Norouzi et al. 2014, Eq. 1) with learned class-word
+   weights. Words differ in how much evidence the classifier can give them (dog breeds are ImageNet
+   classes, men are not), so each is measured against ``typical[w]``, its median evidence over the
+   training photos that show it. Beam search adds ``weight * log(min(1, e / (floor * typical)))`` to each
+   watched word's log-probability: a log-linear product of the language model with the classifier's
+   evidence that leaves words with evidence like real photos of them alone and makes an unsupported "dog"
+   cost ``weight * log(floor * typical / e)``.
+2. **Naming the subject.** Classes are grouped by the name a caption would use (``"tabby"`` -> ``"cat"``);
+   when one name holds at least ``name_at`` of the probability and no guarded candidate says it, the
+   caption is decoded again with that name forced in (``"a cat ..."``, a one-constraint case of the
+   constrained beam search of Anderson et al. 2017, the constraint put first).
+
+The decoding policy (:meth:`vsekit.captioning.generator.CaptionGenerator`): candidates that repeat a
+three-word sequence are dropped (:meth:`ConceptGuard.fluent`); a forced caption is kept only when the words
+after the name cost nothing (:meth:`ConceptGuard.supported`: its continuation invents no watched object);
+otherwise the caption is the plain name ("a fish", "a tape measure": the class's own lemma when the
+captioner has no word for it), and so it is when no candidate is left at all (the most probable name).
+
+The knobs (``weight``, ``floor``, ``name_at``) were chosen on the everyday validation set and on
+flickr8k-val1000 (``bench/concept_captions.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vsekit.captioning.decode import Caption
+from vsekit.data.vocab import Vocabulary
+from vsekit.errors import VsekitError
+from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
+from vsekit.resources import PACKAGE_DIR
+
+__all__ = [
+    "GUARD_FORMAT",
+    "ConceptGuard",
+    "GuardSettings",
+    "Subject",
+    "load_guard",
+    "save_guard_table",
+]
+
+logger = logging.getLogger(__name__)
+
+GUARD_FORMAT = "vsekit.caption-guard"
+GUARD_PATH = PACKAGE_DIR / "pretrained" / "caption-guard.safetensors"
+_VOWELS = tuple("aeiou")
+
+
+@dataclass(frozen=True)
+class GuardSettings:
+    """``weight``: log-probability cost per e-fold of missing evidence; ``floor``: evidence that costs
+    nothing, in units of the word's typical evidence; ``name_at``: probability of a class name above which
+    the caption must say it. Chosen on the everyday set (bench/concept_captions.py --grid): weights 1-10 x
+    floors 0.1-4 x name_at 0.2-0.5; the largest floor and weight 6 bar most invented people and every dog."""
+
+    weight: float = 6.0
+    floor: float = 4.0
+    name_at: float = 0.3
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Subject:
+    """A photo's main subject by the classifier: the name a caption uses and its summed probability."""
+
+    name: str
+    probability: float
+
+    @property
+    def phrase(self) -> str:
+        """The name with its indefinite article ("an owl")."""
+        return ("an " if self.name.startswith(_VOWELS) else "a ") + self.name
+
+
+class ConceptGuard:
+    """The guard for one captioner vocabulary (module docstring).
+
+    Args:
+        words: the watched object words (caption words), one per column of ``evidence``.
+        evidence: ``[classes, words]`` support of each class for each word, in [0, 1].
+        typical: ``[words]`` each word's typical evidence in photos that show it (default 1).
+        class_names: each class's name in a caption.
+        vocab: the captioner's vocabulary (watched words it lacks are ignored).
+        settings: the knobs.
+    """
+
+    def __init__(
+        self,
+        words: Sequence[str],
+        evidence: np.ndarray,
+        class_names: Sequence[str],
+        vocab: Vocabulary,
+        settings: GuardSettings | None = None,
+        typical: np.ndarray | None = None,
+    ) -> None:
+        evidence = np.asarray(evidence, dtype=np.float32)
+        typical = np.ones(len(words), np.float32) if typical is None else np.asarray(typical, np.float32)
+        if evidence.shape != (len(class_names), len(words)):
+            raise VsekitError(
+                f"guard table: evidence {evidence.shape} does not match {len(class_names)} classes x "
+                f"{len(words)} words"
+            )
+        known = [j for j, w in enumerate(words) if w in vocab]
+        self.words = [words[j] for j in known]
+        self.word_ids = np.array([vocab.index(w) for w in self.words], dtype=np.int64)
+        self.evidence = evidence[:, known]
+        self.typical = typical[known]
+        self.class_names = list(class_names)
+        self.vocab = vocab
+        self.settings = settings or GuardSettings()
+        names = sorted(set(self.class_names))
+        self._name_index = {n: i for i, n in enumerate(names)}
+        self._names = names
+        self._groups = np.array([self._name_index[n] for n in self.class_names])
+
+    def word_evidence(self, probabilities: np.ndarray) -> np.ndarray:
+        """``[n, W]``: e(w | x) for every watched word (module docstring, step 1)."""
+        return np.minimum(np.asarray(probabilities, dtype=np.float32) @ self.evidence, 1.0)
+
+    def word_bias(self, probabilities: np.ndarray) -> torch.Tensor:
+        """``[n, V]`` additive log-probability bias: ``weight * log(min(1, e / (floor * typical)))`` on
+        watched words, 0 elsewhere."""
+        s = self.settings
+        e = self.word_evidence(probabilities)
+        cost = s.weight * np.log(np.clip(e / (s.floor * self.typical), 1e-6, 1.0))
+        bias = np.zeros((len(e), len(self.vocab)), dtype=np.float32)
+        bias[:, self.word_ids] = cost
+        return torch.from_numpy(bias)
+
+    def subjects(self, probabilities: np.ndarray, threshold: float | None = None) -> list[Subject | None]:
+        """Each photo's main subject, when one caption name holds at least ``threshold`` (default
+        ``name_at``) of the probability."""
+        threshold = self.settings.name_at if threshold is None else threshold
+        p = np.asarray(probabilities, dtype=np.float32)
+        mass = np.zeros((len(p), len(self._names)), dtype=np.float32)
+        np.add.at(mass.T, self._groups, p.T)  # sum the classes that share a name
+        best = mass.argmax(axis=1)
+        return [
+            Subject(self._names[b], float(mass[i, b])) if mass[i, b] >= threshold else None
+            for i, b in enumerate(best)
+        ]
+
+    def prefix_ids(self, subject: Subject) -> list[int] | None:
+        """The forced caption start ("a cat") as word ids, or None when the captioner lacks a word of it."""
+        words = subject.phrase.split()
+        return [self.vocab.index(w) for w in words] if all(w in self.vocab for w in words) else None
+
+    @staticmethod
+    def fluent(captions: Sequence[Caption]) -> list[Caption]:
+        """The captions that repeat no three-word sequence: with its Flickr8K subjects barred, the language
+        model may fill a caption with "brown and white brown and white ..."."""
+        out = []
+        for c in captions:
+            grams = list(zip(c.tokens, c.tokens[1:], c.tokens[2:], strict=False))
+            if len(set(grams)) == len(grams):
+                out.append(c)
+        return out
+
+    @staticmethod
+    def supported(captions: Sequence[Caption], bias: torch.Tensor, skip: int = 0) -> list[Caption]:
+        """The captions whose words after the first ``skip`` cost nothing under ``bias`` (one image's row of
+        :meth:`word_bias`): a forced "a fish ..." is kept only if the rest invents nothing."""
+        row = bias.numpy()
+        return [c for c in captions if float(row[list(c.tokens[skip:])].sum()) > -1e-6]
+
+    @staticmethod
+    def names_subject(text: str, subject: Subject) -> bool:
+        """Whether a caption says the subject's name (singular or plural)."""
+        words = text.split()
+        name = subject.name.split()
+        n = len(name)
+        plural = [*name[:-1], name[-1] + "s"]
+        return any(words[i : i + n] in (name, plural) for i in range(len(words) - n + 1))
+
+
+def save_guard_table(
+    path: str | os.PathLike[str],
+    evidence: np.ndarray,
+    meta: Mapping[str, Any],
+    typical: np.ndarray | None = None,
+) -> Path:
+    """Write the guard's table: ``evidence`` ``[1000, W]`` (float16), ``typical`` ``[W]`` and ``meta``
+    (``words``, ``class_names``, ``backbone``, optional ``settings``, provenance) as JSON header fields."""
+    header = {k: json.dumps(v) for k, v in meta.items() if k != "format"}
+    header["format"] = GUARD_FORMAT
+    header["format_version"] = "1"
+    tensors = {"evidence": torch.from_numpy(np.asarray(evidence, dtype=np.float16)).contiguous()}
+    if typical is not None:
+        tensors["typical"] = torch.from_numpy(np.asarray(typical, dtype=np.float32)).contiguous()
+    return atomic_save_safetensors(tensors, path, header)
+
+
+def load_guard(
+    vocab: Vocabulary,
+    backbone: str,
+    path: str | os.PathLike[str] | None = None,
+    settings: GuardSettings | None = None,
+) -> ConceptGuard:
+    """The shipped guard table (or ``path``) for a captioner with ``vocab`` reading ``backbone`` features;
+    ``settings`` override the file's tuned knobs."""
+    path = Path(path) if path is not None else GUARD_PATH
+    header, tensors = read_vsekit_safetensors(path, GUARD_FORMAT, "caption guard", 1)
+    try:
+        meta = {
+            k: json.loads(header[k]) for k in ("words", "class_names", "backbone", "settings") if k in header
+        }
+        words, names, evidence = meta["words"], meta["class_names"], tensors["evidence"].float().numpy()
+        typical = tensors["typical"].numpy() if "typical" in tensors else None
+        tuned = GuardSettings(**meta.get("settings", {}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise VsekitError(f"{path}: damaged caption guard file ({type(exc).__name__}: {exc})") from exc
+    if meta.get("backbone") != backbone:
+        raise VsekitError(f"{path}: the guard reads {meta.get('backbone')} classes, the captioner {backbone}")
+    return ConceptGuard(words, evidence, names, vocab, settings or tuned, typical)

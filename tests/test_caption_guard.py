@@ -1,0 +1,116 @@
+"""The concept guard (captioning/guard.py) on a hand-made language model: an object word the photo's classes
+do not support loses to one they support, and a confident class gets named where the model would not say
+it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from vsekit.captioning.decode import beam_search
+from vsekit.captioning.guard import ConceptGuard, GuardSettings, Subject, load_guard, save_guard_table
+from vsekit.data.vocab import Vocabulary
+from vsekit.errors import VsekitError
+
+VOCAB = Vocabulary(["a", "dog", "cat", "bird", "sits", "an", "owl"])
+A, DOG, CAT, BIRD, SITS, AN, OWL = (VOCAB.index(w) for w in ("a", "dog", "cat", "bird", "sits", "an", "owl"))
+#: next-word probabilities after each word: "a" is followed by dog 0.6, bird 0.3, cat 0.1 (Flickr8K's
+#: prior: dogs); an animal "sits" (0.9) or ends; "sits" ends.
+NEXT = {
+    A: {DOG: 0.6, BIRD: 0.3, CAT: 0.1},
+    DOG: {SITS: 0.9},
+    CAT: {SITS: 0.9},
+    BIRD: {SITS: 0.9},
+    OWL: {SITS: 0.9},
+}
+
+
+class TableModel:
+    """A step model whose next word depends only on the previous one (the StepModel protocol)."""
+
+    def _logp(self, words: torch.Tensor) -> torch.Tensor:
+        logp = torch.full((len(words), len(VOCAB)), -30.0)
+        for row, w in enumerate(words.tolist()):
+            table = NEXT.get(w, {})
+            for nxt, p in table.items():
+                logp[row, nxt] = math.log(p)
+            logp[row, Vocabulary.end_id] = math.log(max(1.0 - sum(table.values()), 1e-9))
+        return logp
+
+    def start(self, features: torch.Tensor) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        logp = torch.full((len(features), len(VOCAB)), -30.0)
+        logp[:, A] = 0.0
+        return logp, (torch.full((len(features),), A),)
+
+    def step(self, words: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple]:
+        return self._logp(words), (words,)
+
+    def reorder_state(self, state: tuple[torch.Tensor, ...], index: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (state[0].index_select(0, index),)
+
+
+def guard(settings: GuardSettings) -> ConceptGuard:
+    """Three classes (a terrier, a tabby, an owl) supporting the words dog, cat and bird (and owl)."""
+    evidence = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 1]], dtype=np.float32)
+    return ConceptGuard(["dog", "cat", "bird", "owl"], evidence, ["dog", "cat", "owl"], VOCAB, settings)
+
+
+def words(caption) -> list[str]:
+    return VOCAB.decode(caption.tokens)
+
+
+def test_unsupported_object_loses_to_a_supported_one() -> None:
+    features = torch.zeros(1, 2)
+    tabby = np.array([[0.02, 0.95, 0.03]])  # the classifier sees a cat
+    unguarded = beam_search(TableModel(), features, beam_size=3)[0][0]
+    assert words(unguarded) == ["a", "dog", "sits"]
+    bias = guard(GuardSettings(weight=2.0, floor=0.1)).word_bias(tabby)
+    guarded = beam_search(TableModel(), features, beam_size=3, word_bias=bias)[0][0]
+    assert words(guarded) == ["a", "cat", "sits"]
+    # dog: evidence 0.02 costs 2 log(0.02 / 0.1); cat: 0.95 >= floor costs nothing
+    assert bias[0, DOG].item() == pytest.approx(2 * math.log(0.2))
+    assert bias[0, CAT].item() == 0.0 and bias[0, SITS].item() == 0.0
+
+
+def test_confident_class_gets_named_by_a_forced_prefix() -> None:
+    features = torch.zeros(1, 2)
+    owl = np.array([[0.1, 0.1, 0.8]])
+    g = guard(GuardSettings(weight=0.5, floor=0.1, name_at=0.5))
+    # the weak guard alone still prefers a Flickr8K word: no caption says "owl"
+    captions = beam_search(TableModel(), features, beam_size=3, n_best=3, word_bias=g.word_bias(owl))[0]
+    subject = g.subjects(owl)[0]
+    assert subject == Subject("owl", pytest.approx(0.8))
+    assert not any(g.names_subject(" ".join(words(c)), subject) for c in captions)
+    prefix = torch.tensor([g.prefix_ids(subject)])
+    forced = beam_search(TableModel(), features, beam_size=3, word_bias=g.word_bias(owl), prefix=prefix)[0][0]
+    assert words(forced) == ["an", "owl", "sits"]
+
+
+def test_subjects_sum_classes_sharing_a_name_and_respect_the_threshold() -> None:
+    evidence = np.zeros((3, 1), dtype=np.float32)
+    g = ConceptGuard(["dog"], evidence, ["dog", "dog", "cat"], VOCAB, GuardSettings(name_at=0.5))
+    assert g.subjects(np.array([[0.3, 0.3, 0.4]]))[0] == Subject("dog", pytest.approx(0.6))
+    assert g.subjects(np.array([[0.2, 0.2, 0.45]]))[0] is None  # neither name holds half
+    assert g.prefix_ids(Subject("pliers", 0.9)) is None  # beyond the captioner's words
+
+
+def test_guard_table_round_trip_and_errors(tmp_path) -> None:
+    path = tmp_path / "guard.safetensors"
+    evidence = np.array([[1, 0], [0, 1]], dtype=np.float32)
+    meta = {
+        "words": ["dog", "cat"],
+        "class_names": ["dog", "cat"],
+        "backbone": "tiny",
+        "settings": {"weight": 3},
+    }
+    save_guard_table(path, evidence, meta)
+    loaded = load_guard(VOCAB, "tiny", path)
+    assert loaded.settings == GuardSettings(weight=3.0)
+    assert loaded.words == ["dog", "cat"] and np.array_equal(loaded.evidence, evidence)
+    with pytest.raises(VsekitError, match="reads tiny classes"):
+        load_guard(VOCAB, "efficientnet_lite0", path)
+    with pytest.raises(VsekitError, match="does not match"):
+        ConceptGuard(["dog"], evidence, ["dog", "cat"], VOCAB)
