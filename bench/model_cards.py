@@ -329,9 +329,10 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     routes = json.loads(routes_path.read_text(encoding="utf-8"))
     bench = load("concept_route.json")
     fusion, weak = routes["fusion"], routes["weak"]
-    for key in ("scale", "offset"):
+    for key in ("scale", "offset", "gate"):
         same(f"vse-routes fusion {key}", fusion[key], bench["fusion"][key], 1e-9)
-    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}), concept >= {fusion.get('gate', 0):g}"
+    gate = fusion.get("gate", 0)
+    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}), concept >= {gate:g}"
     return {
         **file_facts(routes_path),
         "short": f"two-route fusion {rule}",

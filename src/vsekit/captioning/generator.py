@@ -104,7 +104,7 @@ class CaptionGenerator:
         joint_model: str | os.PathLike[str] | None = None,
         nn_features: tuple[str, str] = ("mobilenet_v2", "one-layer"),
         device: str = "auto",
-        guard: bool = True,
+        guard: bool = False,
     ) -> None:
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
