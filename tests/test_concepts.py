@@ -41,7 +41,10 @@ def test_top_classes_keeps_the_most_probable_best_first():
 
 def _scores(joint, concept, classes=(0, 0)) -> RouteScores:
     joint, concept = np.array(joint, np.float32), np.array(concept, np.float32)
-    return RouteScores(np.arange(len(joint)), joint, concept, np.array(classes), joint.max(), concept.max())
+    classes = np.array(classes)
+    return RouteScores(
+        np.arange(len(joint)), joint, concept, classes, np.ones(len(classes)), joint.max(), concept.max()
+    )
 
 
 def test_the_concept_route_wins_where_the_joint_space_does_not_know_the_object():
@@ -59,9 +62,15 @@ def test_the_joint_space_wins_where_it_knows_and_the_classes_say_little():
 
 
 def test_no_concept_evidence_leaves_the_cosine_and_ties_go_to_the_cosine():
-    order, fused, routes = fuse(_scores([0.10, 0.12, 0.05], [0.0, 0.0, 0.0]), POLICY)
+    order, fused, routes = fuse(_scores([0.10, 0.12, 0.05], [0.0, 0.0, 0.0], (0, 0, 0)), POLICY)
     assert order.tolist() == [1, 0, 2] and fused.tolist() == pytest.approx([0.10, 0.12, 0.05])
     assert routes == ["joint"] * 3
+
+
+def test_a_trace_of_a_class_below_the_gate_lifts_nothing():
+    gated = RoutePolicy(scale=1.0, offset=0.15, margin=0.25, joint_below=0.28, concept_below=0.16, gate=0.02)
+    order, fused, routes = fuse(_scores([0.20, 0.05], [0.0, 0.01]), gated)
+    assert order.tolist() == [0, 1] and fused.tolist() == pytest.approx([0.20, 0.05]) and routes[1] == "joint"
 
 
 def test_weak_when_neither_route_finds_the_subject():
