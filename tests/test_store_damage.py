@@ -528,3 +528,17 @@ def test_a_flipped_segment_number_is_rebuilt_by_the_advised_build(tmp_path, phot
     assert searched(out, tmp_path) == reference
     on_disk = {str(p.relative_to(out)) for p in (out / "segments").iterdir()} - {"segments/generation"}
     assert on_disk == listed_files(out) and "segments/1.npy" not in on_disk
+
+
+def test_the_advice_for_a_deleted_database_runs_as_printed(tmp_path, photo_store):
+    """A deleted store.sqlite said "run `vsekit index build` first", which as printed is missing its
+    photo folder and index (found by bench/fault_campaign.py's `advice` action). Every advice is now a
+    whole command."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    (out / "store.sqlite").unlink()
+    failed = cli("search", out, "a dog")
+    assert "store.sqlite: damaged index file (missing)" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference
