@@ -9,22 +9,32 @@ the source of the ``swap`` fault: a file of the same name from another index):
   (``new_store`` / ``add_vectors``): 40 photos, then 12 more with 5 removed (2 segments, tombstones,
   and for HNSW an ANN file per segment). ``+wal``: the same copied while a reader held the first
   generation, so ``store.sqlite-wal`` (with the second commit) and ``-shm`` are part of the index.
-* ``photos``: 12 bundled sample photos indexed by ``Index.build`` with the shipped model (two
-  generations: 9 photos, then 3 more); its ``build`` action is ``Index.build`` over the damage.
+* ``photos`` / ``photos-hnsw``: 12 bundled sample photos indexed by ``Index.build`` with the shipped
+  model, by its name ``vse`` (two generations: 9 photos, then 3 more), searched exactly or through an
+  HNSW structure per segment.
 
 Faults: ``truncate`` (to a random length), ``flip`` (one bit anywhere), ``flip-data`` (one bit in the
 float data of a segment, or in a random page of ``store.sqlite``), ``flip-keep-mtime`` (the index was
 opened and searched in this process first, as a server would, then one bit is flipped and the file's
-mtime put back with ``os.utime``), ``delete``, ``swap``. Actions: ``search`` (open, 3 vector queries,
-a folder-filtered query, the count), ``update`` (``add_vectors`` of 2 photos and 1 removal, then
-``search``; compared with the same update on the undamaged index), ``build`` (``Index.build`` over the
-damaged index, then ``search``).
+mtime put back with ``os.utime``), ``delete``, ``swap``, ``flip-record`` (one bit of one value of one
+record of ``store.sqlite``, flipped through SQLite: a record SQLite reads without complaint, its
+checksum, if it has one, untouched; issue 36 item 10 found ``{"efSearch": 32}`` read as 12 this way),
+``plant`` (synthetic indexes: a user's file at the name the next segment, its temp file or its ANN
+file would get; the trial is ``overwrote`` if the file is not intact after the action). Actions:
+``search`` (open, 3 vector queries, a folder-filtered query, the count, the model's recorded name),
+``update`` (``add_vectors`` of 2 photos and 1 removal, then ``search``; compared with the same update
+on the undamaged index), ``build`` (``Index.build`` over the damaged index with the loaded model, then
+``search``), ``cli-update`` (``vsekit index update INDEX`` through typer's runner, then ``search``),
+``advice`` (``search``; when it fails with a clear error, the command the error advises is run as
+printed through the CLI, PHOTOS being the photo folder, then ``search`` again).
 
 Outcomes: ``identical`` (the undamaged answers), ``clear_error`` (one ``VsekitError`` line naming the
-damaged index and saying ``vsekit index build`` rebuilds it), ``unclear_error`` (a ``VsekitError``
-without both), ``traceback`` (any other exception, or the child died), ``wrong`` (other answers, no
-error), ``hang`` (over the time limit). Nothing is asserted: the counts go to
-bench/results/fault_campaign.json.
+damaged index and saying ``vsekit index build`` rebuilds it), ``repaired`` (a clear error whose advised
+command, run as printed, brought the undamaged answers back), ``unclear_error`` (a ``VsekitError``
+without both), ``advice_failed`` (the advised command failed, or left an error or other answers),
+``traceback`` (any other exception, or the child died), ``wrong`` (other answers, no error),
+``overwrote`` (a planted file was changed or deleted), ``hang`` (over the time limit). Nothing is
+asserted: the counts go to bench/results/fault_campaign.json.
 
     nice -n 10 python bench/fault_campaign.py [--trials 420] [--seed 21] [--photos-trials 60]
 """
@@ -40,6 +50,8 @@ import hashlib  # noqa: E402
 import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
+import shlex  # noqa: E402
 import shutil  # noqa: E402
 import sqlite3  # noqa: E402
 import sys  # noqa: E402
@@ -63,9 +75,21 @@ from vsekit.retrieval.store import PhotoRecord  # noqa: E402
 
 DIM = 16
 TIME_LIMIT_S = 90.0
-OUTCOMES = ("identical", "clear_error", "unclear_error", "traceback", "wrong", "hang")
-FAULTS = ("truncate", "flip", "flip-data", "flip-keep-mtime", "delete", "swap")
-FAULT_WEIGHTS = (1, 2, 2, 1, 1, 1)
+OUTCOMES = (
+    "identical",
+    "clear_error",
+    "repaired",
+    "unclear_error",
+    "advice_failed",
+    "traceback",
+    "wrong",
+    "overwrote",
+    "hang",
+)
+FAULTS = ("truncate", "flip", "flip-data", "flip-keep-mtime", "delete", "swap", "flip-record", "plant")
+FAULT_WEIGHTS = (1, 2, 2, 1, 1, 1, 2, 1)
+#: What a user put in the index folder (``plant``): it must survive every action byte for byte.
+PLANTED = b"a user's own file, at the name the index's next file would get"
 
 
 # ----------------------------------------------------------------------------- the indexes
@@ -109,16 +133,17 @@ def synthetic(out: Path, salt: int, engine: str, wal: bool) -> Path:
     return out
 
 
-def photo_index(out: Path, photos: Path, sample: list[Path], model: Any) -> Path:
-    """9 sample photos (3 in ``a/``) indexed, then 3 more added: two generations, two segments."""
-    photos.mkdir(parents=True)
-    (photos / "a").mkdir()
+def photo_index(out: Path, photos: Path, sample: list[Path], engine: str) -> Path:
+    """9 sample photos (3 in ``a/``) indexed, then 3 more added: two generations, two segments. The model
+    is given by its shipped name, as the CLI gives it (the name the index records)."""
+    photos.mkdir(parents=True, exist_ok=True)
+    (photos / "a").mkdir(exist_ok=True)
     for i, src in enumerate(sample[:9]):
         shutil.copyfile(src, photos / ("a/" if i % 3 == 0 else "") / f"p{i:02d}.jpg")
-    Index.build(photos, out, model, engine="exact", progress=False, chunk_size=16)._view.close()
+    Index.build(photos, out, "vse", engine=engine, progress=False, chunk_size=16)._view.close()
     for i, src in enumerate(sample[9:12], start=9):
         shutil.copyfile(src, photos / f"p{i:02d}.jpg")
-    Index.build(photos, out, model, progress=False, chunk_size=16)._view.close()
+    Index.build(photos, out, "vse", progress=False, chunk_size=16)._view.close()
     return out
 
 
@@ -127,7 +152,8 @@ QUERY_SEEDS = (900, 901, 902)
 
 
 def answers(out: Path, dim: int) -> list:
-    """What a user sees: 3 queries' top 10 (path, score), a folder-filtered top 10, the count."""
+    """What a user sees: 3 queries' top 10 (path, score), a folder-filtered top 10, the count, and the
+    model's recorded name (the shipped confidence calibration is found by it)."""
     index = Index.open(out)
     try:
         queries = np.stack([vector(s, dim) for s in QUERY_SEEDS])
@@ -139,6 +165,7 @@ def answers(out: Path, dim: int) -> list:
         )
         found.append(len(index))
         found.append(index.info()["count"])
+        found.append(index.info()["model"])
         return found
     finally:
         index._view.close()
@@ -151,6 +178,32 @@ def update(out: Path) -> None:
         np.stack([vector(777), vector(778)]),
         removed=["q3.jpg"],
     )
+
+
+def cli(args: list[str]) -> None:
+    """``vsekit ARGS`` as a user runs it (typer's runner, in this process); a failure is the
+    ``VsekitError`` of its one ``error:`` line (of its whole output when there is not exactly one)."""
+    from typer.testing import CliRunner
+
+    from vsekit.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    if result.exit_code != 0:
+        errors = [line[len("error: ") :] for line in result.output.splitlines() if line.startswith("error: ")]
+        raise VsekitError(errors[0] if len(errors) == 1 else result.output.strip()[-700:])
+
+
+ADVICE = re.compile(r"`vsekit ([^`]+)`")
+
+
+def advised(message: str, photos: Path) -> list[str] | None:
+    """The command an error advises, as printed (PHOTOS: the photo folder), or None."""
+    found = ADVICE.search(message)
+    if found is None:
+        return None
+    return [str(photos) if arg == "PHOTOS" else arg for arg in shlex.split(found[1])]
 
 
 # ----------------------------------------------------------------------------- damage
@@ -196,6 +249,72 @@ def damage(path: Path, fault: str, rng: random.Random, other: Path) -> str:
     return f"bit {bit % 8} of byte {bit // 8} of {len(data)}{page}"
 
 
+RECORD_COLUMNS = {
+    "ann": ("segment", "engine", "file", "params"),
+    "photos": ("id", "size", "mtime_ns", "sha256", "folder", "taken", "segment", "row"),
+    "tombstones": ("segment", "row", "generation"),
+    "segments": ("n", "rows", "file", "sha256"),
+    "settings": ("value",),
+    "files": ("name", "state", "sha256"),
+}
+
+
+def flip_value(value: Any, rng: random.Random) -> Any:
+    """``value`` with one bit flipped (an integer's low 16 bits, an ASCII character's 7), or None."""
+    if isinstance(value, int):
+        return value ^ (1 << rng.randrange(16))
+    if isinstance(value, bytes) and value:
+        data = bytearray(value)
+        bit = rng.randrange(8 * len(data))
+        data[bit // 8] ^= 1 << (bit % 8)
+        return bytes(data)
+    if isinstance(value, str):
+        ascii_at = [i for i, ch in enumerate(value) if ord(ch) < 128]
+        if ascii_at:
+            i = rng.choice(ascii_at)
+            return value[:i] + chr(ord(value[i]) ^ (1 << rng.randrange(7))) + value[i + 1 :]
+    return None  # NULL, or nothing to flip
+
+
+def flip_record(db: Path, rng: random.Random) -> str:
+    """One bit of one value of one record of the store's database, through SQLite (what a flipped bit
+    in a record's payload leaves: SQLite reads the page without complaint; checksums are untouched)."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        tables = [t for t in RECORD_COLUMNS if conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]]
+        for _ in range(50):
+            table = rng.choice(tables)
+            column = rng.choice(RECORD_COLUMNS[table])
+            rowid = rng.choice([r for (r,) in conn.execute(f"SELECT rowid FROM {table} ORDER BY rowid")])
+            value = conn.execute(f"SELECT {column} FROM {table} WHERE rowid = ?", (rowid,)).fetchone()[0]
+            flipped = flip_value(value, rng)
+            if flipped is None:
+                continue
+            try:
+                conn.execute(f"UPDATE {table} SET {column} = ? WHERE rowid = ?", (flipped, rowid))
+            except sqlite3.IntegrityError:  # a key flipped onto another record's: a flip SQLite would see
+                continue
+            return f"{table}.{column} of row {rowid}: {str(value)[:60]!r} -> {str(flipped)[:60]!r}"
+    finally:
+        conn.close()
+    return "no record to flip"
+
+
+def plant_targets(base: Path, engine: str) -> list[str]:
+    """The names a user's file may sit at for ``plant``: those of the next segment, its temp file, and
+    its ANN file (and that file's temp) when the index has one per segment (read from a copy: a
+    connection to the kit itself would fold its write-ahead log in)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(base, Path(tmp) / "copy")
+        conn = sqlite3.connect(Path(tmp) / "copy" / "store.sqlite")
+        n = json.loads(conn.execute("SELECT value FROM settings WHERE key = 'next_segment'").fetchone()[0])
+        conn.close()
+    names = [f"segments/{n}.npy", f"segments/.{n}.npy.tmp"]
+    if engine == "hnsw":
+        names += [f"segments/ann-hnsw-{n}.faiss", f"segments/.ann-hnsw-{n}.faiss.tmp"]
+    return names
+
+
 def kind_of(name: str) -> str:
     if name.endswith(".faiss"):
         return "ann .faiss"
@@ -223,9 +342,26 @@ def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
     if fault == "flip-keep-mtime":
         answers(out, kit["dim"])  # a process that already opened and searched this index
     target = out / name
-    if not target.exists():
+    if fault == "plant":
+        target.write_bytes(PLANTED)
+        done = f"a user's file at {name}"
+    elif not target.exists():
         return "skipped", f"{name} not present"
-    done = damage(target, fault, rng, Path(kit["other"]) / name)
+    elif fault == "flip-record":
+        done = flip_record(target, rng)
+    else:
+        done = damage(target, fault, rng, Path(kit["other"]) / name)
+    try:
+        outcome, detail = _act(out, kit, action, done)
+    except Exception:  # noqa: BLE001 - counted as a traceback, with the damage that caused it
+        outcome, detail = "traceback", f"{done}: {traceback.format_exc()[-600:]}"
+    if fault == "plant" and not (target.is_file() and target.read_bytes() == PLANTED):
+        return "overwrote", f"{done}: {'changed' if target.exists() else 'deleted'} ({outcome}: {detail})"
+    return outcome, detail
+
+
+def _act(out: Path, kit: dict[str, Any], action: str, done: str) -> tuple[str, str]:
+    """Run ``action`` over the damaged index ``out``; the outcome and what it showed."""
     expected = kit["reference"]
     try:
         if action == "update":
@@ -233,15 +369,44 @@ def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
             expected = kit["reference_update"]
         elif action == "build":
             Index.build(kit["photos"], out, kit["model"], progress=False, chunk_size=16)._view.close()
+        elif action == "cli-update":
+            cli(["index", "update", out])
+        elif action == "advice":
+            return _advice(out, kit, done)
         got = answers(out, kit["dim"])
     except VsekitError as exc:
         message = str(exc)
-        says_what = "vsekit index build" in message or "use another --out" in message
-        clear = "\n" not in message and str(out) in message and says_what
-        return ("clear_error" if clear else "unclear_error"), f"{done}: {message}"
+        return ("clear_error" if _clear(message, out) else "unclear_error"), f"{done}: {message}"
     if got == expected:
         return "identical", done
     return "wrong", f"{done}: {_diff(expected, got)}"
+
+
+def _clear(message: str, out: Path) -> bool:
+    says_what = "vsekit index build" in message or "use another --out" in message
+    return "\n" not in message and str(out) in message and says_what
+
+
+def _advice(out: Path, kit: dict[str, Any], done: str) -> tuple[str, str]:
+    """Search; on a clear error, run the command it advises as printed, then search again."""
+    try:
+        got = answers(out, kit["dim"])
+    except VsekitError as exc:
+        message = str(exc)
+        command = advised(message, kit["photos"])
+        if not _clear(message, out) or command is None:
+            return ("clear_error" if _clear(message, out) else "unclear_error"), f"{done}: {message}"
+        try:
+            cli(command)
+            got = answers(out, kit["dim"])
+        except VsekitError as again:
+            return "advice_failed", f"{done}: {message} -> `{shlex.join(command)}`: {again}"
+        if got != kit["reference"]:
+            return "advice_failed", f"{done}: {message} -> {_diff(kit['reference'], got)}"
+        return "repaired", f"{done}: {message}"
+    if got == kit["reference"]:
+        return "identical", done
+    return "wrong", f"{done}: {_diff(kit['reference'], got)}"
 
 
 def _diff(expected: list, got: list) -> str:
@@ -290,23 +455,11 @@ def make_kits(tmp: Path, photos_trials: int) -> dict[str, dict[str, Any]]:
                 "other": other,
                 "dim": DIM,
                 "actions": ("search", "search", "search", "update"),
+                "faults": FAULTS,
+                "plant": plant_targets(base, engine),
             }
     if photos_trials:
-        from vsekit.embedding.pipeline import VSEModel
-        from vsekit.resources import sample_data_path
-
-        images = sorted((Path(sample_data_path()) / "Images").glob("*.jpg"))
-        model = VSEModel.load(None, device="cpu")
-        base = photo_index(tmp / "photos" / "base", tmp / "photos" / "P0", images[:12], model)
-        other = photo_index(tmp / "photos" / "other", tmp / "photos" / "P1", images[12:24], model)
-        kits["photos"] = {
-            "base": base,
-            "other": other,
-            "dim": model.embed_dim,
-            "photos": tmp / "photos" / "P0",
-            "model": model,
-            "actions": ("search", "build"),
-        }
+        kits |= photo_kits(tmp)
     for name, kit in kits.items():
         kit["files"] = files_of(kit["base"])
         ref = tmp / name / "ref"
@@ -319,29 +472,58 @@ def make_kits(tmp: Path, photos_trials: int) -> dict[str, dict[str, Any]]:
     return kits
 
 
+def photo_kits(tmp: Path) -> dict[str, dict[str, Any]]:
+    """The sample-photo indexes, searched exactly and through HNSW (no ``plant``: their actions write
+    no new segment unless the damage makes them)."""
+    from vsekit.embedding.pipeline import VSEModel
+    from vsekit.resources import sample_data_path
+
+    images = sorted((Path(sample_data_path()) / "Images").glob("*.jpg"))
+    model = VSEModel.load(None, device="cpu")
+    kits = {}
+    for name, engine in (("photos", "exact"), ("photos-hnsw", "hnsw")):
+        kits[name] = {
+            "base": photo_index(tmp / name / "base", tmp / "P0", images[:12], engine),
+            "other": photo_index(tmp / name / "other", tmp / "P1", images[12:24], engine),
+            "dim": model.embed_dim,
+            "photos": tmp / "P0",
+            "model": model,
+            "actions": ("search", "build", "cli-update", "advice"),
+            "faults": tuple(f for f in FAULTS if f != "plant"),
+        }
+    return kits
+
+
 def plans(
     kits: dict[str, dict[str, Any]], trials: int, photos_trials: int, seed: int, tmp: Path
 ) -> list[dict]:
     rng = random.Random(seed)
-    synthetic_kits = [k for k in kits if k != "photos"]
+    synthetic_kits = [k for k in kits if not k.startswith("photos")]
+    photo_kits = [k for k in kits if k.startswith("photos")]
     out = []
-    for i in range(trials + (photos_trials if "photos" in kits else 0)):
-        kit = synthetic_kits[i % len(synthetic_kits)] if i < trials else "photos"
-        files = kits[kit]["files"]
-        fault = rng.choices(FAULTS, FAULT_WEIGHTS)[0]
+    for i in range(trials + (photos_trials if photo_kits else 0)):
+        kit = synthetic_kits[i % len(synthetic_kits)] if i < trials else photo_kits[i % len(photo_kits)]
+        files, faults = kits[kit]["files"], kits[kit]["faults"]
+        fault = rng.choices(faults, [FAULT_WEIGHTS[FAULTS.index(f)] for f in faults])[0]
         if (
             fault == "flip-keep-mtime"
         ):  # files that stay while the index is open (the WAL is folded in on close)
             files = [f for f in files if "-wal" not in f and "-shm" not in f]
-        kinds = sorted({kind_of(f) for f in files})  # a kind first, so every kind gets its share
-        kind = rng.choice(kinds)
+        if fault == "plant":
+            file, action = rng.choice(kits[kit]["plant"]), "update"  # (only a write can overwrite it)
+        elif fault == "flip-record":
+            file, action = "store.sqlite", rng.choice(kits[kit]["actions"])
+        else:
+            kind = rng.choice(sorted({kind_of(f) for f in files}))  # a kind first: each gets its share
+            file = rng.choice([f for f in files if kind_of(f) == kind])
+            action = rng.choice(kits[kit]["actions"])
         out.append(
             {
                 "i": i,
                 "kit": kit,
-                "file": rng.choice([f for f in files if kind_of(f) == kind]),
+                "file": file,
                 "fault": fault,
-                "action": rng.choice(kits[kit]["actions"]),
+                "action": action,
                 "seed": rng.randrange(1 << 30),
                 "dir": str(tmp / "trials" / f"t{i}"),
             }
@@ -349,10 +531,19 @@ def plans(
     return out
 
 
+def kind_of_plan(plan: dict[str, Any]) -> str:
+    return "the next file's name (planted)" if plan["fault"] == "plant" else kind_of(plan["file"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=420, help="synthetic-index trials (spread over 4 kits)")
-    parser.add_argument("--photos-trials", type=int, default=60, help="trials on the sample-photo index")
+    parser.add_argument(
+        "--photos-trials",
+        type=int,
+        default=60,
+        help="trials on the sample-photo indexes (spread over 2 kits)",
+    )
     parser.add_argument("--seed", type=int, default=21)
     parser.add_argument("--out", default="fault_campaign.json")
     parser.add_argument(
@@ -379,22 +570,22 @@ def main() -> int:
             for key in (
                 "all",
                 f"fault {plan['fault']}",
-                f"file {kind_of(plan['file'])}",
+                f"file {kind_of_plan(plan)}",
                 f"kit {plan['kit']}",
                 f"action {plan['action']}",
-                f"cell {plan['fault']} x {kind_of(plan['file'])}",
+                f"cell {plan['fault']} x {kind_of_plan(plan)}",
             ):
                 counts[key][outcome] += 1
-            if len(examples[outcome]) < (6 if outcome in ("identical", "clear_error") else 30):
+            if len(examples[outcome]) < (6 if outcome in ("identical", "clear_error", "repaired") else 30):
                 examples[outcome].append(
                     {k: plan[k] for k in ("i", "kit", "file", "fault", "action")} | {"detail": detail[-700:]}
                 )
-            row = (
-                f"{plan['i']:4d} {plan['kit']:20s} {plan['fault']:15s} {plan['action']:6s} {plan['file']:26s}"
-            )
+            row = f"{plan['i']:4d} {plan['kit']:20s} {plan['fault']:15s} {plan['action']:10s}"
+            row += f" {plan['file']:26s}"
             print(f"{row} {outcome:13s} {seconds:5.1f}s", flush=True)
         kit_notes = {
-            name: {"files": kit["files"], "actions": list(kit["actions"])} for name, kit in kits.items()
+            name: {"files": kit["files"], "actions": list(kit["actions"]), "planted": kit.get("plant", [])}
+            for name, kit in kits.items()
         }
     result = {
         "meta": run_meta(threads=1, loadavg_before=[round(x, 2) for x in load_before]),

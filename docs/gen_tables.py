@@ -1309,7 +1309,17 @@ def _meta_source(name: str, d: dict[str, Any], key: str | None, note: str) -> st
     return source(name, meta | {"load": load}, key, note)
 
 
-FAULT_OUTCOMES = ["identical", "clear_error", "unclear_error", "traceback", "wrong", "hang"]
+FAULT_OUTCOMES = [
+    "identical",
+    "clear_error",
+    "repaired",
+    "unclear_error",
+    "advice_failed",
+    "traceback",
+    "wrong",
+    "overwrote",
+    "hang",
+]
 
 
 def t_fault_campaign() -> str:
@@ -1334,7 +1344,8 @@ def t_fault_campaign() -> str:
         m = other["meta"]
         label = (
             f"all, another run: seed {other['seed']} (`fault_campaign_seed22.json`, {m['date']}, "
-            f"load average {m['loadavg_before'][0]} -> {m['loadavg'][0]}, commit {m['commit']})"
+            f"load average {m['loadavg_before'][0]} -> {m['loadavg'][0]}, commit {m['commit']}; the "
+            "campaign before `flip-record`, `plant` and the CLI actions)"
         )
         body.append(row(label, other["counts"]["all"]))
     if "baseline" in d:

@@ -506,3 +506,39 @@ def test_an_update_over_a_damaged_database_keeps_the_models_shipped_name(tmp_pat
     assert updated.exit_code == 0 and "14 added" in updated.output, updated.output  # a new database
     assert searched(out, tmp_path) == reference
     assert re.search(r"model: vse$", cli("index", "info", out).output, re.MULTILINE)
+
+
+def test_a_flipped_segment_number_is_rebuilt_by_the_advised_build(tmp_path, photo_store):
+    """One bit of a segment's number (1 to 3; found by bench/fault_campaign.py's `flip-record`): readers
+    said the index was damaged, and the build they advised failed, with the same line (here) or a
+    KeyError (the campaign's index of two segments): it kept the photo records of a segment it had not
+    checked. Their photos are now embedded again, and the files and ANN record of the lost number
+    collected."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    conn = sqlite3.connect(out / "store.sqlite")
+    assert conn.execute("SELECT n FROM segments").fetchall() == [(1,)]
+    conn.execute("UPDATE segments SET n = 3 WHERE n = 1")
+    conn.commit()
+    conn.close()
+    failed = cli("search", out, "a dog")
+    assert "no photo at segment 3" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference
+    on_disk = {str(p.relative_to(out)) for p in (out / "segments").iterdir()} - {"segments/generation"}
+    assert on_disk == listed_files(out) and "segments/1.npy" not in on_disk
+
+
+def test_the_advice_for_a_deleted_database_runs_as_printed(tmp_path, photo_store):
+    """A deleted store.sqlite said "run `vsekit index build` first", which as printed is missing its
+    photo folder and index (found by bench/fault_campaign.py's `advice` action). Every advice is now a
+    whole command."""
+    photos, base = photo_store
+    out = shutil.copytree(base, tmp_path / "index")
+    reference = searched(base, tmp_path)
+    (out / "store.sqlite").unlink()
+    failed = cli("search", out, "a dog")
+    assert "store.sqlite: damaged index file (missing)" in failed.output
+    run_the_advice(failed, photos, out)
+    assert searched(out, tmp_path) == reference

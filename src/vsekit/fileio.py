@@ -8,6 +8,7 @@ then ``os.replace`` swaps it in. Also the readers of vsekit's own file formats (
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -79,7 +80,7 @@ def _publish(tmp: Path, path: Path, exclusive: bool) -> None:
         raise
     except OSError:  # a file system without hard links: look, then rename (a window of microseconds)
         if os.path.lexists(path):
-            raise FileExistsError(17, "File exists", str(path)) from None
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
         os.replace(tmp, path)
         return
     os.unlink(tmp)
@@ -445,8 +446,6 @@ def preallocate(path: str | os.PathLike[str], name: Path | None = None) -> None:
     OSError (ENOSPC) here, or with ``name`` one VsekitError naming that file. Filesystems that cannot
     reserve (EOPNOTSUPP) are left as they are.
     """
-    import errno
-
     try:
         fd = os.open(path, os.O_RDWR)
         try:

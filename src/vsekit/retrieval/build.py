@@ -405,7 +405,7 @@ class Builder:
         return report
 
     def _records(self) -> tuple[dict[str, tuple], list[int]]:
-        """Every photo record, less those in damaged segments (dropped and re-embedded)."""
+        """Every photo record, less those in damaged or unlisted segments (dropped and re-embedded)."""
         damaged, self._maps = [], {}
         for n, rows, sha in self.store.conn.execute(
             "SELECT n, rows, sha256 FROM segments ORDER BY n"
@@ -426,7 +426,9 @@ class Builder:
             ) as exc:  # np.load of a bad header
                 logger.warning("%s; its photos are embedded again", str(exc).split(";")[0])
                 damaged.append(n)
-        records = {i: r for i, r in self.store.photos().items() if r[3] not in damaged}
+        # only photos in a segment checked here: one recorded in a segment the store no longer lists (a
+        # flipped bit in a segment's number) is embedded again like those of a damaged segment
+        records = {i: r for i, r in self.store.photos().items() if r[3] in self._maps}
         return records, damaged
 
     # -- the concept route's classes ------------------------------------------------------------

@@ -184,7 +184,8 @@ class Index(Searching):
             try:
                 if "model" not in store.settings():
                     raise VsekitError(
-                        f"{self.path}: an index in the old format; run `vsekit index update` first"
+                        f"{self.path}: an index in the old format; "
+                        f"`vsekit index update {self.path}` converts it"
                     )
                 done = compact(store, everything=True, text_queries=lambda: calibration_sentences(self.model))
             finally:

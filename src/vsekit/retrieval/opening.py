@@ -18,7 +18,7 @@ from vsekit.errors import VsekitError
 from vsekit.fileio import rename_no_replace
 from vsekit.retrieval.legacy import legacy_snapshot, read_manifest
 from vsekit.retrieval.segments import Snapshot, open_snapshot
-from vsekit.retrieval.store import DB, GENERATION_MARK, LEGACY_MANIFEST, SEGMENTS, Store
+from vsekit.retrieval.store import DB, GENERATION_MARK, LEGACY_MANIFEST, SEGMENTS, Store, damaged
 
 __all__ = ["open_for_reading", "open_for_writing"]
 
@@ -36,8 +36,12 @@ def open_for_reading(out: Path) -> Snapshot:
             raise
     manifest = read_manifest(out)
     if manifest is None:
+        if (out / GENERATION_MARK).is_file():  # an index whose database was deleted (a build may rebuild it)
+            raise damaged(out / DB, "missing", out)
         what = "does not exist" if not out.exists() else "has no store.sqlite"
-        raise VsekitError(f"{out}: not a vsekit photo index ({what}); run `vsekit index build` first")
+        raise VsekitError(
+            f"{out}: not a vsekit photo index ({what}); `vsekit index build PHOTOS --out {out}` makes one"
+        )
     return legacy_snapshot(out, manifest)
 
 

@@ -352,7 +352,10 @@ def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
         generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
         check_generation(out, generation, witnessed)
         if generation == 0:
-            raise VsekitError(f"{out}: the index has no finished build yet; run `vsekit index build`")
+            raise VsekitError(
+                f"{out}: the index has no finished build yet; "
+                f"`vsekit index build PHOTOS --out {out}` finishes it"
+            )
         settings = read_settings(conn, out)
         segments = _load_segments(out, conn, settings, previous)
         count = conn.execute("SELECT count(*) FROM photos").fetchone()[0]

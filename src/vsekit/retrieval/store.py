@@ -823,14 +823,20 @@ class Store:
         return new
 
     def _replace_anns(self, c: sqlite3.Connection, change: StoreChange) -> None:
-        """Drop the ANN records ``change.drop_anns`` names, record ``change.anns``; then any live file
-        no segment or ANN record names (a replaced ANN file, or the one a damaged record named) is
-        dead: its record may have been the damaged part, so its own file name cannot be trusted."""
-        if not change.drop_anns and not change.anns:
-            return
+        """Drop the ANN records ``change.drop_anns`` names, record ``change.anns``; then, when records
+        went (these, or dropped segments), :meth:`_sweep`."""
         c.executemany("DELETE FROM ann WHERE segment = ?", [(n,) for n in change.drop_anns])
         for n, engine, file, params in change.anns:
             _put_ann(c, n, engine, file, params)
+        if change.drop_anns or change.anns or change.drop_segments:
+            self._sweep(c)
+
+    @staticmethod
+    def _sweep(c: sqlite3.Connection) -> None:
+        """Forget the ANN records of segments the store no longer has, and make dead every live file no
+        segment or ANN record names: a replaced ANN file, or the file of a record that was damaged (its
+        own file name or segment number may have been the flipped part, so neither can be trusted)."""
+        c.execute("DELETE FROM ann WHERE segment NOT IN (SELECT n FROM segments)")
         c.execute(
             "UPDATE files SET state = 'dead' WHERE state = 'live' AND name NOT IN (SELECT file FROM segments)"
             " AND name NOT IN (SELECT file FROM ann)"
