@@ -14,12 +14,12 @@ so a photo the joint space knows well keeps its cosine, and one that only the cl
 lifted above the joint space's noise floor by its concept evidence. (A weighted sum, ``cos + w * concept``,
 was measured beside it: its best weight that keeps Flickr8K val1000's text->image R@1 helps everyday photos
 less, and larger weights cost R@1, the classes of a photo of people and dogs adding noise to distinctions
-the joint space makes; bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a search is weak when the
-best cosine is below ``joint_below`` and the best concept score below ``concept_below``. ``a``, ``b`` and
-the two thresholds are chosen on the validation
-sets only (flickr8k-val1000 scored by a model trained without it, and the everyday set of
-bench/everyday/), by ``bench/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model
-file. A hit says which route found it (``route``: the route whose term is its fused score, ``both`` when
+the joint space makes; bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a
+search is weak when the best cosine is below ``joint_below`` and the best concept score below
+``concept_below``. ``a``, ``b`` and the two thresholds are chosen on the validation sets only
+(flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
+``bench/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
+is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused score, ``both`` when
 both routes pass their own weak thresholds) and, for a concept, which class (``label``).
 
 A photo query ("more like this") and arithmetic (Kiros et al. 2014, Eq. 15) stay in the joint space, where
