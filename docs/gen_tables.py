@@ -1078,7 +1078,8 @@ def t_concept_route() -> str:
     for label, run, weak in (
         ("joint space alone (0.1.0)", before, before),
         (
-            f"both routes: max(cos, {d['fusion']['scale']:g} x concept + {d['fusion']['offset']:g})",
+            f"both routes: max(cos, {d['fusion']['scale']:g} x concept + {d['fusion']['offset']:g}), "
+            f"concept >= {d['fusion']['gate']:g}",
             after,
             after["weak"],
         ),
@@ -1093,7 +1094,7 @@ def t_concept_route() -> str:
         f"validation sets only: everyday ({d['sets']['everyday']['photos']} photos, "
         f"{d['sets']['everyday']['queries']} queries) and flickr8k-val1000 "
         f"({d['sets']['val1000']['captions']:,} captions; joint space scored by {d['proxy']}, trained "
-        f"without it); backbone {d['backbone']}; the fusion weight and thresholds were chosen on these "
+        f"without it); backbone {d['backbone']}; the fusion and the thresholds were chosen on these "
         "numbers, so they are validation numbers, not held-out ones; `python bench/concept_route.py`"
     )
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)

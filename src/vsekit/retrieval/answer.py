@@ -19,7 +19,8 @@ search is weak when the best cosine is below ``joint_below`` and the best concep
 ``concept_below``. ``a``, ``b`` and the two thresholds are chosen on the validation sets only
 (flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
 ``bench/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
-is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused score, ``both`` when
+is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused
+score, ``both`` when
 both routes pass their own weak thresholds) and, for a concept, which class (``label``).
 
 A photo query ("more like this") and arithmetic (Kiros et al. 2014, Eq. 15) stay in the joint space, where
