@@ -1100,6 +1100,28 @@ def t_concept_route() -> str:
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
 
 
+def t_concepts_cost() -> str:
+    d = load("concepts_cost.json")
+    search, build = d["search"], d["build"]
+    rows = [
+        [f"warm text search, {search['photos']:,} photos, p50 ms", f2(search["joint_only_ms"]["p50_ms"]),
+         f2(search["fused_ms"]["p50_ms"]), f"+{f2(search['added_p50_ms'])}"],
+        [f"index build, {build['photos']} everyday photos, photos/s",
+         f1(build["photos_per_s"]["without_classes"]), f1(build["photos_per_s"]["with_classes"]),
+         f"{100 * build['slowdown']:+.1f}%"],
+    ]  # fmt: skip
+    note = (
+        f"search: synthetic vectors and classes, {search['queries']} distinct sentences, the sentence "
+        "encoder's pass taken out of both; build: best of the runs, the classes switched off as in a build before the "
+        "concept route; `python bench/bench_concepts.py`"
+    )
+    return (
+        table(["what", "joint space only", "with the concept route", "cost"], rows)
+        + "\n\n"
+        + source("concepts_cost.json", d, extra=note)
+    )
+
+
 def t_serve_latency() -> str:
     runs = [
         ("text search alone, 1 client", "serve_text_c1.json", ["search"]),
@@ -1590,6 +1612,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "confidence": t_confidence,
     "rerank": t_rerank,
     "concept-route": t_concept_route,
+    "concepts-cost": t_concepts_cost,
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
     "scst-dev": t_scst_dev,
