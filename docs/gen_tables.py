@@ -1112,8 +1112,8 @@ def t_concepts_cost() -> str:
     ]  # fmt: skip
     note = (
         f"search: synthetic vectors and classes, {search['queries']} distinct sentences, the sentence "
-        "encoder's pass taken out of both; build: best of the runs, the classes switched off as in a build before the "
-        "concept route; `python bench/bench_concepts.py`"
+        "encoder's pass taken out of both; build: best of the runs, the classes switched off as in a build "
+        "before the concept route; `python bench/bench_concepts.py`"
     )
     return (
         table(["what", "joint space only", "with the concept route", "cost"], rows)
