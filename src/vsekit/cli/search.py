@@ -181,7 +181,7 @@ def update(
         if not watch and (every is not None or settle is not None):
             raise VsekitError("--every and --settle apply with --watch")
         opened = Index.open(index)
-        _scan(opened.photos_dir)  # an empty folder (a drive not mounted) must not empty the index
+        _scan_indexed(opened)
         had_captions = len(opened.uncaptioned()) < len(opened)
         with_captions = captions or (captions is None and had_captions)
         if watch:
@@ -190,6 +190,47 @@ def update(
         _print_report(opened, opened.update(progress=show_progress()))
         if with_captions:
             _caption_photos(opened.path, "auto")
+
+
+def _scan_indexed(index: Index) -> None:
+    """An index's photo folder scanned before an update: a folder that is gone, or empty (a drive not
+    mounted), must not empty the index; its line names the command for photos that moved."""
+    from vsekit.retrieval.relocate import moved_hint
+
+    try:
+        _scan(index.photos_dir)
+    except VsekitError as exc:
+        raise VsekitError(f"{exc}; {moved_hint(index.path)}") from None
+
+
+@index_app.command("relocate")
+def relocate(
+    index: Path = typer.Argument(..., help="Index directory."),
+    photos: Path = typer.Argument(..., help="The folder that holds the index's photos now."),
+    check_all: bool = typer.Option(
+        False,
+        "--check-all",
+        help="Compare every photo's sha256 (default: every photo's size and the sha256 of a sample).",
+    ),
+) -> None:
+    """Point an index at its photo folder's new place (moved, renamed or mounted elsewhere).
+
+    It first checks that the folder holds the index's photos (each one's size, and the sha256 of a sample
+    or, with --check-all, of every one); no photo is embedded again."""
+    from vsekit.retrieval.index import Index
+
+    with user_errors():
+        done = Index.open(index).relocate(photos, check_all=check_all)
+        if not done.moved:
+            console.print(plain(f"{index}: already points at {printable(done.new)}"), soft_wrap=True)
+            return
+        console.print(
+            plain(
+                f"{index}: now points at {printable(done.new)} (was {printable(done.old)}); {done.checked} "
+                f"photos found with their size, {done.hashed} compared by sha256; no photo embedded again"
+            ),
+            soft_wrap=True,
+        )
 
 
 def _watch(index: Index, every: float | None, settle: float | None, captions: bool) -> None:

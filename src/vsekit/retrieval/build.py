@@ -33,7 +33,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
@@ -273,7 +273,11 @@ def _check_same(
             f"`vsekit index build {photos} --out {out} --rebuild` embeds every photo again with it"
         )
     if Path(old["photos"]) != photos:
-        raise VsekitError(f"{out}: this index is of {old['photos']}, not {photos}; use another --out")
+        raise VsekitError(
+            f"{out}: this index is of {old['photos']}, not {photos}; use another --out for an index of "
+            f"{photos}, or, if the index's photos moved there, {command('index', 'relocate', out, photos)} "
+            "points this index at them"
+        )
     if dtype is not None and dtype != old["dtype"]:
         raise VsekitError(f"{out}: this index stores {old['dtype']}, not {dtype}; use another --out")
     if engine is not None and engine != old["engine"]:

@@ -44,6 +44,7 @@ from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, read_manifest
 from vsekit.retrieval.opening import open_for_reading, open_for_writing
 from vsekit.retrieval.photos import PhotoFile
 from vsekit.retrieval.query import SearchHit, Searching
+from vsekit.retrieval.relocate import Relocation, moved_hint, relocate
 from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
@@ -63,6 +64,7 @@ __all__ = [
     "ChunkResult",
     "ChunkRunner",
     "Index",
+    "Relocation",
     "SearchHit",
     "embed_chunk",
 ]
@@ -168,13 +170,25 @@ class Index(Searching):
         ready: Callable[[PhotoFile], bool] | None = None,
     ) -> BuildReport:
         """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`
-        (``ready``: which new or changed files to read now)."""
+        (``ready``: which new or changed files to read now). A photo folder that is not there is refused
+        (a folder that moved: :meth:`relocate`)."""
+        if not self.photos_dir.is_dir():
+            missing = f"{self.photos_dir}: the photo folder of {self.path} is not there"
+            raise VsekitError(f"{missing}; {moved_hint(self.path)}")
         fresh = Index.build(
             self.photos_dir, self.path, self.model, chunk_size=chunk_size, progress=progress, ready=ready
         )
         self._view = fresh._view
         self.report = fresh.report
         return fresh.report
+
+    def relocate(self, photos_dir: str | os.PathLike[str], *, check_all: bool = False) -> Relocation:
+        """Point the index at its photos' new folder (moved, renamed or mounted elsewhere) after checking that
+        it holds the same photos (sizes, and the sha256 of a sample or, ``check_all``, of every one); no
+        photo is embedded again (:mod:`vsekit.retrieval.relocate`). Then hold the new generation."""
+        done = relocate(self.path, photos_dir, check_all=check_all)
+        self.refresh()
+        return done
 
     def compact(self) -> bool:
         """Merge every segment into one and drop tombstoned rows (``vsekit index compact``); then
