@@ -489,7 +489,12 @@ def search(
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
-    folder: str = typer.Option(None, "--folder", help="Only photos in this folder of the index (and below)."),
+    folder: str = typer.Option(
+        None,
+        "--folder",
+        help="Only photos in this folder of the index (and below): relative to the photo folder, or an "
+        "absolute path inside it.",
+    ),
     taken_after: str = typer.Option(
         None, "--taken-after", help="Only photos taken on or after this date (YYYY-MM-DD, EXIF date taken)."
     ),

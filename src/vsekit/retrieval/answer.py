@@ -164,12 +164,15 @@ def answer(
     language warning and which routes searched (module docstring). ``rerank=N`` re-orders the top ``N``
     of a sentence by the vse+aligner fusion; ``joint_only`` searches the joint space alone (cosine scores,
     the ranking ``vsekit eval`` measures); ``options``: ``resort``, ``engine``, ``folder``,
-    ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search`."""
+    ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search` (``folder``: a folder of the index
+    or an absolute path inside its photo folder, :meth:`vsekit.Index.search_folder`)."""
     if rerank < 0:
         raise VsekitError(f"rerank must be >= 0, got {rerank}")
     sentence = text is not None and image is None and not plus and not minus
     if rerank and not sentence:
         raise VsekitError("rerank applies to a sentence query without --plus/--minus")
+    if options.get("folder") is not None:  # a folder the index does not have is an error, not "no results"
+        options["folder"] = index.search_folder(options["folder"]) or None
     model = index.manifest["model"]
     confidence = load_confidence(str(model["name"]), str(model["sha256"])) if sentence else None
     policy = load_policy(str(model["name"]), str(model["sha256"])) if sentence and not joint_only else None

@@ -20,19 +20,21 @@ the store for a reader or a writer, :mod:`~vsekit.retrieval.joint_model` loads a
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, printable
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.joint_model import (
     calibration_sentences,
@@ -324,6 +326,29 @@ class Index(Searching):
         rows = self._view.query(sql + (f" LIMIT {int(limit)}" if limit is not None else ""), (b"",))
         return [id_text(f) for (f,) in rows]
 
+    def search_folder(self, folder: str | os.PathLike[str]) -> str:
+        """``folder`` as the ``folder=`` filter takes it: a folder of the index relative to its photo folder
+        (``""``: every photo). An absolute path inside the photo folder is made relative to it; a folder that
+        holds no indexed photo, directly or below, or a path outside the photo folder, is an error that
+        names the index's nearest folders (a typo is not "no results")."""
+        given = name = str(folder)
+        if name.startswith(("/", "~")):
+            name = self._relative_folder(Path(name).expanduser())
+        name = str(PurePosixPath(name.strip("/"))) if name.strip("/") else ""
+        if name in ("", "."):
+            return ""
+        every = {str(PurePosixPath(*PurePosixPath(f).parts[:n])) for f in self.folders() for n in _depths(f)}
+        if name in every:
+            return name
+        raise VsekitError(f"folder {printable(given)!r}: {_nearest(name, sorted(every), self.photos_dir)}")
+
+    def _relative_folder(self, path: Path) -> str:
+        root = self.photos_dir
+        for candidate in (path, path.resolve()):
+            with contextlib.suppress(ValueError):
+                return candidate.relative_to(root).as_posix()
+        raise VsekitError(f"folder {printable(str(path))!r}: outside the photo folder {root} of this index")
+
     # -- captions --------------------------------------------------------------------------------
     def caption(self, photo_id: str) -> str | None:
         """The stored caption of a photo (None: none stored, or no such photo)."""
@@ -378,6 +403,43 @@ def _concepts_line(settings: dict[str, Any]) -> str:
     if found:
         return f"top {found['top']} ImageNet classes of every photo ({found['backbone']})"
     return "none yet: `vsekit index update` adds them"
+
+
+def _depths(folder: str) -> range:
+    return range(1, len(PurePosixPath(folder).parts) + 1)
+
+
+def _nearest(name: str, folders: list[str], root: Path) -> str:
+    """Why ``name`` is no folder of the index, and its nearest folders (those with the same last part,
+    then the closest spellings of the whole and of the last part), or a few of them when none is near."""
+    if not folders:
+        return f"this index has no folders (its photos are all at the top of {root})"
+    leaves: dict[str, list[str]] = {}
+    for folder in folders:
+        leaves.setdefault(PurePosixPath(folder).name, []).append(folder)
+    leaf = PurePosixPath(name).name
+    near = list(leaves.get(leaf, []))
+    near += _close(name, folders)
+    for close in _close(leaf, list(leaves)):
+        near += leaves[close]
+    near = list(dict.fromkeys(near))
+    if near:
+        return f"no such folder in this index; nearest: {', '.join(printable(f) for f in near[:5])}"
+    more = f" and {len(folders) - 5} more" if len(folders) > 5 else ""
+    return f"no such folder in this index; its folders: {', '.join(printable(f) for f in folders[:5])}{more}"
+
+
+def _close(word: str, candidates: list[str], cutoff: float = 0.6) -> list[str]:
+    """The ``candidates`` spelled like ``word`` (difflib's ratio at least ``cutoff``), closest first, then
+    in alphabetical order (one order on every run)."""
+    scored = []
+    for candidate in candidates:
+        matcher = difflib.SequenceMatcher(None, word, candidate)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff:
+            ratio = matcher.ratio()
+            if ratio >= cutoff:
+                scored.append((-ratio, candidate))
+    return [candidate for _, candidate in sorted(scored)[:5]]
 
 
 def _model_sha(view: Snapshot) -> str | None:
