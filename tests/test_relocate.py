@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from search_helpers import make_photo_folder
-from store_helpers import index_content
+from store_helpers import copy_index, index_content
 from vsekit.cli import app
 
 pytest.importorskip(
@@ -30,19 +30,8 @@ def built(tmp_path_factory):
 
 @pytest.fixture
 def copy(built, tmp_path):
-    """A fresh copy of the built photo folder and its index, the copy's setting naming the copied folder:
-    ``(photos, index)``."""
-    from vsekit.retrieval.store import Store
-
-    photos, index = tmp_path / "photos", tmp_path / "index"
-    shutil.copytree(built / "photos", photos)
-    shutil.copytree(built / "index", index)
-    store = Store.open(index)
-    try:
-        store.set_settings({"photos": str(photos)})
-    finally:
-        store.close()
-    return photos, index
+    """A fresh copy of the built photo folder and its index: ``(photos, index)``."""
+    return copy_index(built / "photos", built / "index", tmp_path)
 
 
 def _without_folder(content: dict) -> dict:

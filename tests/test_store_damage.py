@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import sqlite3
 from collections import Counter
@@ -323,13 +324,15 @@ def searched(out: Path, tmp_path: Path) -> list:
 
 
 def run_the_advice(result, photos: Path, out: Path) -> None:
-    """The failed command said one line naming the index and the command that repairs it: run that
-    command as printed (PHOTOS is the photo folder), and it must succeed."""
+    """The failed command said one line naming the index and the command that repairs it, with the index's
+    own photo folder (issue 34 item 2): run that command exactly as printed, and it must succeed."""
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code != 0 and len(errors) == 1, result.output
-    advice = re.search(r"`vsekit (index build) PHOTOS --out (\S+)`", errors[0])
-    assert advice and advice[2] == str(out) and str(out) in errors[0], errors[0]
-    repaired = cli("index", "build", photos, "--out", advice[2])
+    advice = re.search(r"`(vsekit index build [^`]+)`", errors[0])
+    assert advice and str(out) in errors[0], errors[0]
+    words = shlex.split(advice[1])
+    assert words[1:] == ["index", "build", str(photos), "--out", str(out)], advice[1]
+    repaired = cli(*words[1:])
     assert repaired.exit_code == 0, repaired.output
 
 

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command
 
 __all__ = [
     "ALIGNMENT_RECIPES_DIR",
@@ -53,18 +53,46 @@ def default_cache_root() -> Path:
     return base / "vsekit"
 
 
-#: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
+#: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one: its words
+#: after ``vsekit``, CORPUS and DIR standing for a corpus and a new run directory).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
-    "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
+    "vse": (
+        "vse.safetensors",
+        "joint-embedding model",
+        "train --data CORPUS --recipe vse-best-effnet --out DIR",
+    ),
     # the linear bag-of-words encoder of Kiros et al. 2014 (sec. 3.2): the better space for Eq. 15
     # arithmetic (`vsekit index build PHOTOS --model bow`); `vsekit train --recipe bow` re-makes it
-    "bow": ("bow.safetensors", "joint-embedding model", "vsekit train --recipe bow"),
+    "bow": ("bow.safetensors", "joint-embedding model", "train --data CORPUS --recipe bow --out DIR"),
     # the dependency Tree-LSTM of the T-LSTM seed (appendix A, p = 1): below `vse` and `bow` on dev, shipped
     # so it can be compared and used by name; `vsekit train --recipe tree-lstm-p1` re-makes it
-    "tree-lstm": ("tree-lstm.safetensors", "joint-embedding model", "vsekit train --recipe tree-lstm-p1"),
-    "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
-    "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
-    "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
+    "tree-lstm": (
+        "tree-lstm.safetensors",
+        "joint-embedding model",
+        "train --data CORPUS --recipe tree-lstm-p1 --out DIR",
+    ),
+    "captioner": (
+        "captioner.safetensors",
+        "captioner",
+        "train-captioner --data CORPUS --recipe mrnn-lstm-effnet-retrain --out DIR",
+    ),
+    "aligner": (
+        "aligner.safetensors",
+        "region-word aligner",
+        "train-aligner --data CORPUS --recipe minilm-grid --out DIR",
+    ),
+    "region-captioner": (
+        "region_captioner.safetensors",
+        "region captioner",
+        "train-region-captioner --data CORPUS --out DIR",
+    ),
+}
+#: The file each training command writes into its run directory (--out DIR).
+TRAINED_FILE = {
+    "train": "model.safetensors",
+    "train-captioner": "captioner.safetensors",
+    "train-aligner": "aligner.safetensors",
+    "train-region-captioner": "captioner.safetensors",
 }
 
 
@@ -129,9 +157,10 @@ def resolve_model_path(name_or_path: str | os.PathLike[str] | None, default: str
     name = default if name_or_path is None else str(name_or_path)
     path = pretrained_path(name)
     if not path.is_file():
-        _, what, command = PRETRAINED[name]
+        _, what, words = PRETRAINED[name]
+        made = words.split()
         raise VsekitError(
             f"no {what} named {name!r} is shipped with this vsekit ({path} does not exist); pass the path "
-            f"of one (`{command}` writes it)"
+            f"of one ({command(*made)} writes DIR/{TRAINED_FILE[made[0]]})"
         )
     return path

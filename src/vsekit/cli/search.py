@@ -31,7 +31,7 @@ from vsekit.cli._distributed import (
     RAY_WORKERS,
     ray_options,
 )
-from vsekit.errors import VsekitError, printable
+from vsekit.errors import VsekitError, command, printable
 
 if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
     from vsekit.retrieval.answer import Answer
@@ -412,7 +412,7 @@ def _print_hits(title: str, row: dict, why_empty: str) -> None:
         cells = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
         cells += [plain(_found_by(hit))] if routes else []
         table.add_row(*cells, *([plain(hit.get("caption", ""))] if captions else []))
-    console.print(table if hits else why_empty)
+    console.print(table if hits else plain(why_empty))
 
 
 def _found_by(hit: dict) -> str:
@@ -434,9 +434,9 @@ def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: 
     console.print(plain(f"wrote {len(hits)} explained photo(s) to {folder}"), soft_wrap=True)
 
 
-def _why_empty(size: int, min_score: float | None) -> str:
+def _why_empty(index: Path, size: int, min_score: float | None) -> str:
     if size == 0:
-        return "the index holds no photos (vsekit index info shows what its folder holds)"
+        return f"the index holds no photos; {command('index', 'info', index)} shows what its folder holds"
     return f"no photo scores above --min-score {min_score:g}" if min_score is not None else "no results"
 
 
@@ -580,8 +580,7 @@ def search(
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
             _say_confidence(answer)
             reranked = f" (top {rerank} re-ranked by the fusion; scores are fused)" if rerank else ""
-            _print_hits(
-                f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], _why_empty(len(opened), min_score)
-            )
+            why_empty = _why_empty(index, len(opened), min_score)
+            _print_hits(f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], why_empty)
         if explain is not None:
             _write_explanations(opened, text, hits, explain)

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from vsekit.errors import VsekitError, printable
+from vsekit.errors import VsekitError, command, printable
 from vsekit.fileio import file_sha256
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
@@ -199,8 +199,8 @@ def answer(
     else:
         if policy is not None:
             result.notice = (
-                f"only the joint space searched: this index has no concepts yet; `vsekit index update "
-                f"{index.path}` adds them (everyday objects the CNN recognises)"
+                f"only the joint space searched: this index has no concepts yet; "
+                f"{command('index', 'update', index.path)} adds them (everyday objects the CNN recognises)"
             )
         hits = index.search_joint(text, image, plus=plus, minus=minus, k=max(k, rerank), **options)
         if confidence is not None:

@@ -56,6 +56,7 @@ from vsekit.retrieval.store import (
     Store,
     StoreChange,
     ann_records,
+    build_command,
     committed_mark,
     damaged,
     is_damage,
@@ -270,7 +271,7 @@ def _check_same(
         raise ConfigMismatchError(
             f"{out}: this index was built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}); "
             f"refusing to mix in vectors of {identity['name']} (sha256 {identity['sha256'][:12]}). "
-            f"`vsekit index build {photos} --out {out} --rebuild` embeds every photo again with it"
+            f"{build_command(out, photos, identity['name'], '--rebuild')} embeds every photo again with it"
         )
     if Path(old["photos"]) != photos:
         raise VsekitError(

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import VsekitError, printable
+from vsekit.errors import VsekitError, command, printable
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.joint_model import (
     calibration_sentences,
@@ -200,8 +200,8 @@ class Index(Searching):
             try:
                 if "model" not in store.settings():
                     raise VsekitError(
-                        f"{self.path}: an index in the old format; "
-                        f"`vsekit index update {self.path}` converts it"
+                        f"{self.path}: an index in the old format; {command('index', 'update', self.path)} "
+                        "converts it first"
                     )
                 done = compact(store, everything=True, text_queries=lambda: calibration_sentences(self.model))
             finally:
@@ -312,7 +312,7 @@ class Index(Searching):
             "generation": view.generation,
             "segments": len(view.segments),
             "tombstones": sum(len(s.dead) for s in view.segments),
-            "concepts": _concepts_line(m),
+            "concepts": _concepts_line(m, self.path),
             "bytes": sum(f.stat().st_size for f in set(files) if f.is_file()),
         }
 
@@ -391,18 +391,17 @@ class Index(Searching):
         with self._lock:
             if self._model is None:
                 settings = self._view.settings
-                self._model = load_recorded_model(
-                    self.path, settings["model"], settings.get("photos", "PHOTOS")
-                )
+                photos = settings.get("photos") or None
+                self._model = load_recorded_model(self.path, settings["model"], photos)
             return self._model
 
 
-def _concepts_line(settings: dict[str, Any]) -> str:
+def _concepts_line(settings: dict[str, Any], index: Path) -> str:
     """What ``index info`` says of the concept route's classes."""
     found = settings.get("concepts")
     if found:
         return f"top {found['top']} ImageNet classes of every photo ({found['backbone']})"
-    return "none yet: `vsekit index update` adds them"
+    return f"none yet: {command('index', 'update', index)} adds them"
 
 
 def _depths(folder: str) -> range:
