@@ -32,6 +32,7 @@ __all__ = [
     "recipe_names",
     "resolve_model_path",
     "sample_data_path",
+    "shipped_content_sha256",
 ]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -126,6 +127,22 @@ def is_shipped_joint_model(name: str | os.PathLike[str] | None) -> bool:
 def recipe_names(directory: Path) -> list[str]:
     """The names of the JSON recipes shipped in ``directory`` (for help texts and errors)."""
     return sorted(p.stem for p in directory.glob("*.json"))
+
+
+def shipped_content_sha256() -> dict[str, str | None]:
+    """Each shipped model's content sha256 as its safetensors header records it (the ``content_sha256``
+    field, :data:`vsekit.fileio.CONTENT_SHA256`, checked whenever the file is loaded), by name; None for
+    a file missing from this install or one without the field. Reads the headers only (no torch)."""
+    found: dict[str, str | None] = {}
+    for name in PRETRAINED:
+        try:
+            with open(pretrained_path(name), "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size)) if 0 < size <= 1 << 24 else {}
+            found[name] = str((header.get("__metadata__") or {})["content_sha256"])
+        except (OSError, ValueError, KeyError, AttributeError):
+            found[name] = None
+    return found
 
 
 def sample_data_path() -> Path:
