@@ -87,7 +87,8 @@ def render() -> str:
         "then run `make docs` -->",
         "",
         f"{' '.join((root.help or '').split())} Every command takes `--help`; `vsekit --version` prints the "
-        "version, `-v` / `-q` make the library's messages louder / quieter.",
+        "version and each shipped model's content sha256, `-v` / `-q` make the library's messages louder / "
+        "quieter.",
         "",
     ]
     panels: dict[str, list[str]] = {}

@@ -4,6 +4,7 @@ uninterrupted one) and for checking that an update wrote nothing."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -49,3 +50,19 @@ def index_content(out: Path) -> dict:
         "live files": sorted(hashlib.sha256((out / n).read_bytes()).hexdigest() for n in listed),
         "unlisted files": sorted(files - listed),
     }
+
+
+def copy_index(photos: Path, index: Path, to: Path, name: str = "photos") -> tuple[Path, Path]:
+    """A copy of a photo folder and its index under ``to`` (``name/``, ``index/``), the copy's settings
+    naming the copied folder (set through the store, as no command does): ``(photos, index)``."""
+    from vsekit.retrieval.store import Store
+
+    mine, out = to / name, to / "index"
+    shutil.copytree(photos, mine)
+    shutil.copytree(index, out)
+    store = Store.open(out)
+    try:
+        store.set_settings({"photos": str(mine)})
+    finally:
+        store.close()
+    return mine, out

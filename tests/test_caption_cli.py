@@ -129,7 +129,7 @@ def test_caption_an_image_file_with_the_real_backbone(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["caption"], "give images to describe"),
+        (["caption"], "give photos to describe"),
         (["caption", "--image", "x.jpg", "--method", "magic"], "unknown --method"),
         (["caption", "--image", "x.jpg", "--json", "s.json"], "--json needs --data"),
         (["caption", "--image", "x.jpg", "--decoding", "best"], "unknown --decoding"),

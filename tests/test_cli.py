@@ -14,6 +14,42 @@ pytest.importorskip(
 runner = CliRunner()
 
 
+def test_version_prints_the_version_and_each_shipped_models_content_sha256():
+    """Issue 34 item 5: `vsekit --version` says the version (the one pyproject.toml declares and CHANGELOG.md
+    has an entry for) and the content sha256 of every shipped model as its card and its file say (two
+    installs printing the same lines hold the same models), without importing torch."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from vsekit import __version__
+    from vsekit.fileio import CONTENT_SHA256, content_fingerprint
+    from vsekit.resources import PRETRAINED, model_cards, pretrained_path
+
+    root = Path(__file__).resolve().parents[1]
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'^version = "(.+)"$', pyproject, re.MULTILINE)[1] == __version__ == "0.2.0"
+    assert f"\n## [{__version__}] - " in (root / "CHANGELOG.md").read_text(encoding="utf-8")
+    result = runner.invoke(app, ["--version"])
+    lines = result.output.splitlines()
+    assert result.exit_code == 0 and lines[:2] == [
+        f"vsekit {__version__}",
+        "shipped models (content sha256):",
+    ]
+    shown = dict(line.split() for line in lines[2:])
+    assert list(shown) == list(PRETRAINED)
+    assert shown == {card["name"]: card["file"]["content_sha256"] for card in model_cards()}
+    assert all(shown[name] == content_fingerprint(pretrained_path(name)) for name in shown)
+    assert CONTENT_SHA256 == "content_sha256"  # the header field vsekit.resources reads
+    probe = (
+        "import sys\nfrom vsekit.cli import main\nsys.argv = ['vsekit', '--version']\n"
+        "try:\n    main()\nexcept SystemExit:\n    print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.splitlines()[-1] == "False"
+
+
 def test_help_lists_the_commands():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0

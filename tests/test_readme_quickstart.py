@@ -50,5 +50,5 @@ def test_the_readme_quick_start_runs_on_a_photo_folder(tmp_path):
         outputs.append(done.stdout)
     assert "a.jpg" in outputs[0]  # every photo described
     assert (tmp_path / "photos.index" / "store.sqlite").is_file()
-    assert "a.jpg" in outputs[3]  # a photo is most like itself
+    assert "left out: a.jpg" in outputs[3]  # more like a photo: the others, itself left out
     assert len(Index.open(tmp_path / "photos.index")) == 6

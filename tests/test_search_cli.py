@@ -58,7 +58,8 @@ def test_search_text_image_queries_and_arithmetic(built, tmp_path):
     result = runner.invoke(app, ["search", str(index), "--queries", str(queries), "--top", "2"])
     assert [json.loads(line) for line in result.stdout.splitlines()] == rows  # JSON lines on stdout too
 
-    result = runner.invoke(app, ["search", str(index), "--image", str(SAMPLE_IMAGES[0]), "--json", str(out)])
+    image = ["search", str(index), "--image", str(SAMPLE_IMAGES[0]), "--json", str(out)]
+    assert runner.invoke(app, [*image, "--keep-query"]).exit_code == 0
     assert read_jsonl(out)[0]["results"][0] == {
         "path": SAMPLE_IMAGES[0].name,
         "score": pytest.approx(1.0, abs=1e-4),

@@ -50,14 +50,19 @@ def test_text_search_matches_the_index(client, index):
 
 def test_image_search_and_arithmetic(client, index):
     files = {"file": ("whatever.txt", jpeg_bytes(), "text/plain")}  # sniffed, not trusted by name
-    body = client.post("/api/search/image", params={"k": 2}, files=files).json()
+    body = client.post("/api/search/image", params={"k": 2, "keep_query": "true"}, files=files).json()
     assert body["results"][0]["path"] == SAMPLE_IMAGES[0].name and body["results"][0]["score"] > 0.999
+    body = client.post("/api/search/image", params={"k": 2}, files=files).json()
+    assert SAMPLE_IMAGES[0].name not in [r["path"] for r in body["results"]]  # the same bytes: left out
+    assert body["left_out"] == [SAMPLE_IMAGES[0].name]
     form = {"q": "a dog in the snow", "minus": "snow", "plus": "beach, sand", "k": "4"}
     body = client.post("/api/arithmetic", data=form).json()
     expected = index.search("a dog in the snow", minus=["snow"], plus=["beach", "sand"], k=4)
     assert [r["id"] for r in body["results"]] == [h.id for h in expected]
-    similar = client.get("/api/similar/2", params={"k": 1}).json()["results"]
+    similar = client.get("/api/similar/2", params={"k": 1, "keep_query": "true"}).json()["results"]
     assert similar[0]["id"] == 2
+    similar = client.get("/api/similar/2", params={"k": 3}).json()
+    assert 2 not in [r["id"] for r in similar["results"]] and similar["photo"]["id"] == 2
     for bad in ({"minus": "snow"}, {"q": "a dog", "id": "1"}):
         response = client.post("/api/arithmetic", data=bad)
         assert response.status_code == 400 and "one query" in response.json()["error"]

@@ -68,12 +68,15 @@ def row(index, path: str) -> int:
 def test_an_uploaded_sideways_photo_finds_its_indexed_self(setup):
     index, client = setup["index"], setup["client"]
     data = (index.photos_dir / SIDEWAYS).read_bytes()
-    body = client.post(
-        "/api/search/image", params={"k": 1}, files={"file": ("x.jpg", data, "image/jpeg")}
+    body = client.post(  # itself kept (a photo query leaves its own bytes out by default)
+        "/api/search/image",
+        params={"k": 1, "keep_query": "true"},
+        files={"file": ("x.jpg", data, "image/jpeg")},
     ).json()
     assert body["results"][0]["path"] == SIDEWAYS
     assert body["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)  # sideways read: ~0.4
-    assert index.search(image=index.photos_dir / SIDEWAYS, k=1)[0].score == pytest.approx(1.0, abs=1e-4)
+    found = index.search(image=index.photos_dir / SIDEWAYS, k=1, keep_query=True)
+    assert found[0].score == pytest.approx(1.0, abs=1e-4)
     sideways_pil = Image.open(io.BytesIO(data))  # the Python API: an opened photo is upright too
     assert index.search(image=sideways_pil, k=1)[0].score == pytest.approx(1.0, abs=1e-4)
 
@@ -299,9 +302,11 @@ def test_a_file_name_that_is_not_utf8_is_served_as_text(setup):
     """Issue 21 item 8: a hit whose name is not valid UTF-8 made every answer that included it a 500."""
     index, client = setup["index"], setup["client"]
     odd = next(p for p in index.paths if "\udcff" in p)
-    response = client.get(f"/api/similar/{row(index, odd)}", params={"k": 100})
+    response = client.get(f"/api/similar/{row(index, odd)}", params={"k": 100, "keep_query": "true"})
     assert response.status_code == 200
     assert "bad\\xff\\xfename.jpg" in [r["path"] for r in response.json()["results"]]
+    left_out = client.get(f"/api/similar/{row(index, odd)}").json()  # the photo searched by, named as text
+    assert left_out["photo"]["path"] == left_out["left_out"][0] == "bad\\xff\\xfename.jpg"
     assert client.get(f"/api/thumb/{row(index, odd)}").status_code == 200
 
 

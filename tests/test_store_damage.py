@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import sqlite3
 from collections import Counter
@@ -322,14 +323,18 @@ def searched(out: Path, tmp_path: Path) -> list:
     return [json.loads(line) for line in found.read_text().splitlines()]
 
 
-def run_the_advice(result, photos: Path, out: Path) -> None:
-    """The failed command said one line naming the index and the command that repairs it: run that
-    command as printed (PHOTOS is the photo folder), and it must succeed."""
+def run_the_advice(result, photos: Path, out: Path, recorded: bool = True) -> None:
+    """The failed command said one line naming the index and the command that repairs it, with the index's
+    own photo folder (issue 34 item 2; PHOTOS when the index can no longer say, ``recorded=False``): run
+    that command exactly as printed (PHOTOS filled in), and it must succeed."""
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code != 0 and len(errors) == 1, result.output
-    advice = re.search(r"`vsekit (index build) PHOTOS --out (\S+)`", errors[0])
-    assert advice and advice[2] == str(out) and str(out) in errors[0], errors[0]
-    repaired = cli("index", "build", photos, "--out", advice[2])
+    advice = re.search(r"`(vsekit index build [^`]+)`", errors[0])
+    assert advice and str(out) in errors[0], errors[0]
+    words = shlex.split(advice[1])
+    folder = str(photos) if recorded else "PHOTOS"
+    assert words[1:] == ["index", "build", folder, "--out", str(out)], advice[1]
+    repaired = cli(*[str(photos) if word == "PHOTOS" else word for word in words[1:]])
     assert repaired.exit_code == 0, repaired.output
 
 
@@ -540,5 +545,5 @@ def test_the_advice_for_a_deleted_database_runs_as_printed(tmp_path, photo_store
     (out / "store.sqlite").unlink()
     failed = cli("search", out, "a dog")
     assert "store.sqlite: damaged index file (missing)" in failed.output
-    run_the_advice(failed, photos, out)
+    run_the_advice(failed, photos, out, recorded=False)  # no database is left to say which folder
     assert searched(out, tmp_path) == reference

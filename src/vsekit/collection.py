@@ -36,13 +36,14 @@ from vsekit.alignment.fusion import FUSION_NAME, FusionSpec, fusion_path
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.mrf import mrf_align, segments
 from vsekit.embedding.pipeline import ImageInput
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command
 from vsekit.fileio import file_sha256 as _file_sha256
 from vsekit.resources import resolve_model_path
 from vsekit.retrieval.answer import Answer, answer, photo_concept, with_score
 from vsekit.retrieval.concepts import ConceptRoute
 from vsekit.retrieval.index import Index as _StoreIndex
 from vsekit.retrieval.index import SearchHit
+from vsekit.retrieval.relocate import moved_hint
 from vsekit.vision.cam import ClassMaps, FeatureMap
 from vsekit.vision.preprocess import decode_image, load_image
 
@@ -240,9 +241,13 @@ class Index(_StoreIndex):
                 raise VsekitError(f"{rel}: not a photo of this index")
             row = paths.index(rel)
         path = self.photos_dir / rel
+        if not self.photos_dir.is_dir():
+            missing = f"{rel}: the photo folder {self.photos_dir} is not there"
+            raise VsekitError(f"{missing}; {moved_hint(self.path)}")
         if not path.is_file():
             raise VsekitError(
-                f"{rel}: the photo is no longer in {self.photos_dir.name}/ (run vsekit index update)"
+                f"{rel}: the photo is no longer in {self.photos_dir.name}/; "
+                f"{command('index', 'update', self.path)} drops it from the index"
             )
         return row, rel, path
 

@@ -1,5 +1,10 @@
-"""Errors a user can act on. Every message names the file, line, field or split at fault, and
-:func:`printable` is how a file name appears in one."""
+"""Errors a user can act on. Every message names the file, line, field or split at fault,
+:func:`printable` is how a file name appears in one, and :func:`command` is how a hint names the command
+that fixes it."""
+
+from __future__ import annotations
+
+import shlex
 
 
 class VsekitError(Exception):
@@ -49,3 +54,10 @@ def printable(name: str) -> str:
     except UnicodeEncodeError:  # a surrogate no file-name decoding made: write it as \\udNNN
         return name.encode("utf-8", "backslashreplace").decode("utf-8")
     return raw.decode("utf-8", "backslashreplace")
+
+
+def command(*words: object) -> str:
+    """A vsekit command as a hint prints it, in backquotes: ``vsekit`` and ``words``, each quoted for a POSIX
+    shell where it must be (a path with a space), so that it runs as printed. A word in capitals
+    (``NEWDIR``, ``PHOTOS``) stands for what only the user knows; every other word is exact."""
+    return "`" + shlex.join(["vsekit", *(printable(str(word)) for word in words)]) + "`"

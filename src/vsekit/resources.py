@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command
 
 __all__ = [
     "ALIGNMENT_RECIPES_DIR",
@@ -32,6 +32,7 @@ __all__ = [
     "recipe_names",
     "resolve_model_path",
     "sample_data_path",
+    "shipped_content_sha256",
 ]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -53,18 +54,46 @@ def default_cache_root() -> Path:
     return base / "vsekit"
 
 
-#: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one).
+#: Shipped models: name -> (file under ``pretrained/``, what it is, the command that makes one: its words
+#: after ``vsekit``, CORPUS and DIR standing for a corpus and a new run directory).
 PRETRAINED: dict[str, tuple[str, str, str]] = {
-    "vse": ("vse.safetensors", "joint-embedding model", "vsekit train"),
+    "vse": (
+        "vse.safetensors",
+        "joint-embedding model",
+        "train --data CORPUS --recipe vse-best-effnet --out DIR",
+    ),
     # the linear bag-of-words encoder of Kiros et al. 2014 (sec. 3.2): the better space for Eq. 15
     # arithmetic (`vsekit index build PHOTOS --model bow`); `vsekit train --recipe bow` re-makes it
-    "bow": ("bow.safetensors", "joint-embedding model", "vsekit train --recipe bow"),
+    "bow": ("bow.safetensors", "joint-embedding model", "train --data CORPUS --recipe bow --out DIR"),
     # the dependency Tree-LSTM of the T-LSTM seed (appendix A, p = 1): below `vse` and `bow` on dev, shipped
     # so it can be compared and used by name; `vsekit train --recipe tree-lstm-p1` re-makes it
-    "tree-lstm": ("tree-lstm.safetensors", "joint-embedding model", "vsekit train --recipe tree-lstm-p1"),
-    "captioner": ("captioner.safetensors", "captioner", "vsekit train-captioner"),
-    "aligner": ("aligner.safetensors", "region-word aligner", "vsekit train-aligner"),
-    "region-captioner": ("region_captioner.safetensors", "region captioner", "vsekit train-region-captioner"),
+    "tree-lstm": (
+        "tree-lstm.safetensors",
+        "joint-embedding model",
+        "train --data CORPUS --recipe tree-lstm-p1 --out DIR",
+    ),
+    "captioner": (
+        "captioner.safetensors",
+        "captioner",
+        "train-captioner --data CORPUS --recipe mrnn-lstm-effnet-retrain --out DIR",
+    ),
+    "aligner": (
+        "aligner.safetensors",
+        "region-word aligner",
+        "train-aligner --data CORPUS --recipe minilm-grid --out DIR",
+    ),
+    "region-captioner": (
+        "region_captioner.safetensors",
+        "region captioner",
+        "train-region-captioner --data CORPUS --out DIR",
+    ),
+}
+#: The file each training command writes into its run directory (--out DIR).
+TRAINED_FILE = {
+    "train": "model.safetensors",
+    "train-captioner": "captioner.safetensors",
+    "train-aligner": "aligner.safetensors",
+    "train-region-captioner": "captioner.safetensors",
 }
 
 
@@ -100,6 +129,22 @@ def recipe_names(directory: Path) -> list[str]:
     return sorted(p.stem for p in directory.glob("*.json"))
 
 
+def shipped_content_sha256() -> dict[str, str | None]:
+    """Each shipped model's content sha256 as its safetensors header records it (the ``content_sha256``
+    field, :data:`vsekit.fileio.CONTENT_SHA256`, checked whenever the file is loaded), by name; None for
+    a file missing from this install or one without the field. Reads the headers only (no torch)."""
+    found: dict[str, str | None] = {}
+    for name in PRETRAINED:
+        try:
+            with open(pretrained_path(name), "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size)) if 0 < size <= 1 << 24 else {}
+            found[name] = str((header.get("__metadata__") or {})["content_sha256"])
+        except (OSError, ValueError, KeyError, AttributeError):
+            found[name] = None
+    return found
+
+
 def sample_data_path() -> Path:
     """The bundled Flickr8K sample (100 dev photos with 5 captions each)."""
     return PACKAGE_DIR / "sample" / "flickr8k"
@@ -129,9 +174,10 @@ def resolve_model_path(name_or_path: str | os.PathLike[str] | None, default: str
     name = default if name_or_path is None else str(name_or_path)
     path = pretrained_path(name)
     if not path.is_file():
-        _, what, command = PRETRAINED[name]
+        _, what, words = PRETRAINED[name]
+        made = words.split()
         raise VsekitError(
             f"no {what} named {name!r} is shipped with this vsekit ({path} does not exist); pass the path "
-            f"of one (`{command}` writes it)"
+            f"of one ({command(*made)} writes DIR/{TRAINED_FILE[made[0]]})"
         )
     return path

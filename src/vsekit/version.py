@@ -1,3 +1,3 @@
 """The vsekit version (its own module so any layer can record it without importing the package root)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -35,7 +35,7 @@ from vsekit.captioning.rerank import RerankSettings, embedding_cosines, rerank_o
 from vsekit.data.corpus import Corpus
 from vsekit.device import resolve_device
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import ImageError, VsekitError
+from vsekit.errors import ImageError, VsekitError, command
 from vsekit.fileio import fingerprint_matches
 from vsekit.resources import resolve_model_path
 from vsekit.vision import features as vision_features
@@ -165,7 +165,8 @@ class CaptionGenerator:
         from vsekit.captioning.scnlm import load_scnlm
 
         if model is None:
-            raise VsekitError("--method scnlm needs --model PATH (the file `vsekit train-scnlm` writes)")
+            train = command("train-scnlm", "--data", "CORPUS", "--out", "DIR")
+            raise VsekitError(f"--method scnlm needs --model PATH (DIR/scnlm.safetensors: {train} writes it)")
         self._load_joint()
         self.captioner = load_scnlm(model, joint_model=self.joint.network)
         self.image, self.fne = dict(self.joint.image_spec), self.joint.fne

@@ -26,15 +26,26 @@ hide_flag_metavars()
 
 
 def _show_version(value: bool) -> None:
+    """``--version``: the version, and each shipped model's content sha256 (what ``vsekit models NAME``
+    shows as "content sha256": two installs with the same lines hold the same models)."""
     if value:
-        console.print(f"vsekit {__version__}")
+        from vsekit.resources import shipped_content_sha256
+
+        console.print(f"vsekit {__version__}", highlight=False)
+        console.print("shipped models (content sha256):", highlight=False)
+        for name, sha256 in shipped_content_sha256().items():
+            console.print(f"  {name:<16} {sha256 or 'not in this install'}", highlight=False, soft_wrap=True)
         raise typer.Exit()
 
 
 @app.callback()
 def _options(
     version: bool = typer.Option(
-        False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        False,
+        "--version",
+        callback=_show_version,
+        is_eager=True,
+        help="Print the version and the shipped models' content sha256, and exit.",
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also print the library's progress notes."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Print only results and errors."),

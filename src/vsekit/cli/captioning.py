@@ -32,7 +32,7 @@ from vsekit.cli._common import (
     write_json,
     write_jsonl,
 )
-from vsekit.errors import VsekitError, printable
+from vsekit.errors import VsekitError, command, printable
 from vsekit.resources import CAPTION_RECIPES_DIR, recipe_names
 
 if TYPE_CHECKING:
@@ -176,8 +176,8 @@ def caption(
         image = [*(paths or []), *(image or [])]
         if bool(image) == (data is not None):
             raise VsekitError(
-                "give images to describe (vsekit caption photo.jpg, a folder, or --image IMG) or a corpus "
-                "split (--data DIR --split S)"
+                f"give photos to describe ({command('caption', 'PHOTOS')}: files or folders, or --image IMG) "
+                "or a corpus split (--data DIR --split S)"
             )
         if json_out is not None and data is None:
             raise VsekitError("--json needs --data (it holds the scores of a split)")

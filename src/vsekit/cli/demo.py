@@ -6,8 +6,10 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from vsekit.cli._common import DEVICE_HELP, MODEL_HELP, console, metrics_table, user_errors
+from vsekit.errors import command
 
 DEMO_SENTENCES = (
     "a dog runs through the snow",
@@ -89,12 +91,18 @@ def _show_photo_search(folder: Path, vse, top: int) -> None:  # noqa: ANN001
     table = _table(f"photo search: {sentence!r}", ("photo", None))
     for k, hit in enumerate(hits, start=1):
         table.add_row(str(k), f"{hit.score:.2f}", hit.path)
-    table.caption = (
+    table.caption = Text(
         f"indexed the {len(index)} photos of the folder in {seconds:.1f} s; the same with your photos: "
-        f"vsekit index build PHOTOS --out PHOTOS.index; vsekit search PHOTOS.index {sentence!r}"
+        + your_photos(sentence)
     )
     table.caption_justify = "left"
     console.print(table)
+
+
+def your_photos(sentence: str) -> str:
+    """The demo's photo search as commands on a person's own folder PHOTOS (an index in PHOTOS.index)."""
+    build = command("index", "build", "PHOTOS", "--out", "PHOTOS.index")
+    return f"{build} then {command('search', 'PHOTOS.index', sentence)}"
 
 
 def _table(title: str, *columns: tuple[str, int | None]) -> Table:

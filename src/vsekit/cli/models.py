@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from vsekit.cli._common import console, plain, user_errors
+from vsekit.errors import command
 from vsekit.resources import model_card, model_cards
 
 
@@ -55,7 +56,7 @@ def _overview(cards: list[dict[str, Any]], width: int) -> Table:
     columns = _COLUMNS if width >= _WIDE_ENOUGH else _NARROW
     table = Table(
         title="Shipped models (dev: Flickr8K dev, 1,000 photos x 5,000 captions)",
-        caption=None if columns == _COLUMNS else "data, val1000 and licences: vsekit models NAME",
+        caption=None if columns == _COLUMNS else f"data, val1000 and licences: {command('models', 'NAME')}",
         show_lines=True,
     )
     for column in columns:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -31,11 +31,10 @@ from vsekit.cli._distributed import (
     RAY_WORKERS,
     ray_options,
 )
-from vsekit.errors import VsekitError, printable
+from vsekit.errors import VsekitError, command, printable
 
 if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
     from vsekit.retrieval.answer import Answer
-    from vsekit.retrieval.confidence import Confidence
     from vsekit.retrieval.index import BuildReport, Index, SearchHit
     from vsekit.retrieval.photos import PhotoScan
     from vsekit.retrieval.shards import ShardedIndex
@@ -181,7 +180,7 @@ def update(
         if not watch and (every is not None or settle is not None):
             raise VsekitError("--every and --settle apply with --watch")
         opened = Index.open(index)
-        _scan(opened.photos_dir)  # an empty folder (a drive not mounted) must not empty the index
+        _scan_indexed(opened)
         had_captions = len(opened.uncaptioned()) < len(opened)
         with_captions = captions or (captions is None and had_captions)
         if watch:
@@ -190,6 +189,47 @@ def update(
         _print_report(opened, opened.update(progress=show_progress()))
         if with_captions:
             _caption_photos(opened.path, "auto")
+
+
+def _scan_indexed(index: Index) -> None:
+    """An index's photo folder scanned before an update: a folder that is gone, or empty (a drive not
+    mounted), must not empty the index; its line names the command for photos that moved."""
+    from vsekit.retrieval.relocate import moved_hint
+
+    try:
+        _scan(index.photos_dir)
+    except VsekitError as exc:
+        raise VsekitError(f"{exc}; {moved_hint(index.path)}") from None
+
+
+@index_app.command("relocate")
+def relocate(
+    index: Path = typer.Argument(..., help="Index directory."),
+    photos: Path = typer.Argument(..., help="The folder that holds the index's photos now."),
+    check_all: bool = typer.Option(
+        False,
+        "--check-all",
+        help="Compare every photo's sha256 (default: every photo's size and the sha256 of a sample).",
+    ),
+) -> None:
+    """Point an index at its photo folder's new place (moved, renamed or mounted elsewhere).
+
+    It first checks that the folder holds the index's photos (each one's size, and the sha256 of a sample
+    or, with --check-all, of every one); no photo is embedded again."""
+    from vsekit.retrieval.index import Index
+
+    with user_errors():
+        done = Index.open(index).relocate(photos, check_all=check_all)
+        if not done.moved:
+            console.print(plain(f"{index}: already points at {printable(done.new)}"), soft_wrap=True)
+            return
+        console.print(
+            plain(
+                f"{index}: now points at {printable(done.new)} (was {printable(done.old)}); {done.checked} "
+                f"photos found with their size, {done.hashed} compared by sha256; no photo embedded again"
+            ),
+            soft_wrap=True,
+        )
 
 
 def _watch(index: Index, every: float | None, settle: float | None, captions: bool) -> None:
@@ -327,34 +367,15 @@ def _rows(query: str, found: Answer, index: Index | ShardedIndex) -> dict:
     return row | {key: value for key, value in found.to_json().items() if value is not None}
 
 
-def _joint_answer(query: str | None, hits: list[SearchHit], confidence: Confidence | None) -> Answer:
-    """The answer of a search that only the joint space can do (shards, batches of sentences)."""
-    from vsekit.retrieval.answer import Answer
-    from vsekit.retrieval.confidence import is_weak, language_warning
-
-    found = Answer(query=query, hits=hits)
-    if confidence is not None and query is not None:
-        found.weak = is_weak([h.score for h in hits], confidence.weak_below)
-        found.warning = language_warning(query, confidence.english_words)
-    return found
-
-
-def _confidence(opened: Index | ShardedIndex) -> Confidence | None:
-    """The calibration shipped for the index's model (None for a model without one)."""
-    from vsekit.retrieval.confidence import load_confidence
-
-    first = opened.shards[0] if hasattr(opened, "shards") else opened
-    details = first.info()
-    return load_confidence(details["model"], details["model_sha256"])
-
-
 def _say_confidence(found: Answer) -> None:
-    """Above the results: that nothing matches well, that the query does not read as English, and a
-    route that is off."""
+    """Above the results: that nothing matches well, that the query does not read as English, a route
+    that is off, and the indexed photos a photo query left out (itself and its exact copies)."""
     if found.warning is not None:
         warn(found.warning, "warning")
     if found.notice is not None:
         warn(found.notice, "note")
+    if found.left_out:
+        _say_left_out(found.left_out)
     if found.weak and found.hits:
         best = found.best or {}
         score = best.get("joint", max(h.score for h in found.hits))
@@ -362,6 +383,14 @@ def _say_confidence(found: Answer) -> None:
         console.print(
             plain(f"no photo matches well (best score {score:.3f}{concept})", "yellow"), soft_wrap=True
         )
+
+
+def _say_left_out(paths: list[str]) -> None:
+    shown = ", ".join(printable(p) for p in paths[:3]) + (
+        f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+    )
+    said = f"left out: {shown} (the bytes of the photo searched by; --keep-query keeps them)"
+    console.print(plain(said, "dim"), soft_wrap=True)
 
 
 def _print_hits(title: str, row: dict, why_empty: str) -> None:
@@ -383,7 +412,7 @@ def _print_hits(title: str, row: dict, why_empty: str) -> None:
         cells = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
         cells += [plain(_found_by(hit))] if routes else []
         table.add_row(*cells, *([plain(hit.get("caption", ""))] if captions else []))
-    console.print(table if hits else why_empty)
+    console.print(table if hits else plain(why_empty))
 
 
 def _found_by(hit: dict) -> str:
@@ -405,22 +434,23 @@ def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: 
     console.print(plain(f"wrote {len(hits)} explained photo(s) to {folder}"), soft_wrap=True)
 
 
-def _why_empty(size: int, min_score: float | None) -> str:
+def _why_empty(index: Path, size: int, min_score: float | None) -> str:
     if size == 0:
-        return "the index holds no photos (vsekit index info shows what its folder holds)"
+        return f"the index holds no photos; {command('index', 'info', index)} shows what its folder holds"
     return f"no photo scores above --min-score {min_score:g}" if min_score is not None else "no results"
 
 
-def _query_photo(image: Path):  # noqa: ANN202 - a PIL image; PIL is imported with the library
-    """The photo searched by (--image): read like an indexed photo (a regular file, size-limited)."""
+def _query_photo(image: Path) -> tuple[Any, str]:
+    """The photo searched by (--image), read like an indexed photo (a regular file, size-limited): the
+    picture and the sha256 of its bytes."""
     from vsekit.retrieval.photos import PhotoFile, read_photo
 
     if not image.exists():
         raise VsekitError(f"{printable(str(image))}: photo not found")
-    _, picture, error = read_photo(PhotoFile(str(image), image, 0, 0))
+    sha256, picture, error = read_photo(PhotoFile(str(image), image, 0, 0))
     if picture is None:
         raise VsekitError(error)
-    return picture
+    return picture, sha256
 
 
 def _read_queries(path: Path) -> list[str]:
@@ -448,7 +478,12 @@ def search(
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
     engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
-    folder: str = typer.Option(None, "--folder", help="Only photos in this folder of the index (and below)."),
+    folder: str = typer.Option(
+        None,
+        "--folder",
+        help="Only photos in this folder of the index (and below): relative to the photo folder, or an "
+        "absolute path inside it.",
+    ),
     taken_after: str = typer.Option(
         None, "--taken-after", help="Only photos taken on or after this date (YYYY-MM-DD, EXIF date taken)."
     ),
@@ -473,15 +508,24 @@ def search(
     shard: list[Path] = typer.Option(
         [], "--shard", help="Another index directory searched with INDEX as one (merged top k; repeatable)."
     ),
+    keep_query: bool = typer.Option(
+        False,
+        "--keep-query",
+        help="With --image: keep the photo searched by, and its exact copies, in the results (left out by "
+        "default).",
+    ),
 ) -> None:
     """Search an index by a sentence, a photo (--image) or many sentences (--queries), with optional
     vector arithmetic: query - minus + plus, normalised (Kiros et al. 2014, Eq. 15)."""
     from vsekit.collection import Index
+    from vsekit.retrieval.answer import joint_answer, shards_answer
     from vsekit.retrieval.shards import ShardedIndex
 
     with user_errors():
         if sum(x is not None for x in (text, image, queries)) != 1:
             raise VsekitError("give one of: a sentence, --image PHOTO or --queries FILE")
+        if keep_query and image is None:
+            raise VsekitError("--keep-query applies to --image PHOTO")
         if engine is not None and engine not in SEARCH_ENGINES:
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         where = {
@@ -511,23 +555,19 @@ def search(
                 options = dict(k=top, min_score=min_score, engine=engine, joint_only=joint_only)
                 found = [opened.answer(q, **options) for q in texts]
             else:
-                confidence = _confidence(opened)
                 results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
-                found = [_joint_answer(q, hits, confidence) for q, hits in zip(texts, results, strict=True)]
+                found = [joint_answer(opened, q, hits) for q, hits in zip(texts, results, strict=True)]
             rows = [_rows(q, f, opened) for q, f in zip(texts, found, strict=True)]
         else:
-            picture = _query_photo(image) if image is not None else None
+            picture, sha256 = _query_photo(image) if image is not None else (None, None)
             options = dict(plus=plus, minus=minus, k=top, min_score=min_score, resort=resort, engine=engine)
+            options |= dict(image_sha256=sha256, keep_query=keep_query)
             if isinstance(opened, Index):
                 answer = opened.answer(
                     text, picture, rerank=rerank, joint_only=joint_only, **options, **where
                 )
             else:
-                confidence = _confidence(opened) if text is not None and not (plus or minus) else None
-                answer = _joint_answer(text, opened.search(text, picture, **options), confidence)
-                answer.notice = (
-                    "several indexes are searched in the joint space only (the concept route reads one)"
-                )
+                answer = shards_answer(opened, text, picture, **options)
             hits = answer.hits
             rows = [_rows(text if text is not None else str(image), answer, opened)]
         if json_out is not None:
@@ -540,8 +580,7 @@ def search(
             arithmetic = "".join([f" - {w!r}" for w in minus] + [f" + {w!r}" for w in plus])
             _say_confidence(answer)
             reranked = f" (top {rerank} re-ranked by the fusion; scores are fused)" if rerank else ""
-            _print_hits(
-                f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], _why_empty(len(opened), min_score)
-            )
+            why_empty = _why_empty(index, len(opened), min_score)
+            _print_hits(f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], why_empty)
         if explain is not None:
             _write_explanations(opened, text, hits, explain)

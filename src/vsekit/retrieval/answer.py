@@ -31,13 +31,16 @@ says how to add the concepts (``vsekit index update``).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command, printable
+from vsekit.fileio import file_sha256
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
 from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
@@ -49,8 +52,10 @@ __all__ = [
     "RoutePolicy",
     "answer",
     "fuse",
+    "joint_answer",
     "load_policy",
     "photo_concept",
+    "shards_answer",
     "with_score",
 ]
 
@@ -125,7 +130,9 @@ class Answer:
     """What a search answers: ``hits`` best first; ``weak`` (None: not decided for this kind of query or
     model); ``best`` (the best cosine, and with the concept route the best concept score);
     ``warning`` (the query does not read as English); ``notice`` (a route that is off, and why);
-    ``routes`` (the routes searched); ``reranked`` (how many top hits the aligner re-ordered)."""
+    ``routes`` (the routes searched); ``reranked`` (how many top hits the aligner re-ordered);
+    ``left_out`` (a photo query: the indexed photos with the query photo's bytes, left out of the hits;
+    None: not a photo query, or one asked to keep them)."""
 
     query: str | None
     hits: list[SearchHit]
@@ -135,6 +142,7 @@ class Answer:
     notice: str | None = None
     routes: tuple[str, ...] = ("joint",)
     reranked: int = 0
+    left_out: list[str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -144,6 +152,7 @@ class Answer:
             "notice": self.notice,
             "routes": list(self.routes),
             "reranked": self.reranked,
+            "left_out": None if self.left_out is None else [printable(p) for p in self.left_out],
         }
 
 
@@ -158,29 +167,40 @@ def answer(
     rerank: int = 0,
     min_score: float | None = None,
     joint_only: bool = False,
+    like: int | None = None,
+    image_sha256: str | None = None,
+    keep_query: bool = False,
     **options: Any,
 ) -> Answer:
     """The answer to one query on ``index`` (a :class:`vsekit.Index`): hits, the weak verdict, the
     language warning and which routes searched (module docstring). ``rerank=N`` re-orders the top ``N``
     of a sentence by the vse+aligner fusion; ``joint_only`` searches the joint space alone (cosine scores,
-    the ranking ``vsekit eval`` measures); ``options``: ``resort``, ``engine``, ``folder``,
-    ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search`."""
+    the ranking ``vsekit eval`` measures); ``options``: ``vector``, ``resort``, ``engine``, ``folder``,
+    ``taken_after``, ``taken_before`` as in :meth:`vsekit.Index.search` (``folder``: a folder of the index
+    or an absolute path inside its photo folder, :meth:`vsekit.Index.search_folder`).
+
+    A photo query, more like this, is ``image`` (a file, or a picture whose bytes have ``image_sha256``)
+    or ``like``, an indexed photo's id (its stored vector is the query): the photo searched by, and every
+    indexed photo with the same bytes, is left out of the hits (``keep_query``: kept)."""
     if rerank < 0:
         raise VsekitError(f"rerank must be >= 0, got {rerank}")
     sentence = text is not None and image is None and not plus and not minus
     if rerank and not sentence:
         raise VsekitError("rerank applies to a sentence query without --plus/--minus")
+    if options.get("folder") is not None:  # a folder the index does not have is an error, not "no results"
+        options["folder"] = index.search_folder(options["folder"]) or None
     model = index.manifest["model"]
     confidence = load_confidence(str(model["name"]), str(model["sha256"])) if sentence else None
     policy = load_policy(str(model["name"]), str(model["sha256"])) if sentence and not joint_only else None
     result = Answer(query=text, hits=[])
+    result.left_out = _photo_query(index, image, like, image_sha256, keep_query, options)
     if sentence and policy is not None and not options.get("resort") and _has_concepts(index):
         hits = _fused(index, text, max(k, rerank), policy, options, result)
     else:
         if policy is not None:
             result.notice = (
-                f"only the joint space searched: this index has no concepts yet; `vsekit index update "
-                f"{index.path}` adds them (everyday objects the CNN recognises)"
+                f"only the joint space searched: this index has no concepts yet; "
+                f"{command('index', 'update', index.path)} adds them (everyday objects the CNN recognises)"
             )
         hits = index.search_joint(text, image, plus=plus, minus=minus, k=max(k, rerank), **options)
         if confidence is not None:
@@ -193,6 +213,67 @@ def answer(
     if confidence is not None:
         result.warning = language_warning(text, confidence.english_words)
     return result
+
+
+def shards_answer(
+    shards: Any,
+    text: str | None = None,
+    image: Any = None,
+    *,
+    image_sha256: str | None = None,
+    keep_query: bool = False,
+    **options: Any,
+) -> Answer:
+    """The answer of several indexes searched as one (a :class:`~vsekit.retrieval.shards.ShardedIndex`):
+    the joint space alone (the shards have no fused route), the weak verdict and language warning of a
+    sentence, and, as in :func:`answer`, a photo query's own photo and its exact copies left out;
+    ``options`` as :meth:`ShardedIndex.search`."""
+    sha256 = image_sha256
+    if sha256 is None and isinstance(image, str | os.PathLike) and Path(image).is_file():
+        sha256 = file_sha256(image)
+    leave_out = None if keep_query else sha256
+    hits = shards.search(text, image, leave_out=leave_out, **options)
+    sentence = image is None and not options.get("plus") and not options.get("minus")
+    found = joint_answer(shards, text if sentence else None, hits)
+    found.query = text
+    found.left_out = None if leave_out is None else shards.copies(leave_out)
+    if sentence and text is not None:
+        found.notice = "several indexes are searched in the joint space only (the concept route reads one)"
+    return found
+
+
+def joint_answer(index: Any, sentence: str | None, hits: list[SearchHit]) -> Answer:
+    """The answer of joint-space ``hits`` (a sharded search, a batch of sentences): for a ``sentence``, the
+    weak verdict and the language warning from the calibration shipped for the model of ``index`` (an
+    index or the first of several)."""
+    found = Answer(query=sentence, hits=hits)
+    if sentence is None:
+        return found
+    first = index.shards[0] if hasattr(index, "shards") else index
+    model = first.manifest["model"]
+    confidence = load_confidence(str(model["name"]), str(model["sha256"]))
+    if confidence is not None:
+        found.weak = is_weak([h.score for h in hits], confidence.weak_below)
+        found.warning = language_warning(sentence, confidence.english_words)
+    return found
+
+
+def _photo_query(
+    index: Any, image: Any, like: int | None, sha256: str | None, keep: bool, options: dict[str, Any]
+) -> list[str] | None:
+    """For a photo query: ``like``'s stored vector as the query, and the query photo's bytes left out
+    (``options["leave_out"]``); returns the indexed photos left out (None: not a photo query, or ``keep``)."""
+    if like is not None:
+        if image is not None or options.get("vector") is not None:
+            raise VsekitError("give one photo to search by: an image or an indexed photo's id")
+        sha256 = index.photo_sha256(int(like))  # an id the index does not have: its one line
+        options["vector"] = np.asarray(index.vectors[int(like)], dtype=np.float32)
+    elif sha256 is None and isinstance(image, str | os.PathLike) and Path(image).is_file():
+        sha256 = file_sha256(image)
+    if keep or sha256 is None:
+        return None
+    options["leave_out"] = sha256
+    return index.copies(sha256)
 
 
 def _has_concepts(index: Any) -> bool:

@@ -33,7 +33,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
@@ -56,6 +56,7 @@ from vsekit.retrieval.store import (
     Store,
     StoreChange,
     ann_records,
+    build_command,
     committed_mark,
     damaged,
     is_damage,
@@ -270,10 +271,14 @@ def _check_same(
         raise ConfigMismatchError(
             f"{out}: this index was built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}); "
             f"refusing to mix in vectors of {identity['name']} (sha256 {identity['sha256'][:12]}). "
-            f"`vsekit index build {photos} --out {out} --rebuild` embeds every photo again with it"
+            f"{build_command(out, photos, identity['name'], '--rebuild')} embeds every photo again with it"
         )
     if Path(old["photos"]) != photos:
-        raise VsekitError(f"{out}: this index is of {old['photos']}, not {photos}; use another --out")
+        raise VsekitError(
+            f"{out}: this index is of {old['photos']}, not {photos}; use another --out for an index of "
+            f"{photos}, or, if the index's photos moved there, {command('index', 'relocate', out, photos)} "
+            "points this index at them"
+        )
     if dtype is not None and dtype != old["dtype"]:
         raise VsekitError(f"{out}: this index stores {old['dtype']}, not {dtype}; use another --out")
     if engine is not None and engine != old["engine"]:

@@ -20,19 +20,21 @@ the store for a reader or a writer, :mod:`~vsekit.retrieval.joint_model` loads a
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import logging
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from vsekit.embedding.pipeline import VSEModel
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command, printable
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.joint_model import (
     calibration_sentences,
@@ -44,6 +46,7 @@ from vsekit.retrieval.legacy import FORMAT, FORMAT_VERSION, read_manifest
 from vsekit.retrieval.opening import open_for_reading, open_for_writing
 from vsekit.retrieval.photos import PhotoFile
 from vsekit.retrieval.query import SearchHit, Searching
+from vsekit.retrieval.relocate import Relocation, moved_hint, relocate
 from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import (
@@ -63,6 +66,7 @@ __all__ = [
     "ChunkResult",
     "ChunkRunner",
     "Index",
+    "Relocation",
     "SearchHit",
     "embed_chunk",
 ]
@@ -168,13 +172,25 @@ class Index(Searching):
         ready: Callable[[PhotoFile], bool] | None = None,
     ) -> BuildReport:
         """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`
-        (``ready``: which new or changed files to read now)."""
+        (``ready``: which new or changed files to read now). A photo folder that is not there is refused
+        (a folder that moved: :meth:`relocate`)."""
+        if not self.photos_dir.is_dir():
+            missing = f"{self.photos_dir}: the photo folder of {self.path} is not there"
+            raise VsekitError(f"{missing}; {moved_hint(self.path)}")
         fresh = Index.build(
             self.photos_dir, self.path, self.model, chunk_size=chunk_size, progress=progress, ready=ready
         )
         self._view = fresh._view
         self.report = fresh.report
         return fresh.report
+
+    def relocate(self, photos_dir: str | os.PathLike[str], *, check_all: bool = False) -> Relocation:
+        """Point the index at its photos' new folder (moved, renamed or mounted elsewhere) after checking that
+        it holds the same photos (sizes, and the sha256 of a sample or, ``check_all``, of every one); no
+        photo is embedded again (:mod:`vsekit.retrieval.relocate`). Then hold the new generation."""
+        done = relocate(self.path, photos_dir, check_all=check_all)
+        self.refresh()
+        return done
 
     def compact(self) -> bool:
         """Merge every segment into one and drop tombstoned rows (``vsekit index compact``); then
@@ -184,8 +200,8 @@ class Index(Searching):
             try:
                 if "model" not in store.settings():
                     raise VsekitError(
-                        f"{self.path}: an index in the old format; "
-                        f"`vsekit index update {self.path}` converts it"
+                        f"{self.path}: an index in the old format; {command('index', 'update', self.path)} "
+                        "converts it first"
                     )
                 done = compact(store, everything=True, text_queries=lambda: calibration_sentences(self.model))
             finally:
@@ -296,7 +312,7 @@ class Index(Searching):
             "generation": view.generation,
             "segments": len(view.segments),
             "tombstones": sum(len(s.dead) for s in view.segments),
-            "concepts": _concepts_line(m),
+            "concepts": _concepts_line(m, self.path),
             "bytes": sum(f.stat().st_size for f in set(files) if f.is_file()),
         }
 
@@ -309,6 +325,29 @@ class Index(Searching):
         sql = "SELECT DISTINCT folder FROM photos WHERE folder != ? ORDER BY folder"
         rows = self._view.query(sql + (f" LIMIT {int(limit)}" if limit is not None else ""), (b"",))
         return [id_text(f) for (f,) in rows]
+
+    def search_folder(self, folder: str | os.PathLike[str]) -> str:
+        """``folder`` as the ``folder=`` filter takes it: a folder of the index relative to its photo folder
+        (``""``: every photo). An absolute path inside the photo folder is made relative to it; a folder that
+        holds no indexed photo, directly or below, or a path outside the photo folder, is an error that
+        names the index's nearest folders (a typo is not "no results")."""
+        given = name = str(folder)
+        if name.startswith(("/", "~")):
+            name = self._relative_folder(Path(name).expanduser())
+        name = str(PurePosixPath(name.strip("/"))) if name.strip("/") else ""
+        if name in ("", "."):
+            return ""
+        every = {str(PurePosixPath(*PurePosixPath(f).parts[:n])) for f in self.folders() for n in _depths(f)}
+        if name in every:
+            return name
+        raise VsekitError(f"folder {printable(given)!r}: {_nearest(name, sorted(every), self.photos_dir)}")
+
+    def _relative_folder(self, path: Path) -> str:
+        root = self.photos_dir
+        for candidate in (path, path.resolve()):
+            with contextlib.suppress(ValueError):
+                return candidate.relative_to(root).as_posix()
+        raise VsekitError(f"folder {printable(str(path))!r}: outside the photo folder {root} of this index")
 
     # -- captions --------------------------------------------------------------------------------
     def caption(self, photo_id: str) -> str | None:
@@ -352,18 +391,54 @@ class Index(Searching):
         with self._lock:
             if self._model is None:
                 settings = self._view.settings
-                self._model = load_recorded_model(
-                    self.path, settings["model"], settings.get("photos", "PHOTOS")
-                )
+                photos = settings.get("photos") or None
+                self._model = load_recorded_model(self.path, settings["model"], photos)
             return self._model
 
 
-def _concepts_line(settings: dict[str, Any]) -> str:
+def _concepts_line(settings: dict[str, Any], index: Path) -> str:
     """What ``index info`` says of the concept route's classes."""
     found = settings.get("concepts")
     if found:
         return f"top {found['top']} ImageNet classes of every photo ({found['backbone']})"
-    return "none yet: `vsekit index update` adds them"
+    return f"none yet: {command('index', 'update', index)} adds them"
+
+
+def _depths(folder: str) -> range:
+    return range(1, len(PurePosixPath(folder).parts) + 1)
+
+
+def _nearest(name: str, folders: list[str], root: Path) -> str:
+    """Why ``name`` is no folder of the index, and its nearest folders (those with the same last part,
+    then the closest spellings of the whole and of the last part), or a few of them when none is near."""
+    if not folders:
+        return f"this index has no folders (its photos are all at the top of {root})"
+    leaves: dict[str, list[str]] = {}
+    for folder in folders:
+        leaves.setdefault(PurePosixPath(folder).name, []).append(folder)
+    leaf = PurePosixPath(name).name
+    near = list(leaves.get(leaf, []))
+    near += _close(name, folders)
+    for close in _close(leaf, list(leaves)):
+        near += leaves[close]
+    near = list(dict.fromkeys(near))
+    if near:
+        return f"no such folder in this index; nearest: {', '.join(printable(f) for f in near[:5])}"
+    more = f" and {len(folders) - 5} more" if len(folders) > 5 else ""
+    return f"no such folder in this index; its folders: {', '.join(printable(f) for f in folders[:5])}{more}"
+
+
+def _close(word: str, candidates: list[str], cutoff: float = 0.6) -> list[str]:
+    """The ``candidates`` spelled like ``word`` (difflib's ratio at least ``cutoff``), closest first, then
+    in alphabetical order (one order on every run)."""
+    scored = []
+    for candidate in candidates:
+        matcher = difflib.SequenceMatcher(None, word, candidate)
+        if matcher.real_quick_ratio() >= cutoff and matcher.quick_ratio() >= cutoff:
+            ratio = matcher.ratio()
+            if ratio >= cutoff:
+                scored.append((-ratio, candidate))
+    return [candidate for _, candidate in sorted(scored)[:5]]
 
 
 def _model_sha(view: Snapshot) -> str | None:

@@ -20,6 +20,7 @@ from vsekit.data import load_corpus
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.resources import PRETRAINED, is_shipped_joint_model, pretrained_path, sample_data_path
+from vsekit.retrieval.store import build_command
 
 __all__ = ["calibration_sentences", "load_model", "load_recorded_model", "model_identity"]
 
@@ -69,17 +70,17 @@ def _shipped_name(path: Path) -> str | None:
     return None
 
 
-def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str = "PHOTOS") -> VSEModel:
+def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str | None = None) -> VSEModel:
     """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`); a model
     file whose sha256 changed since the build (a newer shipped ``vse``, say) is refused, with the command
-    that re-embeds the index's ``photos`` with it."""
+    that re-embeds the index's ``photos`` with it (the same model name, its new file)."""
     model, name = load_model(recorded["name"], "auto")
     found = model_identity(model, name)["sha256"]
     if found != recorded["sha256"]:
+        rebuild = build_command(index_dir, photos, recorded["name"], "--rebuild")
         raise ConfigMismatchError(
             f"{index_dir}: built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}), but that "
-            f"file now has sha256 {found[:12]}; `vsekit index build {photos} --out {index_dir} --rebuild` "
-            "embeds every photo again with it"
+            f"file now has sha256 {found[:12]}; {rebuild} embeds every photo again with it"
         )
     return model
 

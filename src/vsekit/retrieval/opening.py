@@ -14,7 +14,7 @@ import logging
 import sqlite3
 from pathlib import Path
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command
 from vsekit.fileio import rename_no_replace
 from vsekit.retrieval.legacy import legacy_snapshot, read_manifest
 from vsekit.retrieval.segments import Snapshot, open_snapshot
@@ -39,9 +39,8 @@ def open_for_reading(out: Path) -> Snapshot:
         if (out / GENERATION_MARK).is_file():  # an index whose database was deleted (a build may rebuild it)
             raise damaged(out / DB, "missing", out)
         what = "does not exist" if not out.exists() else "has no store.sqlite"
-        raise VsekitError(
-            f"{out}: not a vsekit photo index ({what}); `vsekit index build PHOTOS --out {out}` makes one"
-        )
+        make = command("index", "build", "PHOTOS", "--out", out)
+        raise VsekitError(f"{out}: not a vsekit photo index ({what}); {make} makes one of the folder PHOTOS")
     return legacy_snapshot(out, manifest)
 
 

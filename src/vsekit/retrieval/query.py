@@ -31,9 +31,17 @@ from vsekit.errors import VsekitError
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
-from vsekit.retrieval.store import damaged, id_bytes
+from vsekit.retrieval.store import DB, damaged, id_bytes, id_text
 
-__all__ = ["MAX_QUERY_CHARS", "RouteScores", "SearchHit", "Searching", "filter_masks", "hits_from"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "RouteScores",
+    "SearchHit",
+    "Searching",
+    "filter_masks",
+    "hits_from",
+    "without_copies",
+]
 
 MAX_QUERY_CHARS = 1000
 
@@ -132,17 +140,19 @@ class Searching:
         folder: str | None = None,
         taken_after: str | dt.date | None = None,
         taken_before: str | dt.date | None = None,
+        leave_out: str | None = None,
     ) -> list[SearchHit]:
         """The ``k`` photos nearest a sentence, a photo (path or PIL image) or a vector, with optional
         ``minus`` / ``plus`` words (Kiros et al. 2014, Eq. 15) and the paper's re-sort of the top
         ``resort`` results by distance to their mean (0: off). Hits below ``min_score`` are dropped.
         Filters: ``folder`` (a folder relative to the photo folder, with its subfolders), and the EXIF
         date taken, ``taken_after <= taken < taken_before`` (dates or ISO text; photos without a date
-        are left out when either is given)."""
+        are left out when either is given); ``leave_out``: the photos whose bytes have this sha256 (the
+        photo searched by and its exact copies) are not searched."""
         query = self.query_vector(text, image, vector=vector, plus=plus, minus=minus)
         return self.search_vectors(
             query[None], k, min_score=min_score, resort=resort, engine=engine,
-            folder=folder, taken_after=taken_after, taken_before=taken_before,
+            folder=folder, taken_after=taken_after, taken_before=taken_before, leave_out=leave_out,
         )[0]  # fmt: skip
 
     def search_texts(
@@ -162,6 +172,7 @@ class Searching:
         folder: str | None = None,
         taken_after: str | dt.date | None = None,
         taken_before: str | dt.date | None = None,
+        leave_out: str | None = None,
     ) -> list[list[SearchHit]]:
         """Hits for each unit query vector ``[q, K]`` (see :meth:`search`)."""
         if k < 1:
@@ -170,9 +181,26 @@ class Searching:
         if len(view) == 0:
             return [[] for _ in np.atleast_2d(queries)]
         keep = filter_masks(view, folder, taken_after, taken_before)
+        if leave_out is not None:
+            keep = without_copies(view, keep, leave_out)
         want = min(max(k, resort), len(view))
         scores, rows = self._nearest(queries, want, engine, view=view, keep=keep)
         return hits_from(scores, rows, LivePaths(view), view.vector, k, min_score, resort)
+
+    def photo_sha256(self, photo_id: int) -> str:
+        """The sha256 of the bytes of indexed photo ``photo_id`` (a hit's id) as the index recorded them."""
+        view = self._view
+        if not 0 <= int(photo_id) < len(view):
+            raise VsekitError(f"no photo with id {photo_id} (the index holds {len(view)})")
+        record = view.record(view.path(int(photo_id)))
+        if record is None:  # the position's photo is recorded under another id: damage
+            raise damaged(view.out / DB, f"no record of the photo at {photo_id}", view.out)
+        return str(record["sha256"])
+
+    def copies(self, sha256: str) -> list[str]:
+        """The ids (paths) of the indexed photos whose bytes have ``sha256``: a photo and its exact copies."""
+        rows = self._view.query("SELECT id FROM photos WHERE sha256 = ? ORDER BY id", (sha256,))
+        return [id_text(i) for (i,) in rows]
 
     def route_scores(
         self,
@@ -335,6 +363,25 @@ def _pool_scores(
         best_joint=best[0],
         best_concept=best[1],
     )
+
+
+def without_copies(
+    view: Snapshot, keep: dict[int, np.ndarray] | None, sha256: str
+) -> dict[int, np.ndarray] | None:
+    """``keep`` (per-segment row masks; None: every live row) less the photos whose bytes have ``sha256``
+    (a few rows left out: the engines search a little deeper, :func:`~vsekit.retrieval.segments.nearest`)."""
+    found = view.query("SELECT segment, row FROM photos WHERE sha256 = ?", (sha256,))
+    if not found:
+        return keep
+    if keep is None:
+        keep = {}
+        for segment in view.segments:
+            keep[segment.n] = np.ones(segment.rows, dtype=bool)
+            keep[segment.n][segment.dead] = False
+    for n, row in found:
+        if n in keep and 0 <= row < len(keep[n]):
+            keep[n][row] = False
+    return keep
 
 
 def _position_mask(view: Snapshot, keep: dict[int, np.ndarray]) -> np.ndarray:

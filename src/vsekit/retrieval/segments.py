@@ -34,6 +34,7 @@ from vsekit.retrieval.search import _best_first, ann_search, exact_search
 from vsekit.retrieval.store import (
     DB,
     PHOTO_COLUMNS,
+    build_command,
     check_generation,
     check_row,
     committed_mark,
@@ -352,10 +353,7 @@ def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
         generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
         check_generation(out, generation, witnessed)
         if generation == 0:
-            raise VsekitError(
-                f"{out}: the index has no finished build yet; "
-                f"`vsekit index build PHOTOS --out {out}` finishes it"
-            )
+            raise VsekitError(f"{out}: the index has no finished build yet; {build_command(out)} finishes it")
         settings = read_settings(conn, out)
         segments = _load_segments(out, conn, settings, previous)
         count = conn.execute("SELECT count(*) FROM photos").fetchone()[0]

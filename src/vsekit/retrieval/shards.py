@@ -20,7 +20,7 @@ import numpy as np
 from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.retrieval.index import Index
-from vsekit.retrieval.query import SearchHit, hits_from
+from vsekit.retrieval.query import SearchHit, hits_from, without_copies
 from vsekit.retrieval.search import _best_first
 
 __all__ = ["ShardedIndex", "merge_top_k"]
@@ -77,19 +77,29 @@ class ShardedIndex:
         raise IndexError(row)
 
     def nearest(
-        self, queries: np.ndarray, k: int, engine: str | None = None
+        self, queries: np.ndarray, k: int, engine: str | None = None, leave_out: str | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Merged ``(scores, global rows)`` of the ``k`` best per unit query vector."""
+        """Merged ``(scores, global rows)`` of the ``k`` best per unit query vector (``leave_out``: the
+        photos whose bytes have this sha256 are not searched)."""
         if k < 1:
             raise VsekitError(f"k must be >= 1, got {k}")
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
-        parts = [
-            s._nearest(queries, min(k, len(s)), engine)
-            if len(s)
-            else (np.full((len(queries), 0), -np.inf, np.float32), np.full((len(queries), 0), -1, np.int64))
-            for s in self.shards
-        ]
+        parts = []
+        for s in self.shards:
+            if not len(s):
+                empty = (
+                    np.full((len(queries), 0), -np.inf, np.float32),
+                    np.full((len(queries), 0), -1, np.int64),
+                )
+                parts.append(empty)
+                continue
+            keep = without_copies(s._view, None, leave_out) if leave_out is not None else None
+            parts.append(s._nearest(queries, min(k, len(s)), engine, view=s._view, keep=keep))
         return merge_top_k(parts, self.sizes, k)
+
+    def copies(self, sha256: str) -> list[str]:
+        """The photos of every shard whose bytes have ``sha256`` (absolute paths, as hits show them)."""
+        return [str(s.photos_dir / p) for s in self.shards for p in s.copies(sha256)]
 
     def search_vectors(
         self,
@@ -99,10 +109,11 @@ class ShardedIndex:
         min_score: float | None = None,
         resort: int = 0,
         engine: str | None = None,
+        leave_out: str | None = None,
     ) -> list[list[SearchHit]]:
         """As :meth:`Index.search_vectors`, over every shard."""
         want = max(1, min(max(k, resort), len(self)))
-        scores, rows = self.nearest(queries, want, engine)
+        scores, rows = self.nearest(queries, want, engine, leave_out)
         return hits_from(scores, rows, self.paths, self._vector, k, min_score, resort)
 
     def search(
@@ -117,10 +128,12 @@ class ShardedIndex:
         min_score: float | None = None,
         resort: int = 0,
         engine: str | None = None,
+        leave_out: str | None = None,
     ) -> list[SearchHit]:
         """As :meth:`Index.search`; the query is embedded once, by the first shard's model."""
         query = self.shards[0].query_vector(text, image, vector=vector, plus=plus, minus=minus)
-        return self.search_vectors(query[None], k, min_score=min_score, resort=resort, engine=engine)[0]
+        options = dict(min_score=min_score, resort=resort, engine=engine, leave_out=leave_out)
+        return self.search_vectors(query[None], k, **options)[0]
 
     def search_texts(
         self, texts: Sequence[str], k: int = 10, min_score: float | None = None, engine: str | None = None

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, command
 from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_sha256
 
 __all__ = [
@@ -233,11 +233,45 @@ def _write_settings(c: sqlite3.Connection, values: dict[str, Any]) -> None:
 
 
 def damaged(path: Path, why: str, out: Path) -> VsekitError:
-    """The one line a damaged index file gets."""
+    """The one line a damaged index file gets, with the build that repairs it (:func:`build_command`)."""
     why = " ".join(str(why).split())[:200]
-    return VsekitError(
-        f"{path}: damaged index file ({why}); `vsekit index build PHOTOS --out {out}` will rebuild it"
-    )
+    return VsekitError(f"{path}: damaged index file ({why}); {build_command(out)} will rebuild it")
+
+
+def build_command(
+    out: Path | str, photos: str | os.PathLike[str] | None = None, model: str | None = None, *extra: str
+) -> str:
+    """The ``vsekit index build`` command that builds the index ``out`` from ``photos`` with the model named
+    ``model`` (a shipped name or a model file; the default ``vse`` needs no ``--model``), as a hint prints
+    it. Without ``photos``, the photo folder and model are those the index records, when it can still say
+    (:func:`recorded_source`); else the hint says PHOTOS."""
+    if photos is None:
+        photos, recorded = recorded_source(Path(out))
+        model = recorded if model is None else model
+    words = ["index", "build", photos or "PHOTOS", "--out", out]
+    words += ["--model", model] if model not in (None, "vse") else []
+    return command(*words, *extra)
+
+
+def recorded_source(out: Path) -> tuple[str | None, str | None]:
+    """``(photo folder, model name)`` as the settings of the index in ``out`` record them, best effort (a
+    hint's words): ``(None, None)`` when it cannot say (no database, unreadable or damaged settings)."""
+    try:
+        if not (out / DB).is_file():
+            manifest = json.loads((out / LEGACY_MANIFEST).read_text(encoding="utf-8"))
+            return str(manifest["photos"]) or None, str(manifest["model"]["name"])
+        conn = sqlite3.connect(out / DB, timeout=1)
+        try:
+            stored = dict(conn.execute("SELECT key, value FROM settings"))
+        finally:
+            conn.close()
+        check = stored.pop("check", None)
+        stored.pop("next_segment", None)
+        if check != settings_check(stored):  # damaged settings: their words are no advice
+            return None, None
+        return str(json.loads(stored["photos"])) or None, str(json.loads(stored["model"])["name"])
+    except (OSError, sqlite3.Error, ValueError, KeyError, TypeError):
+        return None, None
 
 
 # ----------------------------------------------------------------------------- concepts

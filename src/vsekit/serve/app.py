@@ -1,8 +1,10 @@
 """The FastAPI app: one static page and a JSON API over a photo :class:`~vsekit.api.Index`.
 
 ``GET /`` the page; ``GET /api/search?q=&k=`` (and ``rerank``, ``folder``, ``taken_after``, ``taken_before``);
-``POST /api/search/image`` (multipart ``file``, query ``k``); ``POST /api/arithmetic`` (form: ``q`` or
-``file`` or ``id``, ``minus``, ``plus``, ``k``, ``resort``); ``GET /api/similar/{id}``; ``POST /api/caption``
+``POST /api/search/image`` (multipart ``file``, query ``k``, ``keep_query`` and the filters); ``POST
+/api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``, ``resort``, ``keep_query``);
+``GET /api/similar/{id}`` (``k``, ``keep_query`` and the filters; a photo query leaves the photo searched by
+and its exact copies out unless ``keep_query=true``, and says which in ``left_out``); ``POST /api/caption``
 (multipart ``file``); ``GET /api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page:
 ``GET /api/photo/{id}`` (the full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET
 /api/duplicates?threshold=``; ``GET /docs`` (Swagger UI, served from this server: it works offline) and ``GET
@@ -21,6 +23,7 @@ unpickled; no answer names an absolute path. Decoding, the CNN and the captioner
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import logging
 import re
@@ -41,6 +44,7 @@ from starlette.exceptions import HTTPException
 
 from vsekit.api import Index, SearchHit, load_captioner
 from vsekit.errors import ImageError, VsekitError
+from vsekit.retrieval.answer import Answer
 from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
 from vsekit.serve.docs import add_docs_routes
 from vsekit.serve.origins import HostGuard, allowed_hosts
@@ -150,6 +154,11 @@ def _results(hits: list[SearchHit], index: Index | None = None) -> dict[str, Any
             result["caption"] = captions[h.path]
         results.append(result)
     return {"results": results}
+
+
+def _answered(found: Answer, index: Index) -> dict[str, Any]:
+    """A photo query's answer as JSON: its hits and what it left out (``left_out``)."""
+    return {**_results(found.hits, index), "left_out": found.to_json()["left_out"] or []}
 
 
 def _words(value: str | None) -> list[str]:
@@ -385,16 +394,48 @@ def _add_search_routes(
         # the re-rank computes regions with the aligner: a worker thread, like the other slow work
         return await workers.run("photo", answer) if rerank else answer()
 
+    KEEP = Query(False, description="keep the photo searched by and its exact copies (left out by default)")
+
     @app.post("/api/search/image")
-    async def search_image(file: UploadFile = File(...), k: int = K) -> dict[str, Any]:
+    async def search_image(
+        file: UploadFile = File(...),
+        k: int = K,
+        keep_query: bool = KEEP,
+        folder: str | None = Query(None, max_length=500),
+        taken_after: str | None = Query(None, max_length=40),
+        taken_before: str | None = Query(None, max_length=40),
+    ) -> dict[str, Any]:
+        """The ``k`` photos most like an uploaded one (an indexed photo with the upload's bytes left out:
+        ``keep_query=true`` keeps it); the filters as for ``/api/search``."""
         data, index = await _upload_bytes(file, settings), current()
-        return await workers.run("upload", lambda: _results(index.search(image=decode(data), k=k)))
+        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+        sha256 = hashlib.sha256(data).hexdigest()
+
+        def answer() -> dict[str, Any]:
+            found = index.answer(
+                image=decode(data), image_sha256=sha256, keep_query=keep_query, k=k, **filters
+            )
+            return _answered(found, index)
+
+        return await workers.run("upload", answer)
 
     @app.get("/api/similar/{photo_id}")
-    def similar(photo_id: int, k: int = K) -> dict[str, Any]:
+    def similar(
+        photo_id: int,
+        k: int = K,
+        keep_query: bool = KEEP,
+        folder: str | None = Query(None, max_length=500),
+        taken_after: str | None = Query(None, max_length=40),
+        taken_before: str | None = Query(None, max_length=40),
+    ) -> dict[str, Any]:
+        """More like indexed photo ``photo_id``: the photo itself and its exact copies are left out
+        (``keep_query=true`` keeps them); ``photo`` names it. The filters as for ``/api/search``."""
         index = current()
         _photo_path(index, photo_id)
-        return _results(index.search(vector=index.vectors[photo_id], k=k))
+        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+        found = index.answer(like=photo_id, keep_query=keep_query, k=k, **filters)
+        photo = {"id": photo_id, "path": _printable(index.paths[photo_id])}
+        return {**_answered(found, index), "photo": photo}
 
     @app.post("/api/arithmetic")
     async def arithmetic(
@@ -405,22 +446,29 @@ def _add_search_routes(
         k: int = Form(10, ge=1, le=settings.max_k),
         resort: int = Form(0, ge=0, le=settings.max_k),
         file: UploadFile | None = File(None),
+        keep_query: bool = Form(False),
+        folder: str | None = Form(None, max_length=500),
+        taken_after: str | None = Form(None, max_length=40),
+        taken_before: str | None = Form(None, max_length=40),
     ) -> dict[str, Any]:
-        """Kiros et al. 2014, Eq. 15: (query - minus words + plus words), normalised, by cosine."""
+        """Kiros et al. 2014, Eq. 15: (query - minus words + plus words), normalised, by cosine; a photo
+        query leaves the photo and its exact copies out, as ``/api/similar`` does (``keep_query``); the
+        filters as for ``/api/search``."""
         data = await _upload_bytes(file, settings) if file is not None and file.filename else None
         index = current()
-        words = {"minus": _words(minus), "plus": _words(plus)}
+        options = {"minus": _words(minus), "plus": _words(plus), "k": k, "resort": resort}
+        options |= {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
 
         def answer() -> dict[str, Any]:
             image = decode(data) if data is not None else None
-            vector = None
             if photo_id is not None:
                 _photo_path(index, photo_id)
-                vector = index.vectors[photo_id]
             text = q if q and q.strip() else None
-            if sum(x is not None for x in (text, image, vector)) != 1:
+            if sum(x is not None for x in (text, image, photo_id)) != 1:
                 raise UploadError("give one query: a sentence 'q', a photo 'file' or an indexed photo 'id'")
-            return _results(index.search(text, image, vector=vector, k=k, resort=resort, **words))
+            sha256 = hashlib.sha256(data).hexdigest() if data is not None else None
+            query = dict(like=photo_id, image_sha256=sha256, keep_query=keep_query)
+            return _answered(index.answer(text, image, **query, **options), index)
 
         return await workers.run("upload", answer)
 

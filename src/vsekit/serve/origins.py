@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import shlex
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -102,10 +103,12 @@ class HostGuard:
         host_header = headers.get("host")
         if host_header is None:
             return 400, "no Host header: this server answers requests for localhost and its allowed hosts"
-        if not self.allows(_host_of_header(host_header)):
+        name = _host_of_header(host_header)
+        if not self.allows(name):
+            allow = shlex.quote(name[:100]) if name else "NAME"
             return 400, (
                 f"Host {host_header[:100]!r} is not this server's (allowed: {', '.join(sorted(self.hosts))}; "
-                "add a name with `vsekit serve --allow-host NAME`)"
+                f"to answer it, start the server again with `--allow-host {allow}` added to its command)"
             )
         if method.upper() in SAFE_METHODS:
             return None

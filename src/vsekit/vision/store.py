@@ -37,7 +37,7 @@ import numpy as np
 
 from vsekit.data.corpus import Corpus
 from vsekit.data.images import ImageCollection
-from vsekit.errors import ConfigMismatchError, VsekitError
+from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.fileio import atomic_save_npy, atomic_write_bytes, new_memmap
 from vsekit.resources import default_cache_root
 from vsekit.vision.backbones import BACKBONES, resolve_weights, weights_fingerprint
@@ -199,9 +199,8 @@ class FeatureStore:
         path = Path(path)
         meta_path = path / "meta.json"
         if not meta_path.is_file():
-            raise VsekitError(
-                f"{path}: not a vsekit feature cache (no meta.json); run `vsekit extract` first"
-            )
+            extract = command("extract", "--data", "CORPUS", "--cache-dir", path)
+            raise VsekitError(f"{path}: not a vsekit feature cache (no meta.json); {extract} fills it")
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             store = cls(path, meta)
@@ -293,7 +292,7 @@ class FeatureStore:
         if _matrix_digest(raw_path, self.done_mask()) != recorded.get("sha256"):
             raise DamagedMatrixError(
                 f"{raw_path}: damaged feature matrix (its bytes no longer match the checksum in meta.json); "
-                "`vsekit extract` with the same arguments extracts it again"
+                f"{self.extract_command()} extracts it again"
             )
         _VERIFIED.add(key)
 
@@ -321,7 +320,7 @@ class FeatureStore:
         if missing:
             raise VsekitError(
                 f"{self.path}: {len(missing)} image(s) have no features in this cache, e.g. {missing[0]!r}; "
-                "run `vsekit extract` on the corpus"
+                f"{self.extract_command()} adds them"
             )
         rows = np.fromiter((self._row[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
         done = self.done_mask()
@@ -330,7 +329,7 @@ class FeatureStore:
             why = self.failed.get(bad[0], "extraction did not finish")
             raise VsekitError(
                 f"{self.path}: {len(bad)} image(s) have no finished features, e.g. {bad[0]!r} ({why}); "
-                "re-run `vsekit extract` (it resumes) or leave those images out"
+                f"{self.extract_command()} resumes, or leave those images out"
             )
         return rows
 
@@ -340,13 +339,20 @@ class FeatureStore:
         rows = self.rows(ids)
         return np.asarray(self._raw()[rows], dtype=np.float32)
 
+    def extract_command(self, fne: bool = False) -> str:
+        """The ``vsekit extract`` command that fills this cache, as a hint prints it (CORPUS: the corpus of
+        its images; the backbone, the FNE (or ``fne``) and the int8 engine as this cache holds them)."""
+        words = ["extract", "--data", "CORPUS", "--backbone", self.config.backbone]
+        words += ["--fne"] if fne or self.config.layers != "one-layer" else []
+        words += ["--engine", "onnxruntime-int8"] if self.config.precision == "int8" else []
+        return command(*words, "--cache-dir", self.path)
+
     # --------------------------------------------------------------------- FNE
     def fne(self) -> FullNetworkEmbedding:
         path = self.path / "fne.safetensors"
         if not path.is_file():
-            raise VsekitError(
-                f"{self.path}: no fitted Full-Network Embedding here; run `vsekit extract --fne`"
-            )
+            fit = self.extract_command(fne=True)
+            raise VsekitError(f"{self.path}: no fitted Full-Network Embedding here; {fit} fits it")
         return FullNetworkEmbedding.load(path)
 
     def fne_codes(self, image_ids: Sequence[str] | None = None) -> np.ndarray:
