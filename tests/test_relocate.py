@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -112,3 +113,21 @@ def test_building_another_folder_into_an_index_names_relocate(copy, tmp_path):
     assert result.exit_code == 2
     hint = f"`vsekit index relocate {index} {moved}` points this index at them"
     assert f"this index is of {photos}, not {moved}" in result.output and hint in result.output
+
+
+def test_an_index_in_the_old_format_is_converted_and_relocated(tmp_path):
+    """An index from before the store (index.json) is converted in the same step, its vectors copied into
+    the store, not embedded again."""
+    from test_store import legacy_copy
+    from vsekit.retrieval.index import Index
+
+    index, photos = legacy_copy(tmp_path)
+    before = Index.open(index)
+    vectors, paths = np.asarray(before.vectors).copy(), list(before.paths)
+    moved = photos.rename(tmp_path / "moved")
+    result = runner.invoke(app, ["index", "relocate", str(index), str(moved)])
+    assert result.exit_code == 0 and "12 photos found with their size, 12 compared" in result.output
+    after = Index.open(index)
+    assert after.generation() == 2 and after.photos_dir == moved  # converted, then moved
+    assert not (index / "index.json").exists()
+    assert list(after.paths) == paths and np.array_equal(np.asarray(after.vectors), vectors)
