@@ -345,6 +345,22 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     }
 
 
+def _guard_attachment() -> dict[str, Any]:
+    """The concept guard's evidence table (captioning/guard.py; opt-in: `vsekit caption --guard`)."""
+    path = PRETRAINED / "caption-guard.safetensors"
+    pinned = header(path)["captioner_sha256"]
+    return {
+        **file_facts(path),
+        "short": "concept guard table (opt-in)",
+        "what": "evidence of each object word from the CNN's ImageNet classes, for `vsekit caption --guard`: "
+        "WordNet 3.0 hyponymy plus how often Flickr8K train captions (outside val1000) name the word for "
+        "photos seen as the class; off by default",
+        "made_with": "bench/ship_caption_guard.py",
+        "pins": {"captioner": pinned},
+        "pin_matches": pinned == content_fingerprint(PRETRAINED / "captioner.safetensors"),
+    }
+
+
 def card_bow() -> dict[str, Any]:
     path = PRETRAINED / "bow.safetensors"
     h = header(path)
@@ -555,7 +571,7 @@ def card_captioner() -> dict[str, Any]:
         ],
         "pins": {"vse": rerank["joint_model_sha256"]},
         "pin_matches": rerank["joint_model_sha256"] in (file_sha256(vse), content_fingerprint(vse)),
-        "attachments": [],
+        "attachments": [_guard_attachment()],
     }
 
 
