@@ -41,6 +41,7 @@ lint: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
 
 # shipped model files: content checksums and pins by content (idempotent; rerun after re-shipping a model)
 stamp: $(DEV_STAMP)
@@ -81,4 +82,4 @@ docs: $(DOCS_STAMP)
 	$(PY) docs/check_offline.py site
 
 clean:
-	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist site src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -27,7 +27,9 @@ def seed_all(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     """The current torch (CPU and CUDA), NumPy and Python RNG states."""
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # the global RandomState is MT19937, whose legacy state is the tuple
+    kind, keys, pos, has_gauss, cached = state
     return {
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,

@@ -249,8 +249,8 @@ def draw_snippet_gallery(
     crops = []
     for hit in hits:
         img = _decode(images[hit["image_id"]])
-        box = scale_boxes([hit["box"]], img.size)[0]
-        crop = img.crop(box)
+        x0, y0, x1, y1 = scale_boxes([hit["box"]], img.size)[0]
+        crop = img.crop((x0, y0, x1, y1))
         crops.append(crop.resize((max(1, round(crop.width * tile / max(crop.height, 1))), tile)))
     band = 24
     sheet = Image.new("RGB", (sum(c.width for c in crops) + 4 * (len(crops) + 1), tile + band + 4), "white")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -16,7 +16,7 @@ from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
 __all__ = ["evaluate_aligner", "evaluate_aligner_file", "is_aligner_file"]
 
 
-def is_aligner_file(name_or_path: str | None) -> bool:
+def is_aligner_file(name_or_path: str | None) -> TypeGuard[str]:
     """Whether ``--model`` names an aligner: the shipped name ``aligner`` or a file whose safetensors
     header says ``format: vsekit.aligner`` (anything unreadable is left to the joint-model loader)."""
     if name_or_path is None:

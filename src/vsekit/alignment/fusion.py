@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import torch
@@ -107,7 +107,7 @@ class FusionSpec:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def is_fusion(name_or_path: str | os.PathLike[str] | None) -> bool:
+def is_fusion(name_or_path: str | os.PathLike[str] | None) -> TypeGuard[str | os.PathLike[str]]:
     """Whether ``--model`` names a fusion: the shipped ``vse+aligner`` or a JSON file of format
     ``vsekit.fusion``."""
     if name_or_path is None:

@@ -73,7 +73,7 @@ class RegionAligner(nn.Module):
             self.words = MiniLMWordEncoder(embed_dim, head=word_head, dropout=dropout)
         else:
             self.words = BRNNWordEncoder(vocab, embed_dim, word_dim, glove, freeze_words, dropout)
-        self.config = {
+        self.config: dict[str, Any] = {
             "regions": dict(regions),
             "image_dim": int(image_dim),
             "embed_dim": int(embed_dim),

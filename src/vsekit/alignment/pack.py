@@ -16,12 +16,17 @@ packs this way (a BRNN's recurrence does not split into blocks through one modul
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 from vsekit.alignment.model import RegionAligner
 from vsekit.errors import VsekitError
 from vsekit.text.encoders import no_pretrained_init
+
+if TYPE_CHECKING:
+    from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
 __all__ = ["pack_aligners"]
 
@@ -37,6 +42,14 @@ def _check(models: Sequence[RegionAligner]) -> None:
         for key in ("regions", "image_dim", "score"):
             if model.config[key] != first[key]:
                 raise VsekitError(f"aligner {k}: field '{key}' differs from the first aligner's")
+
+
+def _head(words: object) -> tuple[MiniLMWordEncoder, nn.Linear]:
+    """An aligner's MiniLM-token word encoder and its mlp head's W_d (:func:`_check` made sure of both)."""
+    from vsekit.text.minilm_tokens import MiniLMWordEncoder
+
+    assert isinstance(words, MiniLMWordEncoder) and words.w_d is not None
+    return words, words.w_d
 
 
 @torch.no_grad()
@@ -57,16 +70,17 @@ def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
         )
     packed.project.weight.copy_(torch.cat([m.project.weight for m in models]))
     packed.project.bias.copy_(torch.cat([m.project.bias for m in models]))
-    words = packed.words
+    words, w_d = _head(packed.words)
+    heads = [_head(m.words) for m in models]
     words.norm.weight.fill_(1.0)
     words.norm.bias.zero_()
     w_e, b_e = [], []
-    for m in models:
-        gain, shift = m.words.norm.weight, m.words.norm.bias
-        w_e.append(m.words.w_e.weight * gain[None, :])
-        b_e.append(m.words.w_e.weight @ shift + m.words.w_e.bias)
+    for m, _ in heads:
+        gain, shift = m.norm.weight, m.norm.bias
+        w_e.append(m.w_e.weight * gain[None, :])
+        b_e.append(m.w_e.weight @ shift + m.w_e.bias)
     words.w_e.weight.copy_(torch.cat(w_e))
     words.w_e.bias.copy_(torch.cat(b_e))
-    words.w_d.weight.copy_(torch.block_diag(*[m.words.w_d.weight for m in models]))
-    words.w_d.bias.copy_(torch.cat([m.words.w_d.bias for m in models]))
+    w_d.weight.copy_(torch.block_diag(*[d.weight for _, d in heads]))
+    w_d.bias.copy_(torch.cat([d.bias for _, d in heads]))
     return packed.eval()

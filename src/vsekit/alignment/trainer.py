@@ -251,7 +251,7 @@ def evaluate_dev(model: RegionAligner, data: _Data) -> dict[str, Any]:
 
 
 def _epoch_trainer(
-    state: TrainState, config: AlignerConfig, data: _Data, device: torch.device, progress: bool
+    state: TrainState[RegionAligner], config: AlignerConfig, data: _Data, device: torch.device, progress: bool
 ):
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
@@ -313,6 +313,7 @@ def _build(
     ).to(device)
     model.words.precompute(data.train_texts + data.dev_texts)  # seen every epoch: the cache keeps them all
     params = [p for p in model.parameters() if p.requires_grad]
+    opt: torch.optim.Optimizer
     if config.optimizer == "sgd":
         opt = torch.optim.SGD(params, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
     else:

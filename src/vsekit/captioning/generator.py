@@ -42,6 +42,7 @@ from vsekit.vision import features as vision_features
 from vsekit.vision.backbones import BACKBONES
 from vsekit.vision.classes import Classifier, load_classifier
 from vsekit.vision.features import readable_image_ids
+from vsekit.vision.fne import FullNetworkEmbedding
 from vsekit.vision.preprocess import load_image
 from vsekit.vision.spec import FeatureSpec
 
@@ -117,7 +118,7 @@ class CaptionGenerator:
         self.rerank: RerankSettings | None = None
         self._joint_name = joint_model
         self.captioner: Any = None
-        self.fne = None
+        self.fne: FullNetworkEmbedding | None = None
         self.guard: ConceptGuard | None = None
         self.classifier: Classifier | None = None
         if method == "mrnn":
@@ -127,7 +128,7 @@ class CaptionGenerator:
         elif method == "scnlm":
             self._load_scnlm(model)
         else:
-            self.image = {"backbone": nn_features[0], "kind": nn_features[1]}
+            self.image: dict[str, Any] = {"backbone": nn_features[0], "kind": nn_features[1]}
 
     # -- loading -------------------------------------------------------------------------------------
 
@@ -168,12 +169,14 @@ class CaptionGenerator:
             train = command("train-scnlm", "--data", "CORPUS", "--out", "DIR")
             raise VsekitError(f"--method scnlm needs --model PATH (DIR/scnlm.safetensors: {train} writes it)")
         self._load_joint()
+        assert self.joint is not None
         self.captioner = load_scnlm(model, joint_model=self.joint.network)
         self.image, self.fne = dict(self.joint.image_spec), self.joint.fne
 
     def _load_joint(self) -> None:
         self.joint = VSEModel.load(self._joint_name, device=self.device)
         if self.rerank is not None and self.rerank.joint_model_sha256:
+            assert self.joint.path is not None  # VSEModel.load keeps the file's path
             if not fingerprint_matches(self.joint.path, self.rerank.joint_model_sha256):
                 warnings.warn(
                     f"the captioner's rerank weights were tuned with another joint model than "
@@ -224,6 +227,7 @@ class CaptionGenerator:
         )
         joint_feats = None
         if self.rerank is not None:
+            assert self.joint is not None  # loaded with the rerank settings
             joint_feats = feats if self._joint_reads_same_features() else self.joint.file_features(files)
         return self.describe_features(feats, n, joint_feats)
 
@@ -260,6 +264,7 @@ class CaptionGenerator:
         )
         joint_feats = None
         if self.rerank is not None:
+            assert self.joint is not None  # loaded with the rerank settings
             joint_feats = self.joint.corpus_features(corpus, ids, **feature_kwargs)
         return self.describe_features(feats, n, joint_feats, progress=feature_kwargs.get("progress", True))
 
@@ -270,6 +275,7 @@ class CaptionGenerator:
         spec = FeatureSpec.from_config(self.image)
         kept, _ = readable_image_ids(corpus, spec, list(image_ids), device=self.device, **options)
         if self.rerank is not None:
+            assert self.joint is not None  # loaded with the rerank settings
             kept, _ = self.joint.readable_ids(corpus, kept, **options)
         return kept
 
@@ -302,6 +308,7 @@ class CaptionGenerator:
         if self.method == "nn":
             return [[c] for c in self.captioner.caption(features)]
         if self.method == "scnlm":
+            assert self.joint is not None  # the SC-NLM is conditioned on it
             return self.captioner.generate(self.joint.network.embed_images(features), n_best=n)
         if self.rerank is not None and joint_features is None:
             raise VsekitError("reranking needs the joint model's features of the images")
@@ -326,6 +333,7 @@ class CaptionGenerator:
     def _decode(self, features: np.ndarray, n: int) -> list[list[str]]:
         kwargs, text = self._decode_kwargs(), self.captioner.text
         if self.decode.decoding == "beam":
+            assert self.decode.beam_size is not None  # set when the m-RNN was loaded
             kwargs["n_best"] = min(n, self.decode.beam_size)
             return [[text(c) for c in caps] for caps in self.captioner.decode(features, **kwargs)]
         if self.decode.decoding == "sample" and n > 1:
@@ -335,6 +343,7 @@ class CaptionGenerator:
 
     def _beam_reranked(self, features: np.ndarray, n: int, joint_features: np.ndarray) -> list[list[str]]:
         settings = self.rerank
+        assert settings is not None and self.joint is not None
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = self.captioner.decode(features, **kwargs)
         texts = [[self.captioner.text(c) for c in caps] for caps in candidates]
@@ -394,6 +403,7 @@ class CaptionGenerator:
         return [[plain[i]] if i in plain else [texts[i][j] for j in order[i][:n]] for i in range(len(texts))]
 
     def _joint_reads_same_features(self) -> bool:
+        assert self.joint is not None
         spec = self.joint.image_spec
         return (
             spec["backbone"] == self.image["backbone"] and spec["kind"] == self.image["kind"] == "one-layer"

@@ -104,7 +104,7 @@ class MultimodalRNN(nn.Module):
         if self.config.cell == "rnn":
             # A ReLU recurrence blows up from the default uniform init; start near the identity-free
             # small regime (Le et al. 2015 use identity; small orthogonal*0.5 trains stably here).
-            nn.init.orthogonal_(self.rnn.weight_hh_l0, gain=0.5)
+            nn.init.orthogonal_(self.rnn.get_parameter("weight_hh_l0"), gain=0.5)
 
     def init_output_bias(self, target_counts: torch.Tensor) -> None:
         """Set b_o to the log unigram frequencies of the training targets (Karpathy appendix).
@@ -132,7 +132,9 @@ class MultimodalRNN(nn.Module):
         dtype = self.output.weight.dtype
         b_v = self.image_bias(self.image_dropout(features.to(dtype)))  # Eq. 13
         x_1 = self.dropout(self.word_embedding(start))
-        return F.linear(x_1, self.rnn.weight_ih_l0, self.rnn.bias_ih_l0 + self.rnn.bias_hh_l0) + b_v
+        # (the RNN's parameters by name: torch's types do not declare the attributes it creates for them)
+        rnn = self.rnn.get_parameter
+        return F.linear(x_1, rnn("weight_ih_l0"), rnn("bias_ih_l0") + rnn("bias_hh_l0")) + b_v
 
     def initial_state(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """The recurrent state after step 1 (reading START and the image), shapes ``[1, n, H]``."""

@@ -111,7 +111,7 @@ def load_caption_data(
         for c in train_split.captions
     ]
     pairs = [(row, ids) for row, ids in pairs if ids]
-    fne_kw = {"fne": init.fne} if init is not None and init.fne is not None else {}
+    fne_kw: dict[str, Any] = {"fne": init.fne} if init is not None and init.fne is not None else {}
     fne_kw["progress"] = progress  # --no-progress hides the extraction bars too
     train_feats, fne = feature_fn(corpus, train_ids, config.backbone, config.image_features, **fne_kw)
     fne = init.fne if init is not None and init.fne is not None else fne

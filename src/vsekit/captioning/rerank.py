@@ -102,13 +102,8 @@ def tune_rerank(
             picks = choose(candidates, cosines, weight, penalty)
             predictions = {i: texts[k][p] for k, (i, p) in enumerate(zip(image_ids, picks, strict=True))}
             scores = score_fn(predictions, references)
-            grid.append(
-                {
-                    "weight": weight,
-                    "length_penalty": penalty,
-                    "cider": scores["cider"],
-                    "bleu4": scores["bleu4"],
-                }
-            )
+            cider, bleu4 = scores["cider"], scores["bleu4"]
+            assert cider is not None and bleu4 is not None  # only METEOR may be missing (no Java)
+            grid.append({"weight": weight, "length_penalty": penalty, "cider": cider, "bleu4": bleu4})
     best = max(grid, key=lambda g: (round(g["cider"], 6), g["bleu4"]))
     return float(best["weight"]), float(best["length_penalty"]), grid

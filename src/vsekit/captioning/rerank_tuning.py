@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from vsekit.vision.features import image_features
 __all__ = ["ScoreFn", "tune_captioner_rerank"]
 
 # scores of predictions (image id -> caption) against references (image id -> captions): cider, bleu4, ...
-ScoreFn = Callable[[dict[str, str], dict[str, list[str]]], dict[str, float | None]]
+ScoreFn = Callable[[dict[str, str], Mapping[str, Sequence[str]]], dict[str, float | None]]
 
 
 def tune_captioner_rerank(

@@ -192,9 +192,9 @@ class SCNLMCaptioner:
         t_embed = time.perf_counter() - t1
         where = {t: i for i, t in enumerate(unique)}
         features = []
-        for i, texts in enumerate(per_image):
-            cos = (vecs[[where[t] for t in texts]] @ emb[i]).numpy().astype(np.float64)
-            toks = [t.split() for t in texts]
+        for i, image_texts in enumerate(per_image):
+            cos = (vecs[[where[t] for t in image_texts]] @ emb[i]).numpy().astype(np.float64)
+            toks = [t.split() for t in image_texts]
             features.append(
                 np.stack(
                     [

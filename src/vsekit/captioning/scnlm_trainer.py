@@ -250,7 +250,7 @@ def _generation_parts(
 
 def _build_state(
     config: SCNLMTrainConfig, data: _SCNLMData, content_dim: int, device: torch.device
-) -> TrainState:
+) -> TrainState[SCNLM]:
     """The SC-NLM with its output biases at the log unigram frequencies (chance from step one), Adam with
     a per-epoch exponential decay."""
     model = SCNLM(config.model_config(len(data.vocab), len(data.tag_names), content_dim))
@@ -270,7 +270,7 @@ def _build_state(
 
 
 def _scnlm_epoch_trainer(
-    state: TrainState, config: SCNLMTrainConfig, data: _SCNLMData, device: torch.device, progress: bool
+    state: TrainState[SCNLM], config: SCNLMTrainConfig, data: _SCNLMData, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch: batches of whole captions (the content term T_u u is computed once per caption)."""
     model, optimizer = state.model, state.optimizer
@@ -333,7 +333,9 @@ def train_scnlm_run(
     dev = resolve_device(device)
     joint = joint_model if joint_model is not None else _shipped_joint_model()
     if tagger is None:
-        from vsekit.captioning.pos import pos_tag as tagger
+        from vsekit.captioning.pos import pos_tag
+
+        tagger = pos_tag
     seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
     data = _load_data(corpus, config, joint, tagger, out / "cache", progress)
     if ckpt is not None and ckpt["data"] != data.identity:
@@ -354,6 +356,7 @@ def train_scnlm_run(
         on, examples, u = (
             ("dev", data.dev, data.u_dev) if data.dev is not None else ("train", data.train, data.u_train)
         )
+        assert u is not None  # u_dev comes with dev
         ppl = perplexity(state.model, examples, u)
         return ppl, {"ppl": ppl, "split": on}
 

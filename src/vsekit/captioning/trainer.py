@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,7 @@ KIND = "captioner"  # the checkpoint kind this trainer writes
 
 
 def default_score_fn(
-    predictions: dict[str, str], references: dict[str, list[str]]
+    predictions: dict[str, str], references: Mapping[str, Sequence[str]]
 ) -> dict[str, float | None]:
     """The scores dev selection and rerank tuning use: :func:`~vsekit.metrics.captions.score_captions`
     without METEOR."""
@@ -100,7 +100,7 @@ def default_score_fn(
 
 def _build_state(
     config: CaptionTrainConfig, data: CaptionData, device: torch.device, init: MRNNCaptioner | None = None
-) -> TrainState:
+) -> TrainState[MultimodalRNN]:
     """The m-RNN (output biases at the log word frequencies, or the weights of ``init``), its optimiser
     and schedule."""
     if init is not None:
@@ -123,7 +123,7 @@ def _build_state(
     return _state_for(model.to(device), config)
 
 
-def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState:
+def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState[MultimodalRNN]:
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "adam":
         optimizer: torch.optim.Optimizer = torch.optim.Adam(
@@ -141,7 +141,11 @@ def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState:
 
 
 def _caption_epoch_trainer(
-    state: TrainState, config: CaptionTrainConfig, data: CaptionData, device: torch.device, progress: bool
+    state: TrainState[MultimodalRNN],
+    config: CaptionTrainConfig,
+    data: CaptionData,
+    device: torch.device,
+    progress: bool,
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of teacher-forced word prediction over length-bucketed batches."""
     model, optimizer = state.model, state.optimizer
@@ -175,7 +179,11 @@ def _caption_epoch_trainer(
 
 
 def _scst_epoch_trainer(
-    state: TrainState, config: CaptionTrainConfig, data: CaptionData, device: torch.device, progress: bool
+    state: TrainState[MultimodalRNN],
+    config: CaptionTrainConfig,
+    data: CaptionData,
+    device: torch.device,
+    progress: bool,
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of self-critical training: every training image once, in a seeded order, in batches of
     ``batch_size`` images with ``scst_samples`` sampled captions each (:func:`scst_loss`). Samples are drawn
@@ -227,7 +235,7 @@ def _scst_epoch_trainer(
 
 
 def _dev_evaluator(
-    state: TrainState, config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
+    state: TrainState[MultimodalRNN], config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
 ) -> Callable[[int], tuple[float, dict[str, Any]] | None]:
     """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D. Epochs
     between ``eval_every`` ones are not scored (None), the last always is."""

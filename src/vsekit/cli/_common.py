@@ -104,8 +104,8 @@ def hide_flag_metavars() -> None:
     def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's hook
         return "" if self.is_flag else shown(self, ctx)
 
-    TyperOption.display_type_rich = display_type_rich
-    TyperOption._vsekit_flags_hidden = True
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]  # patches typer's hook
+    TyperOption._vsekit_flags_hidden = True  # type: ignore[attr-defined]  # our marker on typer's class
 
 
 def say(message: str) -> None:

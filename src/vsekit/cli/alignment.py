@@ -56,10 +56,16 @@ def train_aligner(
             f"{corpus!r}\nrecipe {config.name}: {config.regions} regions, {config.backbone}, "
             f"h={config.embed_dim}"
         )
-        options = dict(
-            resume=resume, progress=show_progress(progress), device=device, cache_root=cache_root, log=say
+        summary = run_training(
+            corpus,
+            config,
+            out,
+            resume=resume,
+            progress=show_progress(progress),
+            device=device,
+            cache_root=cache_root,
+            log=say,
         )
-        summary = run_training(corpus, config, out, **options)
     if summary["best_dev"] is not None:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"
         console.print(metrics_table(title, summary["best_dev"]))
@@ -126,10 +132,17 @@ def train_region_captioner(
         corpus = load_corpus(data)
         model = Aligner.load(aligner, device=device)
         console.print(f"{corpus!r}\nrecipe {config.name}: aligner {model.path}, beta {config.beta}")
-        options = dict(
-            resume=resume, progress=show_progress(progress), device=device, cache_root=cache_root, log=say
+        summary = run_training(
+            model,
+            corpus,
+            config,
+            out,
+            resume=resume,
+            progress=show_progress(progress),
+            device=device,
+            cache_root=cache_root,
+            log=say,
         )
-        summary = run_training(model, corpus, config, out, **options)
     console.print(
         f"{summary['n_train_snippets']} training snippets; best dev epoch {summary['best_epoch']}: "
         f"{summary['best_dev']}"

@@ -91,12 +91,14 @@ train_captioner.__doc__ = (train_captioner.__doc__ or "").replace("{recipes}", _
 
 
 def caption(
-    paths: list[Path] = typer.Argument(
+    paths: list[Path] | None = typer.Argument(
         None,
         help="Image files or folders of photos to describe (e.g. photos/*.jpg or photos/).",
         show_default=False,
     ),
-    image: list[Path] = typer.Option(None, "--image", help="Image file or folder to describe (repeatable)."),
+    image: list[Path] | None = typer.Option(
+        None, "--image", help="Image file or folder to describe (repeatable)."
+    ),
     data: Path | None = typer.Option(
         None, "--data", help="Corpus: describe every image of --split and score."
     ),
@@ -199,9 +201,11 @@ def caption(
         )
         if image:
             if method == "nn":
+                assert train_data is not None  # (checked above)
                 generator.fit_nn(load_corpus(train_data), "train", cache_root)
             _caption_photos(generator, photos, n, out)
         else:
+            assert data is not None  # (images or --data: checked above)
             corpus = load_corpus(data)
             split = split or corpus.default_split()
             if method == "nn":
@@ -295,6 +299,7 @@ def _caption_photos(generator, photos: list[tuple[str, PhotoFile]], n: int, out:
                 _, picture, error = read_photo(photo)
                 if picture is None:
                     failed += 1
+                    assert error is not None  # read_photo gives a picture or an error
                     with bar.external_write_mode():
                         warn(error, "unreadable")
                 else:

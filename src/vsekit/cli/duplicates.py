@@ -22,7 +22,7 @@ def duplicates(
         "--threshold",
         help="Cosine at or above which two photos are near-duplicates (lower finds more, looser groups).",
     ),
-    json_out: Path = typer.Option(None, "--json", help='Write {"groups": [[path, ...], ...]} here.'),
+    json_out: Path | None = typer.Option(None, "--json", help='Write {"groups": [[path, ...], ...]} here.'),
 ) -> None:
     """Find groups of near-duplicate photos: re-saved, resized or slightly cropped copies of one shot.
 

@@ -141,7 +141,7 @@ def evaluate(
             result = evaluate_aligner_file(
                 model, corpus, split, protocol, device=device, cache_root=cache_root
             )
-            path = resolve_model_path(model, "aligner")
+            path: Path | None = resolve_model_path(model, "aligner")
         elif is_fusion(model):  # cosine and S_kl, weighted (the fusion file says how)
             fused = FusedModel.load(model, device=device)
             result = evaluate_fused(fused, corpus, split, protocol, cache_root=cache_root)
@@ -159,6 +159,7 @@ def evaluate(
                 device=str(vse.device),
             )
             path = vse.path
+        assert path is not None  # a loaded model knows its file
         result = {
             **result,
             "split": split,
@@ -249,6 +250,7 @@ def _rank_in_joint_space(
         (hits,) = rank_in_space(vse.embed_images([image]), texts, candidates, top)
         rows = [{"rank": k, "score": h.score, "caption": h.key} for k, h in enumerate(hits, 1)]
     else:
+        assert sentence is not None  # (one query: the image or the sentence)
         part = corpus.split(split)
         ids = part.image_ids()
         if skip_bad_images:
@@ -270,7 +272,7 @@ def _rank_in_joint_space(
 
 
 def _rank_by_pairs(
-    model: str,
+    model: str | os.PathLike[str],
     image: Path | None,
     sentence: str | None,
     captions: Path | None,
@@ -301,16 +303,19 @@ def _rank_by_pairs(
         if scorer is not None:
             scores = scorer.score_matrix([image], candidates)[0]
         else:
+            assert aligner is not None
             scores = aligner.score_matrix(aligner.regions([image], cache=False).features, candidates)[0]
         order = np.argsort(-scores, kind="stable")[:top]
         return [
             {"rank": k, "score": float(scores[j]), "caption": candidates[j]} for k, j in enumerate(order, 1)
         ]
+    assert sentence is not None  # (one query: the image or the sentence)
     part = corpus.split(split)
     ids = part.image_ids()
     if scorer is not None:
         scores = scorer.corpus_scores(corpus, ids, [sentence], cache_root=cache_root)[:, 0]
     else:
+        assert aligner is not None
         feats = aligner.regions(corpus, image_ids=ids, cache_root=cache_root).features
         scores = evaluate_scores(aligner.model, torch.from_numpy(feats), [sentence])[:, 0]
     first = {i: caps[0] if caps else "" for i, caps in part.captions_by_image().items()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -75,7 +76,7 @@ def extract(
         corpus = load_corpus(data)
         console.print(f"{corpus!r}")
         start = time.perf_counter()
-        common = dict(
+        common: dict[str, Any] = dict(
             cache_dir=cache_dir,
             cache_root=cache_root,
             weights=weights,

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from vsekit.cli._common import console, plain, user_errors
 from vsekit.errors import command
@@ -24,9 +25,9 @@ _NARROW = ("model", "what it is", "chosen on", "dev", "size")
 _WIDE_ENOUGH = 150  # characters: below this, eight folded columns are unreadable
 
 
-def _rows(card: dict[str, Any]) -> list[dict[str, str]]:
+def _rows(card: dict[str, Any]) -> list[dict[str, Text | str]]:
     """The card's overview row and one per attachment, by column name."""
-    rows = [
+    rows: list[dict[str, Text | str]] = [
         {
             "model": plain(card["name"], "bold"),
             "what it is": plain(card["summary"]),
@@ -39,7 +40,7 @@ def _rows(card: dict[str, Any]) -> list[dict[str, str]]:
         }
     ]
     for extra in card["attachments"]:
-        row = dict.fromkeys(_COLUMNS, "")
+        row: dict[str, Text | str] = dict.fromkeys(_COLUMNS, "")
         row.update(
             {
                 "model": plain(f"+ {extra['name']}"),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from vsekit.cli._common import (
     CNN_ENGINE_HELP,
@@ -34,6 +35,7 @@ from vsekit.cli._distributed import (
 from vsekit.errors import VsekitError, command, printable
 
 if TYPE_CHECKING:  # the library (torch, the models) is imported inside the commands: --help stays fast
+    from vsekit.collection import Index as CollectionIndex
     from vsekit.retrieval.answer import Answer
     from vsekit.retrieval.index import BuildReport, Index, SearchHit
     from vsekit.retrieval.photos import PhotoScan
@@ -93,13 +95,13 @@ def _print_report(index: Index, report: BuildReport) -> None:
 def build(
     photos: Path = typer.Argument(..., help="Folder of photos (searched recursively)."),
     out: Path = typer.Option(..., "--out", help="Index directory (created; an existing one is updated)."),
-    model: str = typer.Option(
+    model: str | None = typer.Option(
         None,
         "--model",
         help="Joint model: a shipped name (vse; bow for arithmetic-heavy use) or a model file.",
     ),
-    dtype: str = typer.Option(None, "--dtype", help="Stored vectors: float32 (default) or float16."),
-    engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
+    dtype: str | None = typer.Option(None, "--dtype", help="Stored vectors: float32 (default) or float16."),
+    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
     device: str = typer.Option("auto", help=DEVICE_HELP),
     cnn_engine: str | None = typer.Option(None, "--cnn-engine", help=CNN_ENGINE_HELP),
     distributed: str | None = DISTRIBUTED,
@@ -131,7 +133,9 @@ def build(
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
         set_cnn_engine(cnn_engine)
         options = ray_options(distributed, ray_address, ray_workers, ray_threads, ray_retries)
-        settings = dict(dtype=dtype, engine=engine, device=device, progress=show_progress(), rebuild=rebuild)
+        settings: dict[str, Any] = dict(
+            dtype=dtype, engine=engine, device=device, progress=show_progress(), rebuild=rebuild
+        )
         if options is not None:
             from vsekit.distributed.index import ray_build_index
 
@@ -140,6 +144,7 @@ def build(
             from vsekit.retrieval.index import Index
 
             index = Index.build(photos, out, model, **settings)
+        assert index.report is not None  # build() sets it
         _print_report(index, index.report)
         if captions:
             _caption_photos(index.path, device)
@@ -148,7 +153,7 @@ def build(
 @index_app.command("update")
 def update(
     index: Path = typer.Argument(..., help="Index directory."),
-    captions: bool = typer.Option(
+    captions: bool | None = typer.Option(
         None,
         "--captions/--no-captions",
         help="Caption new and changed photos (default: when the index already stores captions).",
@@ -159,10 +164,10 @@ def update(
         help="Keep watching the photo folder and update the index as files are added, changed or removed "
         "(Ctrl-C stops).",
     ),
-    every: float = typer.Option(
+    every: float | None = typer.Option(
         None, "--every", help="With --watch: seconds between two looks at the folder (default 5).", min=0.05
     ),
-    settle: float = typer.Option(
+    settle: float | None = typer.Option(
         None,
         "--settle",
         help="With --watch: seconds a new or changed file must stay the same size and time before it is "
@@ -409,7 +414,7 @@ def _print_hits(title: str, row: dict, why_empty: str) -> None:
     if captions:
         table.add_column("caption")
     for rank, hit in enumerate(hits, 1):  # file names and captions are no markup either
-        cells = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
+        cells: list[str | Text] = [str(rank), f"{hit['score']:.3f}", plain(hit["path"])]
         cells += [plain(_found_by(hit))] if routes else []
         table.add_row(*cells, *([plain(hit.get("caption", ""))] if captions else []))
     console.print(table if hits else plain(why_empty))
@@ -423,7 +428,7 @@ def _found_by(hit: dict) -> str:
     return label + ("both routes" if hit.get("route") == "both" else "concept")
 
 
-def _write_explanations(index: Index, text: str, hits: list[SearchHit], folder: Path) -> None:
+def _write_explanations(index: CollectionIndex, text: str, hits: list[SearchHit], folder: Path) -> None:
     """``--explain``: each hit drawn with the aligner's word-to-region segments (Karpathy & Fei-Fei 2015,
     sec. 3.1) and, for a concept match, its class's box (a class activation map, Zhou et al. 2016) as
     ``folder/NN-name.png``."""
@@ -468,33 +473,39 @@ def _read_queries(path: Path) -> list[str]:
 
 def search(
     index: Path = typer.Argument(..., help="Index directory (vsekit index build)."),
-    text: str = typer.Argument(None, help="A sentence, e.g. 'a dog catching a frisbee'."),
-    image: Path = typer.Option(None, "--image", help="Search by a photo (it may be outside the index)."),
-    queries: Path = typer.Option(None, "--queries", help="A file of sentences, one per line (JSONL out)."),
+    text: str | None = typer.Argument(None, help="A sentence, e.g. 'a dog catching a frisbee'."),
+    image: Path | None = typer.Option(
+        None, "--image", help="Search by a photo (it may be outside the index)."
+    ),
+    queries: Path | None = typer.Option(
+        None, "--queries", help="A file of sentences, one per line (JSONL out)."
+    ),
     top: int = typer.Option(10, "--top", min=1, help="Results per query."),
-    json_out: Path = typer.Option(None, "--json", help="Write results as JSON lines here."),
-    min_score: float = typer.Option(None, "--min-score", help="Drop results with a lower cosine."),
+    json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON lines here."),
+    min_score: float | None = typer.Option(None, "--min-score", help="Drop results with a lower cosine."),
     minus: list[str] = typer.Option([], "--minus", help="Subtract this word's embedding (repeatable)."),
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
     resort: int = typer.Option(0, "--resort", help="Re-sort the top N by distance to their mean (Kiros)."),
-    engine: str = typer.Option(None, "--engine", help=ENGINE_HELP),
-    folder: str = typer.Option(
+    engine: str | None = typer.Option(None, "--engine", help=ENGINE_HELP),
+    folder: str | None = typer.Option(
         None,
         "--folder",
         help="Only photos in this folder of the index (and below): relative to the photo folder, or an "
         "absolute path inside it.",
     ),
-    taken_after: str = typer.Option(
+    taken_after: str | None = typer.Option(
         None, "--taken-after", help="Only photos taken on or after this date (YYYY-MM-DD, EXIF date taken)."
     ),
-    taken_before: str = typer.Option(None, "--taken-before", help="Only photos taken before this date."),
+    taken_before: str | None = typer.Option(
+        None, "--taken-before", help="Only photos taken before this date."
+    ),
     rerank: int = typer.Option(
         0,
         "--rerank",
         min=0,
         help="Re-rank the top N by the vse+aligner fusion (how the sentence's words align with regions).",
     ),
-    explain: Path = typer.Option(
+    explain: Path | None = typer.Option(
         None,
         "--explain",
         help="Write each hit drawn with its word-to-region and concept boxes into this folder (PNG).",
@@ -552,7 +563,9 @@ def search(
                 raise VsekitError("--plus/--minus apply to one sentence or --image, not to --queries")
             texts = _read_queries(queries)
             if isinstance(opened, Index):  # one answer per sentence, as a single search gives it
-                options = dict(k=top, min_score=min_score, engine=engine, joint_only=joint_only)
+                options: dict[str, Any] = dict(
+                    k=top, min_score=min_score, engine=engine, joint_only=joint_only
+                )
                 found = [opened.answer(q, **options) for q in texts]
             else:
                 results = opened.search_texts(texts, k=top, min_score=min_score, engine=engine)
@@ -568,7 +581,7 @@ def search(
                 )
             else:
                 answer = shards_answer(opened, text, picture, **options)
-            hits = answer.hits
+            hits: list[SearchHit] = answer.hits
             rows = [_rows(text if text is not None else str(image), answer, opened)]
         if json_out is not None:
             write_jsonl(json_out, rows)
@@ -583,4 +596,5 @@ def search(
             why_empty = _why_empty(index, len(opened), min_score)
             _print_hits(f"{rows[0]['query']}{arithmetic}{reranked}", rows[0], why_empty)
         if explain is not None:
+            assert isinstance(opened, Index) and text is not None  # --explain: one index, one sentence
             _write_explanations(opened, text, hits, explain)

@@ -65,7 +65,7 @@ def _load_json_file(path: Path) -> Corpus:
     try:
         images = jsonstream.top_level_kinds(path, ["images"]).get("images")
         annotations = images == "array" and jsonstream.has_key(path, "annotations")
-    except (*jsonstream.STREAM_ERRORS, OSError):
+    except jsonstream.STREAM_ERRORS + (OSError,):
         return _load_json_whole(path)
     if images == "array" and not annotations:
         return read_streamed(

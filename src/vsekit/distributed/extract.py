@@ -22,6 +22,7 @@ import numpy as np
 from vsekit.data.corpus import Corpus
 from vsekit.data.images import ImageCollection
 from vsekit.distributed.pool import RayOptions, ShardPool, ray_session
+from vsekit.errors import VsekitError
 from vsekit.vision.engine import default_engine
 from vsekit.vision.features import FeatureSpec, FeatureStore, cnn_extractor, extract_features, extract_fne
 
@@ -133,5 +134,7 @@ def ray_extract(
         make = _factory(spec, options, device, batch_size, worker_factory, stack, engine)
         common = dict(device=device, batch_size=batch_size, make_extractor=make, **kwargs)
         if fne:
+            if not isinstance(corpus, Corpus):
+                raise VsekitError("FNE statistics are fitted on a corpus split, not on an image collection")
             return extract_fne(corpus, backbone, fit_split=fit_split, **common)
         return extract_features(corpus, backbone, "one-layer", **common)

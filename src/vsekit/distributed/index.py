@@ -45,6 +45,7 @@ class IndexShardWorker:
 
     def __init__(self, model: str, sha256: str, device: str) -> None:
         self.model = VSEModel.load(model, device=device)
+        assert self.model.path is not None  # VSEModel.load keeps the file's path
         found = _sha256(self.model.path)
         if found != sha256:
             raise ConfigMismatchError(

@@ -11,7 +11,7 @@ import logging
 import os
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from vsekit.errors import VsekitError
 
@@ -20,6 +20,8 @@ __all__ = ["RayOptions", "ShardPool", "ray_session", "require_ray"]
 logger = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'vsekit[distributed]'"
+
+K = TypeVar("K", bound=Hashable)  # a shard's key
 
 
 def require_ray() -> Any:
@@ -159,7 +161,7 @@ class ShardPool:
             self.close()
             raise VsekitError(f"a Ray worker could not start: {_cause(exc)}") from None
 
-    def run(self, shards: Sequence[tuple[Hashable, Any]]) -> Iterator[tuple[Hashable, Any]]:
+    def run(self, shards: Sequence[tuple[K, Any]]) -> Iterator[tuple[K, Any]]:
         """``(key, worker(payload))`` for each ``(key, payload)``, in the order shards finish.
 
         A shard that fails for good does not stop the others (their results are yielded, so the caller
@@ -172,7 +174,7 @@ class ShardPool:
         new = [self._new_actor() for _ in range(min(self._size(), len(shards)) - len(self.actors))]
         self._start(new)
         idle.extend(new)
-        running: dict[Any, tuple[Any, Hashable, Any]] = {}
+        running: dict[Any, tuple[Any, K, Any]] = {}
         while running or queue:
             while queue and idle:
                 key, payload = queue.pop()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from vsekit.data.corpus import Corpus
-from vsekit.embedding.model import JointEmbedding
+from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding
 from vsekit.errors import VsekitError
 from vsekit.metrics.ranking import PROTOCOLS, evaluate_protocol
 from vsekit.vision.features import check_model_features, image_features, readable_image_ids, require_fne
@@ -47,7 +47,7 @@ def captioned_images(corpus: Corpus, split: str) -> tuple[Corpus, list[str]]:
 
 
 def model_features(
-    model: JointEmbedding,
+    model: JointEmbedding | EnsembleEmbedding,
     fne: FullNetworkEmbedding | None,
     corpus: Corpus,
     image_ids: Sequence[str],
@@ -68,7 +68,7 @@ def model_features(
 
 
 def evaluate_model(
-    model: JointEmbedding,
+    model: JointEmbedding | EnsembleEmbedding,
     fne: FullNetworkEmbedding | None,
     corpus: Corpus,
     split: str,
@@ -109,7 +109,9 @@ def evaluate_model(
     return out
 
 
-def _readable(model: JointEmbedding, corpus: Corpus, ids: list[str], feature_kwargs: dict) -> list[str]:
+def _readable(
+    model: JointEmbedding | EnsembleEmbedding, corpus: Corpus, ids: list[str], feature_kwargs: dict
+) -> list[str]:
     """The ids of ``ids`` whose photos can be read (features cached), warning once for each other one."""
     options = {
         k: v for k, v in feature_kwargs.items() if k in ("cache_dir", "cache_root", "device", "progress")

@@ -23,7 +23,7 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -68,6 +68,12 @@ class _JointSpace(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+    def encode_images(self, features: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def encode_texts(self, **prepared: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def forward(
         self, image_features: torch.Tensor, **prepared_text: torch.Tensor
@@ -115,8 +121,10 @@ class _JointSpace(nn.Module):
         try:
             out = []
             bar = tqdm(starts, desc="embed sentences", unit="batch", disable=not progress or len(starts) < 2)
+            encoder = self.text_encoder
+            assert isinstance(encoder, TextEncoder)  # an attribute or a property of the subclass
             for i in bar:
-                prepared = self.text_encoder.prepare(texts[i : i + batch_size])
+                prepared = encoder.prepare(texts[i : i + batch_size])
                 prepared = {k: v.to(self.device) for k, v in prepared.items()}
                 out.append(self.encode_texts(**prepared).float().cpu())
         finally:
@@ -168,6 +176,7 @@ class JointEmbedding(_JointSpace):
         # W_I in R^{K x D} (Kiros sec. 2.2): x = W_I q. The bias makes it the affine map of Vilalta sec. 3.2.
         # With image_rank=r, W_I = B A is factored through r dimensions: still one linear map, but
         # D*r + r*K parameters instead of D*K, which is what keeps an 18,056-d FNE model shippable.
+        self.image_proj: nn.Module
         if image_rank:
             self.image_proj = nn.Sequential(
                 nn.Linear(self.image_dim, int(image_rank), bias=False),
@@ -273,21 +282,25 @@ class EnsembleEmbedding(_JointSpace):
     @property
     def text_encoder(self) -> TextEncoder:
         """The first member's text encoder: its ``prepare`` output feeds every member's head."""
-        return self.members[0].text_encoder
+        return self._members()[0].text_encoder
 
     @property
     def image_proj(self) -> nn.ModuleList:
         """The members' image projections, in order (to inspect or fingerprint the image side; the packed
         projection is :meth:`encode_images`, which normalises each member's output before concatenating)."""
-        return nn.ModuleList([m.image_proj for m in self.members])
+        return nn.ModuleList([m.image_proj for m in self._members()])
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """Packed unit-norm image embeddings ``[n, M*K]`` (with autograd)."""
-        return torch.cat([m.encode_images(features) for m in self.members], dim=-1) * self._scale
+        return torch.cat([m.encode_images(features) for m in self._members()], dim=-1) * self._scale
 
     def encode_texts(self, **prepared: torch.Tensor) -> torch.Tensor:
         """Packed unit-norm sentence embeddings ``[B, M*K]`` from ``text_encoder.prepare`` output."""
-        return torch.cat([m.encode_texts(**prepared) for m in self.members], dim=-1) * self._scale
+        return torch.cat([m.encode_texts(**prepared) for m in self._members()], dim=-1) * self._scale
+
+    def _members(self) -> list[JointEmbedding]:
+        """``members`` as the joint embeddings they are (an ``nn.ModuleList`` is typed as holding modules)."""
+        return cast(list[JointEmbedding], list(self.members))
 
 
 def _member_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ logger = logging.getLogger(__name__)
 
 
 def _cache_file(model: VSEModel, texts: Sequence[str], cache_root: str | os.PathLike[str] | None) -> Path:
+    assert model.path is not None  # a model without a file is not cached
     digest = hashlib.sha256()
     for text in texts:
         digest.update(text.encode("utf-8") + b"\0")

@@ -175,7 +175,7 @@ def train(
     joined = init_from_env(resolve_device(device))  # under torchrun (WORLD_SIZE > 1) only
     if not is_main_process():
         say, progress = (lambda line: None), False  # rank 0 tells the story
-    run = dict(
+    run: dict[str, Any] = dict(
         resume=resume, progress=progress, device=device, cache_root=cache_root, feature_fn=feature_fn, say=say
     )
     try:
@@ -260,7 +260,12 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
     member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
 
     def pack() -> dict[str, Any]:  # on rank 0 only: the member files are on its machine
-        models = [load_model(m["model_path"], device=member.device)[0] for m in members]
+        assert shared is not None  # the first member's text encoder
+        models: list[JointEmbedding] = []
+        for m in members:
+            model = load_model(m["model_path"], device=member.device)[0]
+            assert isinstance(model, JointEmbedding)  # a member's file holds one model
+            models.append(model)
         for model in models:
             model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
         packed = EnsembleEmbedding(models)
@@ -347,7 +352,11 @@ def _epoch_trainer(
             return empty, empty
         prepared = model.text_encoder.prepare([data.train_texts[i] for i in idx.tolist()])
         rows = cap_rows[idx]
-        feats = data.train_feats[rows] if view_of is None else views[view_of[rows], rows]
+        if view_of is None:
+            feats = data.train_feats[rows]
+        else:
+            assert views is not None  # view_of is drawn only when there are views
+            feats = views[view_of[rows], rows]
         return model(feats.to(device), **{k: v.to(device) for k, v in prepared.items()})
 
     def train_epoch(epoch: int) -> dict[str, Any]:

@@ -195,6 +195,7 @@ def answer(
     result = Answer(query=text, hits=[])
     result.left_out = _photo_query(index, image, like, image_sha256, keep_query, options)
     if sentence and policy is not None and not options.get("resort") and _has_concepts(index):
+        assert text is not None  # (a sentence query)
         hits = _fused(index, text, max(k, rerank), policy, options, result)
     else:
         if policy is not None:
@@ -211,6 +212,7 @@ def answer(
         result.reranked = min(rerank, len(hits))
     result.hits = [h for h in hits[:k] if min_score is None or h.score >= min_score]
     if confidence is not None:
+        assert text is not None  # (confidence is loaded for a sentence query only)
         result.warning = language_warning(text, confidence.english_words)
     return result
 

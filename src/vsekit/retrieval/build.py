@@ -118,8 +118,12 @@ def embed_chunk(
     """Embed one chunk of photos, ``_EMBED_GROUP`` at a time; a photo whose bytes have the sha256 that
     ``previous`` records for it (touched, same bytes) keeps its old vector. The photos run through the
     CNN also get their top ImageNet classes (the concept route), from the same features."""
-    entries, failed, rows, group = [], {}, [], []
-    classifier, classes = photo_classifier(model), {}
+    entries: list[PhotoEntry] = []
+    failed: dict[str, dict] = {}
+    rows: list[np.ndarray] = []
+    group: list[tuple[str, Image.Image]] = []
+    classifier = photo_classifier(model)
+    classes: dict[str, bytes] = {}
 
     def flush() -> None:
         if group:
@@ -137,6 +141,7 @@ def embed_chunk(
             logger.warning("skipped: %s", error)
             failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
             continue
+        assert image is not None  # read_photo gives an image or an error
         entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha))
         old_sha, old_vector = previous.get(photo.id, ("", None))
         if old_vector is not None and old_sha == sha:
@@ -455,6 +460,7 @@ class Builder:
         if not todo:
             return True
         classifier, complete = photo_classifier(self.model), True
+        assert classifier is not None  # (run only with a classifier: _classes_setting)
         bar = tqdm(total=len(todo), desc="add concepts", unit="img", disable=not self.progress)
         for start in range(0, len(todo), _EMBED_GROUP):
             group = []
@@ -526,6 +532,7 @@ class Builder:
                 else:
                     missing.append((key, chunk, self._previous(chunk)))
             if missing:
+                assert self.runner is not None  # (chunks are missing only with a runner)
                 sizes = {key: len(chunk) for key, chunk, _ in missing}
                 for key, result in self.runner(self.identity, missing):
                     done[key] = self._write_chunk(key, result)
@@ -537,6 +544,7 @@ class Builder:
     def _write_chunk(self, key: str, result: ChunkResult) -> tuple[int, list[PhotoEntry], dict[str, dict]]:
         """Commit one chunk: its segment file, then its record (which a re-run takes as the commit)."""
         entries, failed, vectors, classes = result
+        assert self.dtype is not None  # run() set it from the settings
         self.store.put_concepts(classes)  # content-keyed: kept by a killed build for its next run
         if vectors.shape != (len(entries), self.dim):
             raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
@@ -558,6 +566,7 @@ class Builder:
         """One generation: the new chunks' segment, removals, unreadable files, dropped segments; a
         rebuild also replaces ``settings`` and carries ``captions`` (``{id: (sha256, caption)}``) over to
         the photos whose bytes did not change."""
+        assert self.dtype is not None and self.engine is not None  # run() set them from the settings
         entries = [e for _, chunk_entries, _ in done for e in chunk_entries]
         segments = [n for n, chunk_entries, _ in done if chunk_entries]
         if len(segments) == 1:

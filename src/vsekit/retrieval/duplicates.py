@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from vsekit.errors import VsekitError
+
+if TYPE_CHECKING:
+    from vsekit.retrieval.segments import LiveVectors
 
 __all__ = ["DEFAULT_THRESHOLD", "duplicate_groups", "duplicate_pairs"]
 
@@ -35,7 +39,7 @@ _BLOCK = 512
 
 
 def duplicate_pairs(
-    vectors: np.ndarray, threshold: float = DEFAULT_THRESHOLD, progress: bool = False
+    vectors: np.ndarray | LiveVectors, threshold: float = DEFAULT_THRESHOLD, progress: bool = False
 ) -> list[tuple[int, int, float]]:
     """Every pair ``(i, j, cosine)`` with ``i < j`` and cosine >= ``threshold`` (unit-norm rows)."""
     if not -1.0 <= threshold <= 1.0:
@@ -56,7 +60,7 @@ def duplicate_pairs(
 
 
 def duplicate_groups(
-    vectors: np.ndarray,
+    vectors: np.ndarray | LiveVectors,
     paths: Sequence[str],
     threshold: float = DEFAULT_THRESHOLD,
     progress: bool = False,

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -75,6 +75,8 @@ logger = logging.getLogger(__name__)
 
 DTYPES = ("float32", "float16")
 
+_IndexT = TypeVar("_IndexT", bound="Index")  # build and open give the class they are called on
+
 
 class Index(Searching):
     """A searchable index of a photo folder (see the module docstring).
@@ -99,7 +101,7 @@ class Index(Searching):
     # -- building --------------------------------------------------------------------------------
     @classmethod
     def build(
-        cls,
+        cls: type[_IndexT],
         photos_dir: str | os.PathLike[str],
         out_dir: str | os.PathLike[str],
         model: str | os.PathLike[str] | VSEModel | None = None,
@@ -112,7 +114,7 @@ class Index(Searching):
         runner: ChunkRunner | None = None,
         ready: Callable[[PhotoFile], bool] | None = None,
         rebuild: bool = False,
-    ) -> Index:
+    ) -> _IndexT:
         """Index every photo under ``photos_dir`` into ``out_dir`` (or bring an existing index up to date).
 
         ``model``: a shipped name (default ``vse``), a model file or a loaded :class:`VSEModel`; an
@@ -182,6 +184,7 @@ class Index(Searching):
         )
         self._view = fresh._view
         self.report = fresh.report
+        assert fresh.report is not None  # build() sets it
         return fresh.report
 
     def relocate(self, photos_dir: str | os.PathLike[str], *, check_all: bool = False) -> Relocation:
@@ -210,7 +213,7 @@ class Index(Searching):
         return done
 
     @classmethod
-    def open(cls, out_dir: str | os.PathLike[str], model: VSEModel | None = None) -> Index:
+    def open(cls: type[_IndexT], out_dir: str | os.PathLike[str], model: VSEModel | None = None) -> _IndexT:
         """An index written by :meth:`build` (its model is loaded when a query first needs it); an
         index in the format before the store opens read-only until the next build or update."""
         out = Path(out_dir)

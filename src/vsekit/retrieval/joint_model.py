@@ -59,6 +59,7 @@ def load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> 
     loaded = VSEModel.load(model, device=device)
     if model is None or is_shipped_joint_model(model):
         return loaded, "vse" if model is None else str(model)
+    assert loaded.path is not None  # VSEModel.load keeps the file's path
     return loaded, _shipped_name(Path(loaded.path)) or str(Path(loaded.path).resolve())
 
 

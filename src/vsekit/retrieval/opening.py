@@ -32,7 +32,9 @@ def open_for_reading(out: Path) -> Snapshot:
             return open_snapshot(out)
         except VsekitError:
             if (out / LEGACY_MANIFEST).is_file() and _store_is_empty(out):
-                return legacy_snapshot(out, read_manifest(out))
+                manifest = read_manifest(out)
+                if manifest is not None:  # (None only if it vanished since)
+                    return legacy_snapshot(out, manifest)
             raise
     manifest = read_manifest(out)
     if manifest is None:

@@ -236,7 +236,9 @@ def _scan_entry(scan: PhotoScan, entry: os.DirEntry, image_id: str, extensions: 
         return
     reason = None
     if stat.S_ISLNK(st.st_mode):
-        st, reason = _follow(entry.path)
+        target, reason = _follow(entry.path)
+        if target is not None:  # (else a reason)
+            st = target
     elif not stat.S_ISREG(st.st_mode):
         reason = f"{_kind(st.st_mode)}, not a regular file"
     if reason is not None:

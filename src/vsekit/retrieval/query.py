@@ -83,10 +83,13 @@ class Searching:
     these attributes and the :attr:`model` property)."""
 
     path: Path
-    model: VSEModel
     _view: Snapshot
     _lock: threading.Lock
     _faiss: dict[tuple[str, str, str | None], Any]
+
+    @property
+    def model(self) -> VSEModel:
+        raise NotImplementedError  # Index's property
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = [_check_text(t) for t in texts]
@@ -269,6 +272,7 @@ class Searching:
     def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
         """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
         once) and its search settings."""
+        assert segment.ann is not None  # asked only for segments with an ANN structure
         _, name, params = segment.ann
         found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
         sha = found[0][0] if found else None
@@ -321,7 +325,8 @@ def filter_masks(
     view: Snapshot, folder: str | None, after: str | dt.date | None, before: str | dt.date | None
 ) -> dict[int, np.ndarray] | None:
     """Per segment, the rows the filters keep (one indexed query), or None without filters."""
-    clauses, params = [], []
+    clauses: list[str] = []
+    params: list[bytes | str | None] = []
     if folder is not None:
         name = str(PurePosixPath(folder.strip("/"))) if folder.strip("/") else ""
         if name not in ("", "."):

@@ -139,8 +139,8 @@ def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndar
         b = torch.from_numpy(block)
     k = min(k, b.shape[0])
     if b.dtype == torch.float32:
-        values, rows = _candidates(torch.from_numpy(queries) @ b.T, k, 0.0)
-        return values.numpy(), rows.numpy()
+        values, top = _candidates(torch.from_numpy(queries) @ b.T, k, 0.0)
+        return values.numpy(), top.numpy()
     if b.dtype != torch.float16:
         raise VsekitError(f"stored vectors must be float32 or float16, not {block.dtype}")
     tol = _F16_TOL * max(1.0, float(np.linalg.norm(queries, axis=1).max()))  # stored rows are unit-norm

@@ -311,6 +311,7 @@ def _segment_top(
 
     if excluded == 0:
         return search(k)
+    assert mask is not None  # (something is excluded)
     if excluded <= min(_FEW_EXCLUDED, max(k, rows // 16)):  # few left out: search a little deeper
         scores, found = search(k + excluded)
         ok = (found >= 0) & mask[np.maximum(found, 0)]

@@ -90,7 +90,7 @@ class _Captioner:
 
     def __init__(self, factory: Any = None) -> None:
         self._factory = factory or load_captioner
-        self._captioner = None
+        self._captioner: Any = None  # what the factory makes (the shipped CaptionGenerator)
         self._lock = threading.Lock()
 
     def describe(self, image: Image.Image | Path, n: int) -> list[str]:
@@ -112,6 +112,7 @@ class _LiveIndex:
 
     def current(self) -> Index:
         index = self.index
+        assert index is not None  # an app made without an index (create_app(None)) only gives its schema
         refresh = getattr(index, "refresh", None)
         if refresh is None or time.monotonic() < self._next or not self._lock.acquire(blocking=False):
             return index
@@ -119,12 +120,12 @@ class _LiveIndex:
             self._next = time.monotonic() + self.interval
             newer = refresh()
             if isinstance(newer, Index):  # a refresh that returns the newer index rather than moving
-                self.index = newer
+                self.index = index = newer
         except VsekitError as exc:  # a damaged newer generation: keep answering from the one we hold
             logger.warning("index not refreshed (still serving the generation it holds): %s", exc)
         finally:
             self._lock.release()
-        return self.index
+        return index
 
 
 def _printable(text: str) -> str:
@@ -212,7 +213,9 @@ def _photo_jpeg(path: Path, name: str, settings: ServeSettings, full: bool = Fal
         raise _image_http_error(exc) from None
 
 
-def _jpeg(path: Path, name: str, settings: ServeSettings, side: int, quality: int, resample: int) -> bytes:
+def _jpeg(
+    path: Path, name: str, settings: ServeSettings, side: int, quality: int, resample: Image.Resampling
+) -> bytes:
     limits = {"max_pixels": settings.max_photo_pixels, "max_bytes": settings.max_photo_bytes}
     img = decode_image(path, name=name, draft=(side, side), **limits)
     img.thumbnail((side, side), resample)

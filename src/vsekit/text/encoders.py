@@ -26,6 +26,7 @@ import contextlib
 import contextvars
 import os
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -108,7 +109,9 @@ class TextEncoder(nn.Module):
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def forward(self, **prepared: torch.Tensor) -> torch.Tensor:
+    # called with prepare()'s dict as keywords; each encoder names the keys it takes as its parameters
+    # (``*args: Any, **prepared: Any`` is the signature any such override is compatible with)
+    def forward(self, *args: Any, **prepared: Any) -> torch.Tensor:
         raise NotImplementedError
 
     def config(self) -> dict:

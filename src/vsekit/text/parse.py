@@ -75,7 +75,7 @@ def parse_tokens(
     for k, tokens in enumerate(token_lists):
         if not tokens:
             raise VsekitError(f"token list {k} is empty: a dependency tree needs at least one word")
-    docs = (Doc(nlp.vocab, words=list(t), sent_starts=[True] + [False] * (len(t) - 1)) for t in token_lists)
+    docs = (Doc(nlp.vocab, words=list(t), sent_starts=[True, *[False] * (len(t) - 1)]) for t in token_lists)
     return [_heads_of(doc) for doc in nlp.pipe(docs, batch_size=batch_size)]
 
 

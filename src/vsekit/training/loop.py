@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 from tqdm.auto import tqdm
@@ -24,6 +24,7 @@ from vsekit.training.rundir import RunDir
 __all__ = ["Selection", "TrainState", "epoch_bar", "fit", "resume_message", "step_lr"]
 
 T = TypeVar("T")
+M = TypeVar("M", bound=torch.nn.Module)
 
 
 @dataclass
@@ -64,10 +65,11 @@ class Selection:
 
 
 @dataclass
-class TrainState:
-    """Everything the next epoch depends on; ``state_dict`` is what a checkpoint stores of it."""
+class TrainState(Generic[M]):
+    """Everything the next epoch depends on; ``state_dict`` is what a checkpoint stores of it (``M``: the
+    trainer's network)."""
 
-    model: torch.nn.Module
+    model: M
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler | None
     generator: torch.Generator  # draws each epoch's order
@@ -106,7 +108,7 @@ def step_lr(
     return torch.optim.lr_scheduler.StepLR(optimizer, every, gamma) if every else None
 
 
-def epoch_bar(items: Iterable[T], epoch: int, epochs: int, progress: bool) -> Iterator[T] | Any:
+def epoch_bar(items: Iterable[T], epoch: int, epochs: int, progress: bool) -> tqdm[T]:
     """The per-epoch tqdm bar over batches (``set_postfix`` shows the running loss); silent without
     ``progress``."""
     return tqdm(items, desc=f"epoch {epoch}/{epochs}", unit="batch", disable=not progress, leave=False)

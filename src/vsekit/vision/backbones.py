@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import torch
 from torch import nn
@@ -24,11 +26,16 @@ from vsekit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
 __all__ = [
     "BACKBONES",
+    "Backbone",
     "BackboneSpec",
     "load_backbone",
     "resolve_weights",
     "weights_fingerprint",
 ]
+
+# the networks a backbone name builds: both have forward_features, forward_map, classify, tap_names, tap_dims,
+# conv_bn_pairs and pooled_dim, which the extractors call
+Backbone: TypeAlias = MobileNetV2 | EfficientNetLite0
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,7 @@ class BackboneSpec:
         locate_weights: returns the default weights path, or raises WeightsError with the install command.
     """
 
-    build: Callable[[], nn.Module]
+    build: Callable[[], Backbone]
     preprocessing: Preprocessing
     weights_file: str
     pip_requirement: str
@@ -106,7 +113,7 @@ def _spec(name: str) -> BackboneSpec:
         raise WeightsError(f"unknown backbone '{name}'; known backbones: {known}") from None
 
 
-def resolve_weights(name: str, path: str | Path | None = None) -> Path:
+def resolve_weights(name: str, path: str | os.PathLike[str] | None = None) -> Path:
     """Return the weights file for backbone ``name``: ``path`` if given, else the packaged default.
 
     Raises:
@@ -151,8 +158,8 @@ def _check_state_dict(model: nn.Module, state: Mapping[str, object], path: Path,
 
 
 def load_backbone(
-    name: str, weights: str | Path | None = None, device: str | torch.device = "cpu"
-) -> nn.Module:
+    name: str, weights: str | os.PathLike[str] | None = None, device: str | torch.device = "cpu"
+) -> Backbone:
     """Build backbone ``name``, load its ImageNet weights strictly, and return it frozen in eval mode.
 
     ``weights_only=True`` keeps ``torch.load`` from executing arbitrary pickled code from the file.
@@ -203,7 +210,7 @@ def weights_fingerprint(path: str | Path) -> str:
 
 
 @torch.no_grad()
-def prepare_for_inference(model: nn.Module) -> nn.Module:
+def prepare_for_inference(model: Backbone) -> Backbone:
     """Fold every BatchNorm into its conv and switch to channels-last memory, in place; returns the model.
 
     In eval mode BN is the affine map y = (x - mean) * g / sqrt(var + eps) + b, so it can be merged into the
@@ -225,4 +232,5 @@ def prepare_for_inference(model: nn.Module) -> nn.Module:
         conv.bias = nn.Parameter((bias - bn.running_mean) * scale + bn.bias, requires_grad=False)
         parent_name, _, leaf = bn_name.rpartition(".")
         setattr(modules[parent_name] if parent_name else model, leaf, nn.Identity())
-    return model.to(memory_format=torch.channels_last)
+    # Module.to(memory_format=...) is documented and works; torch's overloads of Module.to leave it out
+    return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]

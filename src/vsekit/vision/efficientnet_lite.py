@@ -33,7 +33,7 @@ frozen in eval mode, where it is the identity.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -76,8 +76,17 @@ class Conv2dSame(nn.Conv2d):
     comparison only). Parameter names are those of ``nn.Conv2d``.
     """
 
-    def __init__(self, *args, padding_mode_tf: Padding = "same", **kwargs) -> None:
-        super().__init__(*args, padding=0, **kwargs)
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        stride: int = 1,
+        *,
+        padding_mode_tf: Padding = "same",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(cin, cout, kernel, stride, padding=0, **kwargs)
         self.padding_mode_tf = padding_mode_tf
 
     def _pad_amount(self, size: int, k: int, s: int, d: int) -> int:
@@ -169,7 +178,7 @@ class EfficientNetLite0(nn.Module):
         self._fc = nn.Linear(HEAD_CHANNELS, num_classes)
 
         self._taps: list[tuple[str, int]] = [("_conv_stem", STEM_CHANNELS)]
-        for i, b in enumerate(self._blocks):
+        for i, b in enumerate(blocks):
             self._taps += b.tap_layout(f"_blocks.{i}")
         self._taps += [("_conv_head", HEAD_CHANNELS), ("_fc", num_classes)]
 

@@ -53,7 +53,13 @@ from torch import nn
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_bytes, atomic_write_json
 from vsekit.resources import default_cache_root, sample_data_path
-from vsekit.vision.backbones import load_backbone, prepare_for_inference, resolve_weights, weights_fingerprint
+from vsekit.vision.backbones import (
+    Backbone,
+    load_backbone,
+    prepare_for_inference,
+    resolve_weights,
+    weights_fingerprint,
+)
 from vsekit.vision.preprocess import Preprocessing, load_image
 from vsekit.vision.spec import FeatureSpec
 
@@ -169,7 +175,10 @@ class _Exported(nn.Module):
     ((x / 255 - mean) / std); the network is the BN-folded backbone.
     """
 
-    def __init__(self, model: nn.Module, full: bool, preprocessing: Preprocessing) -> None:
+    mean: torch.Tensor  # buffers
+    std: torch.Tensor
+
+    def __init__(self, model: Backbone, full: bool, preprocessing: Preprocessing) -> None:
         super().__init__()
         self.model, self.full = model, full
         self.register_buffer("mean", torch.tensor(preprocessing.mean).view(1, 3, 1, 1))
@@ -179,12 +188,13 @@ class _Exported(nn.Module):
         x = pixels.permute(0, 3, 1, 2).float()
         x = (x / 255.0 - self.mean) / self.std
         pooled, taps = self.model.forward_features(x, taps=self.full)
-        return torch.cat(taps, dim=1) if self.full else pooled
+        return torch.cat(taps, dim=1) if taps is not None else pooled  # a list exactly when self.full
 
 
 def _export_config(spec: FeatureSpec) -> dict[str, Any]:
     import onnx
 
+    assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     return {
         "backbone": spec.backbone,
         "weights_sha": weights_fingerprint(resolve_weights(spec.backbone, spec.weights)),
@@ -206,14 +216,16 @@ def onnx_model_path(spec: FeatureSpec, cache_root: str | Path | None = None) -> 
     return root / "onnx" / f"{spec.backbone}-{spec.layers}-{key}.onnx"
 
 
-def _torch_model(spec: FeatureSpec) -> nn.Module:
-    return prepare_for_inference(load_backbone(spec.backbone, spec.weights)).to(
+def _torch_model(spec: FeatureSpec) -> Backbone:
+    # Module.to(memory_format=...) is documented and works; torch's overloads of Module.to leave it out
+    return prepare_for_inference(load_backbone(spec.backbone, spec.weights)).to(  # type: ignore[call-overload]
         memory_format=torch.contiguous_format
     )
 
 
-def _export(spec: FeatureSpec, model: nn.Module, path: Path) -> bytes:
+def _export(spec: FeatureSpec, model: Backbone, path: Path) -> bytes:
     """Export ``model`` for ``spec`` to ``path`` atomically; returns the file's bytes."""
+    assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     module = _Exported(model, spec.layers == "full", spec.preprocessing).eval()
     crop = spec.preprocessing.crop
     example = torch.zeros(2, crop, crop, 3, dtype=torch.uint8)
@@ -250,15 +262,16 @@ def _check_crops(preprocessing: Preprocessing) -> np.ndarray:
     return np.stack([preprocessing.crop_uint8(load_image(f)) for f in files])
 
 
-def _compare(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, float]:
+def _compare(session: Any, model: Backbone, spec: FeatureSpec) -> dict[str, float]:
     """Run both engines on the sample photos: ``{max_abs_diff, scale, tolerance, images}``."""
+    assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     crops = _check_crops(spec.preprocessing)
     with torch.inference_mode():
         pooled, taps = model.forward_features(
             torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
             taps=spec.layers == "full",
         )
-        ref = (torch.cat(taps, dim=1) if spec.layers == "full" else pooled).numpy()
+        ref = (torch.cat(taps, dim=1) if taps is not None else pooled).numpy()
     got = session.run(None, {"pixels": crops})[0]
     scale = float(np.abs(ref).max())
     diff = float(np.abs(got - ref).max()) if got.shape == ref.shape else float("inf")
@@ -270,15 +283,16 @@ def _compare(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, flo
     }
 
 
-def _compare_int8(session: Any, model: nn.Module, spec: FeatureSpec) -> dict[str, float]:
+def _compare_int8(session: Any, model: Backbone, spec: FeatureSpec) -> dict[str, float]:
     """Run the int8 graph and PyTorch on 16 sample photos: the cosine of each photo's two feature rows."""
+    assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     crops = _sample_crops(spec.preprocessing)[:16]
     with torch.inference_mode():
         pooled, taps = model.forward_features(
             torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
             taps=spec.layers == "full",
         )
-        ref = (torch.cat(taps, dim=1) if spec.layers == "full" else pooled).numpy().astype(np.float64)
+        ref = (torch.cat(taps, dim=1) if taps is not None else pooled).numpy().astype(np.float64)
     got = session.run(None, {"pixels": crops})[0].astype(np.float64)
     if got.shape != ref.shape:
         return {"min_cosine": -1.0, "mean_cosine": -1.0, "images": len(crops)}
@@ -427,6 +441,7 @@ class OnnxCNN:
             if hashlib.sha256(data).hexdigest() == record["sha256"]:
                 return data, record
             log.warning("%s: does not match its recorded sha256; quantising it again", self.path)
+        assert self.spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         data = _quantize(self.float_path, self.path, self.spec.preprocessing)
         config = {**_export_config(self.spec), "int8_version": INT8_VERSION}
         record = {"sha256": hashlib.sha256(data).hexdigest(), "config": config}

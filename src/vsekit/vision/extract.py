@@ -70,6 +70,7 @@ class _CNN:
         self.spec = spec
         self.device = resolve_device(device)
         self.full = spec.layers == "full"
+        assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         self.preprocessing: Preprocessing = spec.preprocessing
         requested = engine if engine is not None else default_engine()
         self.engine = resolve_engine(requested, self.device)
@@ -99,13 +100,14 @@ class _CNN:
         float16 [n, dim]."""
         if self.onnx is not None:
             return self.onnx(pixels).astype(np.float16)
+        assert self.model is not None  # built whenever there is no ONNX session
         # NHWC floats seen as NCHW: already the channels-last layout the network runs in, no copy.
         x = torch.from_numpy(self.preprocessing.normalise(pixels)).permute(0, 3, 1, 2)
         with torch.inference_mode():
             pooled, taps = self.model.forward_features(
                 x.to(self.device, memory_format=torch.channels_last), taps=self.full
             )
-            out = torch.cat(taps, dim=1) if self.full else pooled
+            out = torch.cat(taps, dim=1) if taps is not None else pooled  # a list exactly when self.full
             return out.float().cpu().numpy().astype(np.float16)
 
     def batches(
@@ -140,7 +142,8 @@ def _load_batch(
     {id: error})``. Normalisation happens per batch in the engine."""
     crop = preprocessing.crop
     pixels = np.empty((len(paths), crop, crop, 3), dtype=np.uint8)
-    ok_ids, failed = [], {}
+    ok_ids: list[str] = []
+    failed: dict[str, str] = {}
     for image_id, source in paths:
         try:
             pixels[len(ok_ids)] = preprocessing.crop_uint8(_decode(source))
@@ -279,7 +282,7 @@ def _cached_store(
         requested = _requested(collection, ids)
         reconciled = _reconcile(path, config, requested)
         old, _, fits = reconciled
-        if fits and old.done_mask()[[old._row[i] for i in ids]].all():
+        if fits and old is not None and old.done_mask()[[old._row[i] for i in ids]].all():
             return old  # everything cached: no CNN
         cnn = make_extractor(device) if make_extractor is not None else _CNN(spec, device, engine)
         store = _prepare_store(path, config, requested, cnn.dims, reconciled)

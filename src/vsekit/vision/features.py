@@ -151,6 +151,7 @@ def compute_features(
     else:
         if image_ids is not None:
             raise VsekitError("image_ids selects from a collection or a mapping, not from a list of images")
+        assert not isinstance(images, (ImageCollection, Corpus))  # _as_collection took those
         items = list(images)
         if cache or (cache is None and cache_dir is not None):
             if any(isinstance(item, Image.Image) for item in items):
@@ -161,6 +162,7 @@ def compute_features(
             ids = [collection.id_of(item) for item in items]
     use_cache = cache is not False and collection is not None
     if use_cache:
+        assert collection is not None
         config = cache_config(spec, engine)
         path = _store_path(collection, config, cache_dir, cache_root)
         # Held from extraction to the copy out, so another process cannot swap the files in between.
@@ -286,6 +288,7 @@ def image_features(
     if view != "centre":  # a training-time view (see vision.preprocess.VIEWS), cached apart by its key
         if kind != "one-layer":
             raise VsekitError(f"view {view!r}: views of a photo exist for one-layer features only")
+        assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         spec = dataclasses.replace(spec, preprocessing=spec.preprocessing.with_view(view))
     if kind == "one-layer":
         return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None

@@ -93,11 +93,13 @@ class FullNetworkEmbedding:
     @property
     def std_(self) -> np.ndarray:
         self._check_fitted()
+        assert self._m2 is not None  # set together with mean_
         return np.sqrt(self._m2 / self.n_samples_)  # population std, as the z-values of the paper
 
     @property
     def dim(self) -> int:
         self._check_fitted()
+        assert self.mean_ is not None
         return int(self.mean_.shape[0])
 
     # ---------------------------------------------------------------- transform
@@ -112,6 +114,7 @@ class FullNetworkEmbedding:
                 f"activations have {x.shape[-1]} features but this Full-Network Embedding was fitted on "
                 f"{self.dim} (another backbone or layer set?)"
             )
+        assert self.mean_ is not None  # _check_fitted
         mean = self.mean_.astype(np.float32)
         scale = np.maximum(self.std_, self.eps).astype(np.float32)
         return (x - mean) / scale
@@ -131,6 +134,7 @@ class FullNetworkEmbedding:
     # ---------------------------------------------------------------- save/load
     def state_dict(self) -> dict[str, np.ndarray]:
         self._check_fitted()
+        assert self.mean_ is not None and self._m2 is not None
         return {"mean": self.mean_.copy(), "m2": self._m2.copy()}
 
     def metadata(self) -> dict[str, str]:

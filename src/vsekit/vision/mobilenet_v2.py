@@ -54,6 +54,7 @@ class ConvBNReLU6(nn.Sequential):
             nn.BatchNorm2d(cout),
             nn.ReLU6(inplace=True),
         )
+        self.out_channels = cout
 
 
 class InvertedResidual(nn.Module):
@@ -81,12 +82,16 @@ class InvertedResidual(nn.Module):
 
     def tap_layout(self, prefix: str) -> list[tuple[str, int]]:
         """(name, channels) of this block's taps; the name is the conv's module path."""
-        units = [(f"{prefix}.conv.{i}.0", u[0].out_channels) for i, u in enumerate(self.conv[:-2])]
+        units = [
+            (f"{prefix}.conv.{i}.0", u.out_channels)
+            for i, u in enumerate(list(self.conv)[:-2])
+            if isinstance(u, ConvBNReLU6)  # all of them: the expansion (if any) and the depthwise unit
+        ]
         return units + [(f"{prefix}.conv.{len(self.conv) - 2}", self.out_channels)]
 
     def forward(self, x: torch.Tensor, taps: list[torch.Tensor] | None = None) -> torch.Tensor:
         h = x
-        for unit in self.conv[:-2]:  # the Conv-BN-ReLU6 units (expansion if any, then depthwise)
+        for unit in list(self.conv)[:-2]:  # the Conv-BN-ReLU6 units (expansion if any, then depthwise)
             h = unit(h)
             _tap(taps, h)
         h = self.conv[-1](self.conv[-2](h))  # projection conv + BN (linear bottleneck)
@@ -117,7 +122,8 @@ class MobileNetV2(nn.Module):
             if isinstance(m, InvertedResidual):
                 self._taps += m.tap_layout(f"features.{i}")
             else:
-                self._taps.append((f"features.{i}.0", m[0].out_channels))
+                assert isinstance(m, ConvBNReLU6)  # the stem and the head
+                self._taps.append((f"features.{i}.0", m.out_channels))
         self._taps.append(("classifier.1", num_classes))
         self._init_weights()
 

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
+from vsekit.data.corpus import Corpus
 from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ImageError, VsekitError
@@ -141,7 +142,9 @@ class Regions:
 # -------------------------------------------------------------------- geometry
 def _squash(img: Image.Image, size: int, mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
     """The whole ``img`` resized to ``size x size`` (aspect ratio not kept, so the map covers all of it)."""
-    arr = np.asarray(img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32)
+    arr: np.ndarray = np.asarray(
+        img.convert("RGB").resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32
+    )
     arr = (arr / 255.0 - np.asarray(mean, dtype=np.float32)) / np.asarray(std, dtype=np.float32)
     return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
 
@@ -235,8 +238,8 @@ class _RegionExtractor:
 
     def _pack(self, feats: torch.Tensor, boxes: np.ndarray) -> np.ndarray:
         """``[B, R, D]`` features and ``[B, R, 4]`` boxes -> float16 rows ``[B, R*(D+4)]``."""
-        feats = feats.cpu().numpy().reshape(len(feats), -1)
-        return np.concatenate([feats, boxes.reshape(len(boxes), -1)], axis=1).astype(np.float16)
+        rows = feats.cpu().numpy().reshape(len(feats), -1)
+        return np.concatenate([rows, boxes.reshape(len(boxes), -1)], axis=1).astype(np.float16)
 
     def grid_rows(self, pixels: torch.Tensor) -> np.ndarray:
         fmap = self._map(pixels)
@@ -343,6 +346,7 @@ def region_features(
     if collection is None:
         if image_ids is not None:
             raise VsekitError("image_ids selects from a collection or a mapping, not from a list of images")
+        assert not isinstance(images, (ImageCollection, Corpus))  # _as_collection took those
         items = list(images)
         if cache:
             collection = ImageCollection.from_paths(items)

@@ -38,7 +38,7 @@ class FeatureSpec:
 
     backbone: str = "mobilenet_v2"
     kind: str = "one-layer"
-    weights: str | None = None
+    weights: str | os.PathLike[str] | None = None  # a path is stored as its expanded str
     preprocessing: Preprocessing | None = None
 
     def __post_init__(self) -> None:

@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -108,6 +109,7 @@ def cache_config(spec: FeatureSpec, engine: str | None = None) -> FeatureConfig:
     """The cache key of ``spec``'s activations (``layers="full"`` for FNE: the codes are derived data) as
     ``engine`` (None: the default engine) computes them: the int8 engine's rows are cached apart."""
     path = resolve_weights(spec.backbone, spec.weights)
+    assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     return FeatureConfig(
         backbone=spec.backbone,
         weights_sha=weights_fingerprint(path),
@@ -312,7 +314,7 @@ class FeatureStore:
             return np.zeros(len(self.image_ids), dtype=bool)
         return np.load(done_path)
 
-    def _raw(self, mode: str = "r") -> np.memmap:
+    def _raw(self, mode: Literal["r", "r+"] = "r") -> np.memmap:
         return np.memmap(self._raw_path(), dtype=np.float16, mode=mode, shape=(len(self.image_ids), self.dim))
 
     def rows(self, image_ids: Sequence[str]) -> np.ndarray:
@@ -325,7 +327,7 @@ class FeatureStore:
         rows = np.fromiter((self._row[i] for i in image_ids), dtype=np.int64, count=len(image_ids))
         done = self.done_mask()
         if not done[rows].all():
-            bad = [image_ids[k] for k in np.flatnonzero(~done[rows])]
+            bad = [image_ids[int(k)] for k in np.flatnonzero(~done[rows])]
             why = self.failed.get(bad[0], "extraction did not finish")
             raise VsekitError(
                 f"{self.path}: {len(bad)} image(s) have no finished features, e.g. {bad[0]!r} ({why}); "
@@ -496,6 +498,7 @@ def _prepare_store(
     new_raw = new_memmap(tmp_raw, np.float16, (len(all_ids), dim), name=store._raw_path())
     old_done = old.done_mask() if old is not None else np.zeros(0, dtype=bool)
     if old_done.any():  # carry over finished rows whose file is unchanged
+        assert old is not None  # (old_done is empty without an old store)
         old_raw = old._raw()
         for new_row, image_id in enumerate(all_ids):
             old_row = old._row.get(image_id)

@@ -135,5 +135,5 @@ def read_streamed(stream: Callable[[], Corpus], whole: Callable[[], Corpus]) -> 
         return whole()
     try:
         return stream()
-    except (*jsonstream.STREAM_ERRORS, OSError, CorpusError):
+    except jsonstream.STREAM_ERRORS + (OSError, CorpusError):
         return whole()
