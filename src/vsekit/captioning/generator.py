@@ -315,6 +315,7 @@ class CaptionGenerator:
         if self.guard is not None:
             return self._beam_guarded(features, n, joint_features)
         if self.rerank is not None:
+            assert joint_features is not None  # checked above
             return self._beam_reranked(features, n, joint_features)
         return self._decode(features, n)
 
@@ -358,7 +359,9 @@ class CaptionGenerator:
     ) -> list[list[str]]:
         """Beam search under the concept guard (:mod:`vsekit.captioning.guard`, "the decoding policy"),
         then the rerank, if any; captions that are only a name are not reranked."""
-        guard, probs = self.guard, self.classifier.probabilities(features)
+        guard, classifier = self.guard, self.classifier
+        assert guard is not None and classifier is not None  # set together when the guard is on
+        probs = classifier.probabilities(features)
         bias = guard.word_bias(probs)
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = [
@@ -374,14 +377,18 @@ class CaptionGenerator:
                 forced.update({i: prefix} if prefix else {})
                 plain.update({} if prefix else {i: subject.phrase})
             elif not candidates[i]:
-                plain[i] = top[i].phrase
+                fallback = top[i]
+                assert fallback is not None  # threshold 0: every photo has a top subject
+                plain[i] = fallback.phrase
         for length in sorted({len(p) for p in forced.values()}):  # one decode per prefix length
             rows = [i for i in sorted(forced) if len(forced[i]) == length]
-            prefix = torch.tensor([forced[i] for i in rows])
-            redone = self.captioner.decode(features[rows], word_bias=bias[rows], prefix=prefix, **kwargs)
+            prefixes = torch.tensor([forced[i] for i in rows])
+            redone = self.captioner.decode(features[rows], word_bias=bias[rows], prefix=prefixes, **kwargs)
             for i, caps in zip(rows, redone, strict=True):
                 candidates[i] = guard.supported(guard.fluent(caps), bias[i], skip=length)
-                plain.update({} if candidates[i] else {i: sure[i].phrase})
+                named = sure[i]
+                assert named is not None  # a forced prefix comes from a sure subject
+                plain.update({} if candidates[i] else {i: named.phrase})
         return self._order_guarded(candidates, plain, n, joint_features)
 
     def _order_guarded(
@@ -394,6 +401,7 @@ class CaptionGenerator:
         if self.rerank is None:
             order = [list(range(len(t))) for t in texts]
         else:
+            assert self.joint is not None and joint_features is not None  # a rerank has its joint model
             cosines = embedding_cosines(self.joint.network, joint_features, texts)
             s = self.rerank
             order = [

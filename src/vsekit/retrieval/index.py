@@ -191,7 +191,7 @@ class Index(Searching):
         """Point the index at its photos' new folder (moved, renamed or mounted elsewhere) after checking that
         it holds the same photos (sizes, and the sha256 of a sample or, ``check_all``, of every one); no
         photo is embedded again (:mod:`vsekit.retrieval.relocate`). Then hold the new generation."""
-        done = relocate(self.path, photos_dir, check_all=check_all)
+        done = relocate(self.path, Path(photos_dir), check_all=check_all)
         self.refresh()
         return done
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class ShardedIndex:
     ) -> list[SearchHit]:
         """As :meth:`Index.search`; the query is embedded once, by the first shard's model."""
         query = self.shards[0].query_vector(text, image, vector=vector, plus=plus, minus=minus)
-        options = dict(min_score=min_score, resort=resort, engine=engine, leave_out=leave_out)
+        options: dict[str, Any] = dict(min_score=min_score, resort=resort, engine=engine, leave_out=leave_out)
         return self.search_vectors(query[None], k, **options)[0]
 
     def search_texts(

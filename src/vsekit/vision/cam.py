@@ -132,7 +132,8 @@ class ClassMaps:
         with self._lock, torch.no_grad():  # one forward pass at a time
             if self._model is None:
                 self._model = load_backbone(self.backbone, device=self.device)
-            values = self._model.forward_map(x[None].to(self.device))[0]
+            forward_map = self._model.forward_map  # both backbones have it (not part of nn.Module's type)
+            values = forward_map(x[None].to(self.device))[0]  # type: ignore[operator]
         return FeatureMap(values.float().cpu().numpy(), size)
 
     def box(self, features: FeatureMap, class_id: int, fraction: float = CAM_FRACTION) -> tuple[float, ...]:
