@@ -160,3 +160,30 @@ def test_search_several_indexes_as_one_with_shard(built, tmp_path):
     assert {r["path"] for r in merged} - set(first) == {str(other / p.name) for p in SAMPLE_IMAGES[20:23]}
     result = runner.invoke(app, ["search", str(index), "a dog", "--shard", str(tmp_path / "nowhere")])
     assert result.exit_code != 0 and "not a vsekit photo index" in result.output
+
+
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_paths_are_never_cut_whatever_the_terminal_width(tmp_path, monkeypatch, columns):
+    """A long photo path is the one thing a user needs: the table folds it, never cuts it with an ellipsis
+    (captions wrap); --paths prints only absolute paths, one a line, for a pipe."""
+    photos = tmp_path / "photos" / "holidays_2024_by_the_sea_with_grandparents"
+    photos.mkdir(parents=True)
+    names = [f"an_unusually_long_photo_file_name_number_{k}_taken_on_the_beach.jpg" for k in range(3)]
+    for src, name in zip(SAMPLE_IMAGES[:3], names, strict=True):
+        shutil.copyfile(src, photos / name)
+    out = tmp_path / "index"
+    assert runner.invoke(app, ["index", "build", str(tmp_path / "photos"), "--out", str(out)]).exit_code == 0
+    monkeypatch.setenv("COLUMNS", str(columns))
+    result = runner.invoke(app, ["search", str(out), "a dog runs", "--top", "3"])
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output
+    shown: list[str] = []  # the photo column, a path folded over several lines joined again
+    for line in result.output.splitlines():
+        if line.startswith("│"):
+            rank, _, photo, *_ = (cell.strip() for cell in line.split("│")[1:-1])
+            shown.append(photo) if rank else shown.__setitem__(-1, shown[-1] + photo)
+    assert sorted(shown) == sorted(f"{photos.name}/{n}" for n in names), (columns, result.output)
+    listed = runner.invoke(app, ["search", str(out), "a dog runs", "--top", "3", "--paths"])
+    assert listed.exit_code == 0
+    lines = listed.output.splitlines()
+    assert sorted(lines) == sorted(str((photos / n).absolute()) for n in names)

@@ -420,6 +420,12 @@ def _print_hits(title: str, row: dict, why_empty: str) -> None:
     console.print(table if hits else plain(why_empty))
 
 
+def _absolute_paths(opened: Index | ShardedIndex, hits: list[SearchHit]) -> list[str]:
+    """Each hit's photo as an absolute path (a shard's hits are absolute already)."""
+    folder = getattr(opened, "photos_dir", None)
+    return [printable(str(h.path if folder is None else (folder / h.path).absolute())) for h in hits]
+
+
 def _found_by(hit: dict) -> str:
     """ "tabby · concept", "joint space", "tabby · both" (see :func:`vsekit.retrieval.answer.answer`)."""
     if hit.get("route") == "joint":
@@ -482,6 +488,11 @@ def search(
     ),
     top: int = typer.Option(10, "--top", min=1, help="Results per query."),
     json_out: Path | None = typer.Option(None, "--json", help="Write results as JSON lines here."),
+    paths: bool = typer.Option(
+        False,
+        "--paths",
+        help="Print only the photos' absolute paths, one a line, best first (for xargs, feh, a script).",
+    ),
     min_score: float | None = typer.Option(None, "--min-score", help="Drop results with a lower cosine."),
     minus: list[str] = typer.Option([], "--minus", help="Subtract this word's embedding (repeatable)."),
     plus: list[str] = typer.Option([], "--plus", help="Add this word's embedding (repeatable)."),
@@ -583,7 +594,10 @@ def search(
                 answer = shards_answer(opened, text, picture, **options)
             hits: list[SearchHit] = answer.hits
             rows = [_rows(text if text is not None else str(image), answer, opened)]
-        if json_out is not None:
+        if paths:  # nothing but the paths on stdout: a pipe gets exactly the photos
+            for line in _absolute_paths(opened, [h for f in found for h in f.hits] if queries else hits):
+                typer.echo(line)
+        elif json_out is not None:
             write_jsonl(json_out, rows)
             console.print(plain(f"wrote {len(rows)} result line(s) to {json_out}"), soft_wrap=True)
         elif queries is not None:  # JSON lines on stdout, as --json would write them
