@@ -25,6 +25,19 @@ def queries() -> list[dict]:
     return json.loads((HERE / "queries.json").read_text())
 
 
+def relevant(labels: dict[str, dict], rule: dict) -> list[str]:
+    """The photos a query's rule makes fit it (``files``; or ``any``/``main`` labels, ``require``d one)."""
+    if "files" in rule:
+        return sorted(rule["files"])
+    out = []
+    for name, label in labels.items():
+        things = {label["main"], *label["objects"]}
+        hit = label["main"] in rule["main"] if "main" in rule else bool(things & set(rule["any"]))
+        if hit and ("require" not in rule or rule["require"] in things):
+            out.append(name)
+    return sorted(out)
+
+
 def photo_path(key: str) -> Path:
     """Where a photo of the set is on disk (run fetch_extra.py once for the second part)."""
     if key.startswith("extra/"):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
+from dataset import relevant  # noqa: E402
 from queries_extra import ABSENT_WORDS as ABSENT_EXTRA_WORDS  # noqa: E402
 from queries_extra import PRESENT_EXTRA  # noqa: E402
 
@@ -115,18 +116,6 @@ ABSENT_WORDS = {
     "a teddy bear": ["teddy bear"],
 } | ABSENT_EXTRA_WORDS
 ABSENT = [*ABSENT_WORDS]
-
-
-def relevant(labels: dict[str, dict], rule: dict) -> list[str]:
-    if "files" in rule:
-        return sorted(rule["files"])
-    out = []
-    for name, label in labels.items():
-        things = {label["main"], *label["objects"]}
-        hit = label["main"] in rule["main"] if "main" in rule else bool(things & set(rule["any"]))
-        if hit and ("require" not in rule or rule["require"] in things):
-            out.append(name)
-    return sorted(out)
 
 
 def main() -> None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+from dataset import relevant  # noqa: E402
 
 PRESENT_EXTRA: list[tuple[str, dict]] = [
     ("a rabbit", {"any": ["rabbit"]}),
@@ -109,18 +112,6 @@ OLD_ABSENT_WORDS = {
     "a computer keyboard": ["keyboard"],
     "snow-covered mountains": ["snow"],
 }
-
-
-def relevant(labels: dict[str, dict], rule: dict) -> list[str]:
-    if "files" in rule:
-        return sorted(rule["files"])
-    out = []
-    for name, label in labels.items():
-        things = {label["main"], *label["objects"]}
-        hit = label["main"] in rule["main"] if "main" in rule else bool(things & set(rule["any"]))
-        if hit and ("require" not in rule or rule["require"] in things):
-            out.append(name)
-    return sorted(out)
 
 
 def main() -> None:
