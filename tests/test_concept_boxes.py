@@ -14,6 +14,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from vsekit.alignment.describe import CONCEPT_COLOUR, scale_boxes
+from vsekit.resources import sample_data_path
 from vsekit.vision.cam import MAX_ASPECT, FeatureMap, cam_box, cam_input_size, class_activation_map
 
 # the shared data lives next to the repository, as tests/conftest.py says: <repo>/../shared/data
@@ -84,7 +85,9 @@ def test_the_map_is_the_classifier_at_every_place():
     from vsekit.vision.cam import ClassMaps
 
     maps = ClassMaps("efficientnet_lite0", device="cpu")
-    image = Image.open(CAT if CAT.is_file() else OTHERS[0]).convert("RGB").resize((224, 224))
+    # any photo shows the identity: the everyday kitten where ../shared is, else a bundled sample photo
+    photo = CAT if CAT.is_file() else sorted((sample_data_path() / "Images").glob("*.jpg"))[0]
+    image = Image.open(photo).convert("RGB").resize((224, 224))
     features = maps.feature_map(image)
     assert features.values.shape == (1280, 7, 7) and features.size == (224, 224)
     # a square 224 photo is the index's own input: the map's mean is the pooled vector the index classifies
