@@ -30,6 +30,7 @@ says how to add the concepts (``vsekit index update``).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Sequence
@@ -105,6 +106,7 @@ def fuse(scores: RouteScores, policy: RoutePolicy) -> tuple[np.ndarray, np.ndarr
     return order, fused, routes
 
 
+@functools.lru_cache(maxsize=16)  # read once per model file, not on every search
 def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
     """The routes policy shipped for model ``model`` (a shipped name) and exactly that file, or None."""
     try:

@@ -11,6 +11,7 @@ script, or whose words are mostly not among the English words of the training ca
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -39,6 +40,7 @@ class Confidence:
     english_words: frozenset[str]
 
 
+@functools.lru_cache(maxsize=16)  # read once per model file (4,482 words), not on every search
 def load_confidence(model: str, model_sha256: str) -> Confidence | None:
     """The shipped calibration of model ``model`` (a shipped name such as ``vse``), or None when there is
     none or it was made for another file than the one with ``model_sha256`` (then no search is called
