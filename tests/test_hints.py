@@ -371,7 +371,7 @@ def test_scnlm_without_a_model_names_the_training_that_makes_one(built, tmp_path
 #: Each function of src/ that builds a hint with ``vsekit.errors.command``, and the test above that runs
 #: (or, for a training run, parses) what it prints.
 HINT_SITES = {
-    ("retrieval/store.py", "build_command"): test_a_damaged_file_names_the_build_that_repairs_it,
+    ("retrieval/store/damage.py", "build_command"): test_a_damaged_file_names_the_build_that_repairs_it,
     ("retrieval/relocate.py", "moved_hint"): test_a_moved_folder_names_relocate_in_update_explain_and_build,
     ("retrieval/build.py", "_check_same"): test_a_moved_folder_names_relocate_in_update_explain_and_build,
     ("retrieval/opening.py", "open_for_reading"): test_no_index_names_the_build_that_makes_one,
