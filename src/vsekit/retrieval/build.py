@@ -55,7 +55,6 @@ from vsekit.retrieval.store import (
     PhotoRecord,
     Store,
     StoreChange,
-    ann_records,
     build_command,
     committed_mark,
     damaged,
@@ -193,8 +192,7 @@ def write_ann(
     index = build_ann(vectors, engine, checkpoint=store.out / partial)
     params = calibrate(index, vectors, text_queries())
     store.write_file(name, serialize_ann(index))
-    with store.transaction() as c:
-        c.execute("UPDATE files SET state = 'dead' WHERE name = ?", (partial,))
+    store.discard(partial)
     store.collect()
     return engine, name, params
 
@@ -211,15 +209,6 @@ def _free_ann_names(store: Store, engine: str, n: int) -> tuple[str, str]:
     raise VsekitError(f"{store.out / SEGMENTS}: no free name for an ANN file of segment {n}")
 
 
-def _records(conn, segments: Sequence[int]) -> list[tuple]:
-    marks = ",".join("?" * len(segments))
-    return conn.execute(
-        f"SELECT id, size, mtime_ns, sha256, taken, caption, segment, row FROM photos "
-        f"WHERE segment IN ({marks}) ORDER BY id",
-        list(segments),
-    ).fetchall()
-
-
 def compact(
     store: Store, everything: bool = False, text_queries: Callable[[], np.ndarray | None] = lambda: None
 ) -> bool:
@@ -232,7 +221,7 @@ def compact(
         return False
     settings = _written_settings(store)
     dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
-    rows = _records(store.conn, chosen)
+    rows = store.records_in(chosen)
     maps = {n: _verified(store, n) for n in chosen}
 
     def blocks() -> Iterator[np.ndarray]:
@@ -254,9 +243,8 @@ def compact(
 
 
 def _verified(store: Store, n: int) -> np.ndarray:
-    row = store.conn.execute("SELECT rows, sha256 FROM segments WHERE n = ?", (n,)).fetchone()
     path = store.segment_path(n)
-    verify_file(path, row[1], store.out)
+    verify_file(path, store.segment_sha(n), store.out)
     return map_npy(path)
 
 
@@ -417,9 +405,7 @@ class Builder:
     def _records(self) -> tuple[dict[str, tuple], list[int]]:
         """Every photo record, less those in damaged or unlisted segments (dropped and re-embedded)."""
         damaged, self._maps = [], {}
-        for n, rows, sha in self.store.conn.execute(
-            "SELECT n, rows, sha256 FROM segments ORDER BY n"
-        ).fetchall():
+        for n, rows, _, sha in self.store.segment_files():
             path = self.store.segment_path(n)
             try:
                 verify_file(path, sha, self.store.out)
@@ -618,7 +604,7 @@ def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> N
     settings = store.settings()
     total = store.count()
     try:
-        records = ann_records(store.conn, settings)
+        records = store.ann_records(settings)
     except ValueError as exc:  # unreadable JSON where the CRC was read as it was (format version 1)
         raise damaged(store.out / DB, f"an ANN record: {exc}", store.out) from None
     broken = sorted(n for n, record in records.items() if not _sound_ann(store, n, record))

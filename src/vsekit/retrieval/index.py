@@ -49,15 +49,8 @@ from vsekit.retrieval.query import SearchHit, Searching
 from vsekit.retrieval.relocate import Relocation, moved_hint, relocate
 from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
-from vsekit.retrieval.store import (
-    DB,
-    LEGACY_MANIFEST,
-    SEGMENTS,
-    check_out_dir,
-    id_bytes,
-    id_text,
-    writer_lock,
-)
+from vsekit.retrieval.store import DB, LEGACY_MANIFEST, SEGMENTS, check_out_dir, reader, writer_lock
+from vsekit.retrieval.store.schema import open_probe
 
 __all__ = [
     "FORMAT",
@@ -248,10 +241,8 @@ class Index(Searching):
         with self._lock:
             try:
                 if self._probe is None:
-                    self._probe = sqlite3.connect(
-                        self.path / DB, isolation_level=None, check_same_thread=False
-                    )
-                newest = self._probe.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0]
+                    self._probe = open_probe(self.path / DB)
+                newest = reader.newest_generation(self._probe)
             except sqlite3.Error as exc:
                 logger.warning("%s: cannot check for a newer generation (%s)", self.path, exc)
                 return False
@@ -296,8 +287,8 @@ class Index(Searching):
         """Photo folder, counts, unreadable files, model, storage and engine, bytes on disk."""
         view = self._view
         m = view.settings
-        failed = {id_text(i): e for i, e in view.query("SELECT id, reason FROM failed ORDER BY id")}
-        files = [self.path / n for (n,) in view.query("SELECT name FROM files WHERE state = 'live'")]
+        failed = view.read(reader.failed_reasons)
+        files = [self.path / n for n in view.read(reader.live_files)]
         files += [self.path / DB, self.path / LEGACY_MANIFEST]
         files += [self.path / name for name in {s.ann[1] for s in view.segments if s.ann}]
         if not view.generation:
@@ -325,9 +316,7 @@ class Index(Searching):
     def folders(self, limit: int | None = None) -> list[str]:
         """The folders (relative to the photo folder) that directly hold photos, sorted; one indexed
         query, not a walk over every photo (what a ``folder=`` filter accepts, with its subfolders)."""
-        sql = "SELECT DISTINCT folder FROM photos WHERE folder != ? ORDER BY folder"
-        rows = self._view.query(sql + (f" LIMIT {int(limit)}" if limit is not None else ""), (b"",))
-        return [id_text(f) for (f,) in rows]
+        return self._view.read(reader.folders, limit)
 
     def search_folder(self, folder: str | os.PathLike[str]) -> str:
         """``folder`` as the ``folder=`` filter takes it: a folder of the index relative to its photo folder
@@ -361,20 +350,11 @@ class Index(Searching):
     def captions(self, photo_ids: Sequence[str]) -> dict[str, str]:
         """The stored captions of ``photo_ids`` (a photo without one is left out): a query per 500 ids,
         not one per photo (a page of results asks for all of its captions at once)."""
-        found: dict[str, str] = {}
-        ids = list(photo_ids)
-        for start in range(0, len(ids), 500):
-            chunk = [id_bytes(i) for i in ids[start : start + 500]]
-            marks = ",".join("?" * len(chunk))
-            sql = f"SELECT id, caption FROM photos WHERE caption IS NOT NULL AND id IN ({marks})"
-            found.update({id_text(i): c for i, c in self._view.query(sql, chunk)})
-        return found
+        return self._view.read(reader.captions_of, photo_ids)
 
     def uncaptioned(self) -> list[str]:
         """The ids of photos without a stored caption (new or changed since their caption), sorted."""
-        return [
-            id_text(i) for (i,) in self._view.query("SELECT id FROM photos WHERE caption IS NULL ORDER BY id")
-        ]
+        return self._view.read(reader.uncaptioned)
 
     def set_captions(self, captions: dict[str, str | None]) -> int:
         """Store captions by photo id (photos the index does not hold are skipped); returns how many

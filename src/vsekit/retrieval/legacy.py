@@ -6,7 +6,6 @@ database lists)."""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +15,14 @@ from vsekit.errors import VsekitError
 from vsekit.retrieval.segments import Segment, Snapshot
 from vsekit.retrieval.store import (
     LEGACY_MANIFEST,
-    SCHEMA,
     STORE_FORMAT,
     STORE_VERSION,
     NewSegment,
     PhotoRecord,
     Store,
     StoreChange,
-    folder_of,
-    id_bytes,
+    legacy_database,
     map_npy,
-    row_crc,
 )
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "legacy_snapshot", "migrate", "read_manifest"]
@@ -73,6 +69,10 @@ def _vectors(out: Path, manifest: dict[str, Any]) -> np.ndarray:
     return vectors
 
 
+def _photos(manifest: dict[str, Any]) -> list[PhotoRecord]:
+    return [PhotoRecord(i, s, m, h) for i, s, m, h in manifest["entries"]]
+
+
 def legacy_snapshot(out: Path, manifest: dict[str, Any]) -> Snapshot:
     """A read-only snapshot of a legacy index (its records in an in-memory database)."""
     try:
@@ -83,22 +83,12 @@ def legacy_snapshot(out: Path, manifest: dict[str, Any]) -> Snapshot:
 
 def _legacy_snapshot(out: Path, manifest: dict[str, Any]) -> Snapshot:
     vectors = _vectors(out, manifest)
-    conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-    conn.executescript(SCHEMA)
     settings = settings_of(manifest)
-    conn.executemany("INSERT INTO settings VALUES (?, ?)", [(k, json.dumps(v)) for k, v in settings.items()])
-    records = [
-        (id_bytes(i), s, m, h, id_bytes(folder_of(i)), None, None, 0, row)
-        for row, (i, s, m, h) in enumerate(manifest["entries"])
-    ]
-    conn.executemany(
-        "INSERT INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(*r, row_crc(*r)) for r in records]
-    )
+    conn = legacy_database(settings, _photos(manifest))
     ann = None
     if manifest.get("ann"):
         engine = manifest["ann"].split("-")[1]
         ann = (engine, manifest["ann"], dict(manifest.get("ann_params") or {}))
-    conn.execute("BEGIN")
     return Snapshot(out, conn, 0, settings, [Segment(0, vectors, np.zeros(0, dtype=np.int64), ann)])
 
 
@@ -110,7 +100,7 @@ def migrate(store: Store, manifest: dict[str, Any]) -> None:
     rows, dim = vectors.shape
     blocks = (vectors[i : i + 65536] for i in range(0, rows, 65536))
     n, sha = store.write_segment(blocks, rows, dim, manifest["dtype"])
-    photos = [PhotoRecord(i, s, m, h) for i, s, m, h in manifest["entries"]]
+    photos = _photos(manifest)
     legacy = [LEGACY_MANIFEST, manifest["embeddings"]] + ([manifest["ann"]] if manifest.get("ann") else [])
     store.commit(
         StoreChange(

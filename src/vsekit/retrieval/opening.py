@@ -19,6 +19,9 @@ from vsekit.fileio import rename_no_replace
 from vsekit.retrieval.legacy import legacy_snapshot, read_manifest
 from vsekit.retrieval.segments import Snapshot, open_snapshot
 from vsekit.retrieval.store import DB, GENERATION_MARK, LEGACY_MANIFEST, SEGMENTS, Store, damaged
+from vsekit.retrieval.store.ledger import salvage_names
+from vsekit.retrieval.store.reader import newest_generation
+from vsekit.retrieval.store.schema import open_probe
 
 __all__ = ["open_for_reading", "open_for_writing"]
 
@@ -49,9 +52,9 @@ def open_for_reading(out: Path) -> Snapshot:
 def _store_is_empty(out: Path) -> bool:
     """A store that never committed (a conversion killed before its commit)."""
     try:
-        conn = sqlite3.connect(out / DB)
+        conn = open_probe(out / DB)
         try:
-            return not conn.execute("SELECT count(*) FROM generations").fetchone()[0]
+            return not newest_generation(conn)
         finally:
             conn.close()
     except sqlite3.Error:
@@ -69,9 +72,7 @@ def open_for_writing(out: Path) -> Store:
         store = Store.open(out, create=True)
         store.settings()
         if (out / DB).stat().st_size <= 64 << 20:  # a full check of a large database costs seconds
-            result = store.conn.execute("PRAGMA quick_check").fetchone()[0]
-            if result != "ok":
-                raise sqlite3.DatabaseError(result)
+            store.quick_check()
             store.check_records()
         return store
     except (VsekitError, sqlite3.DatabaseError, ValueError) as exc:
@@ -86,16 +87,13 @@ def open_for_writing(out: Path) -> Store:
 def _replace_damaged_store(out: Path) -> Store:
     """Move the damaged database of ``out`` aside and start a new store that owns (as dead files) what
     the damaged one listed and the moved-aside files."""
-    owned = _salvage_file_names(out / DB)
+    owned = salvage_names(out / DB)
     moved = []
     for name in (DB, f"{DB}-wal", f"{DB}-shm", GENERATION_MARK):
         with contextlib.suppress(FileNotFoundError):
             moved.append(_move_aside(out, name))
     store = _new_store_beside_old_segments(out, "" if owned else "the damaged database lists no files")
-    with store.transaction() as c:
-        c.executemany(
-            "INSERT OR REPLACE INTO files VALUES (?, 'dead', NULL, NULL)", [(n,) for n in owned + moved]
-        )
+    store.take_over(owned + moved)
     store.collect()
     return store
 
@@ -122,16 +120,3 @@ def _new_store_beside_old_segments(out: Path, why: str) -> Store:
     if why and numbers:
         logger.warning("%s: %s; its old segments stay in %s", out, why, out / SEGMENTS)
     return store
-
-
-def _salvage_file_names(path: Path) -> list[str]:
-    """The files a damaged store database still lists (best effort; none when it cannot say)."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            names = [str(n) for (n,) in conn.execute("SELECT name FROM files")]
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        return []
-    return [n for n in names if n.startswith(f"{SEGMENTS}/") and ".." not in Path(n).parts]

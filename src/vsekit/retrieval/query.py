@@ -31,7 +31,7 @@ from vsekit.errors import VsekitError
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
-from vsekit.retrieval.store import DB, damaged, id_bytes, id_text
+from vsekit.retrieval.store import DB, damaged, reader
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -202,8 +202,7 @@ class Searching:
 
     def copies(self, sha256: str) -> list[str]:
         """The ids (paths) of the indexed photos whose bytes have ``sha256``: a photo and its exact copies."""
-        rows = self._view.query("SELECT id FROM photos WHERE sha256 = ? ORDER BY id", (sha256,))
-        return [id_text(i) for (i,) in rows]
+        return self._view.read(reader.copies, sha256)
 
     def route_scores(
         self,
@@ -274,8 +273,7 @@ class Searching:
         once) and its search settings."""
         assert segment.ann is not None  # asked only for segments with an ANN structure
         _, name, params = segment.ann
-        found = self._view.query("SELECT sha256 FROM files WHERE name = ?", (name,))
-        sha = found[0][0] if found else None
+        sha = self._view.read(reader.file_sha, name)
         # keyed by content too: a repaired ANN file may be given a name a replaced one had
         key = (str(self.path / name), name, sha)
         with self._lock:
@@ -325,24 +323,17 @@ def filter_masks(
     view: Snapshot, folder: str | None, after: str | dt.date | None, before: str | dt.date | None
 ) -> dict[int, np.ndarray] | None:
     """Per segment, the rows the filters keep (one indexed query), or None without filters."""
-    clauses: list[str] = []
-    params: list[bytes | str | None] = []
+    inside = None
     if folder is not None:
         name = str(PurePosixPath(folder.strip("/"))) if folder.strip("/") else ""
         if name not in ("", "."):
             if ".." in PurePosixPath(name).parts:
                 raise VsekitError(f"folder {folder!r}: give a folder inside the photo folder")
-            clauses.append("(folder = ? OR (folder >= ? AND folder < ?))")
-            params += [id_bytes(name), id_bytes(name + "/"), id_bytes(name + "0")]  # '0' follows '/'
-    if after is not None:
-        clauses.append("taken >= ?")
-        params.append(_iso(after, "taken_after"))
-    if before is not None:
-        clauses.append("taken < ?")
-        params.append(_iso(before, "taken_before"))
-    if not clauses:
+            inside = name
+    since, until = _iso(after, "taken_after"), _iso(before, "taken_before")
+    if inside is None and since is None and until is None:
         return None
-    return view.keep_masks(" AND ".join(clauses), params)
+    return view.keep_masks(inside, since, until)
 
 
 def _pool_scores(
@@ -375,7 +366,7 @@ def without_copies(
 ) -> dict[int, np.ndarray] | None:
     """``keep`` (per-segment row masks; None: every live row) less the photos whose bytes have ``sha256``
     (a few rows left out: the engines search a little deeper, :func:`~vsekit.retrieval.segments.nearest`)."""
-    found = view.query("SELECT segment, row FROM photos WHERE sha256 = ?", (sha256,))
+    found = view.read(reader.places_of, sha256)
     if not found:
         return keep
     if keep is None:

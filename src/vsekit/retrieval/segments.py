@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -33,7 +33,6 @@ from vsekit.fileio import file_sha256
 from vsekit.retrieval.search import _best_first, ann_search, exact_search
 from vsekit.retrieval.store import (
     DB,
-    PHOTO_COLUMNS,
     build_command,
     check_generation,
     check_row,
@@ -41,17 +40,18 @@ from vsekit.retrieval.store import (
     concepts_crc,
     connect,
     damaged,
-    id_bytes,
     id_text,
     map_npy,
     read_anns,
     read_settings,
-    row_crc,
+    reader,
     unpack_concepts,
 )
+from vsekit.retrieval.store.schema import quick_check
 
 __all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
 
+_T = TypeVar("_T")
 _VERIFIED: dict[tuple[str, int, int, int, int], str] = {}
 _VERIFIED_LOCK = threading.Lock()
 #: Exclusions (tombstones, filters) up to this many rows are answered by a search for k + excluded
@@ -141,9 +141,7 @@ def _quick_check(conn: sqlite3.Connection, path: Path) -> None:
     key = _version(path, st)
     if st.st_size > _QUICK_CHECK_MAX or key in _QUICK_CHECKED:
         return
-    result = conn.execute("PRAGMA quick_check").fetchone()[0]
-    if result != "ok":
-        raise sqlite3.DatabaseError(result)
+    quick_check(conn)
     _QUICK_CHECKED.add(key)
 
 
@@ -178,19 +176,18 @@ class Snapshot:
         segment, row = self.place(position)
         return segment.vectors[row]
 
-    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
-        """A query on this snapshot's generation (a damaged database is one line)."""
+    def read(self, question: Callable[..., _T], *args: Any) -> _T:
+        """``question(conn, *args)``, one of :mod:`vsekit.retrieval.store.reader`'s reads, asked of this
+        snapshot's generation (a damaged database is one line)."""
         with self._lock:
             try:
-                return self.conn.execute(sql, params).fetchall()
+                return question(self.conn, *args)
             except sqlite3.DatabaseError as exc:
                 raise damaged(self.out / DB, str(exc), self.out) from None
 
     def path(self, position: int) -> str:
         segment, row = self.place(position)
-        found = self.query(
-            f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE segment = ? AND row = ?", (segment.n, row)
-        )
+        found = self.read(reader.photo_at, segment.n, row)
         if not found:
             raise damaged(self.out / DB, f"no photo at segment {segment.n} row {row}", self.out)
         values = check_row(found[0], self.out)
@@ -201,14 +198,14 @@ class Snapshot:
         return id_text(values[0])
 
     def all_paths(self) -> list[str]:
-        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos ORDER BY segment, row")
+        rows = self.read(reader.photos_in_order)
         return [id_text(check_row(r, self.out)[0]) for r in rows]
 
     def contains(self, photo_id: str) -> bool:
-        return bool(self.query("SELECT 1 FROM photos WHERE id = ?", (id_bytes(photo_id),)))
+        return bool(self.read(reader.photo_record, photo_id))
 
     def record(self, photo_id: str) -> dict[str, Any] | None:
-        rows = self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE id = ?", (id_bytes(photo_id),))
+        rows = self.read(reader.photo_record, photo_id)
         if not rows:
             return None
         _, size, mtime_ns, sha, folder, taken, caption, _, _ = check_row(rows[0], self.out)
@@ -233,10 +230,7 @@ class Snapshot:
         ids = np.zeros((len(self), top), dtype=np.uint16)
         probs = np.zeros((len(self), top), dtype=np.float32)
         where = {s.n: (s, int(self.offsets[i])) for i, s in enumerate(self.segments)}
-        found = self.query(
-            "SELECT p.segment, p.row, p.sha256, c.classes, c.crc FROM photos p "
-            "LEFT JOIN concepts c ON c.sha256 = p.sha256"
-        )
+        found = self.read(reader.concept_rows)
         for n, row, sha, blob, crc in found:
             if blob is None or n not in where or concepts_crc(sha, blob) != crc:
                 raise damaged(self.out / DB, f"the classes of the photo at segment {n} row {row}", self.out)
@@ -251,10 +245,11 @@ class Snapshot:
         return ids, probs
 
     # -- filters ---------------------------------------------------------------------------------
-    def keep_masks(self, where: str, params: Sequence[Any]) -> dict[int, np.ndarray]:
-        """Per segment number, the rows of live photos matching ``where`` (an SQL condition on photos)."""
+    def keep_masks(self, folder: str | None, after: str | None, before: str | None) -> dict[int, np.ndarray]:
+        """Per segment number, the rows of live photos in ``folder`` (or below it) taken in [``after``,
+        ``before``) (:func:`vsekit.retrieval.store.reader.photos_matching`)."""
         masks = {s.n: np.zeros(s.rows, dtype=bool) for s in self.segments}
-        for found in self.query(f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE {where}", params):
+        for found in self.read(reader.photos_matching, folder, after, before):
             n, row = check_row(found, self.out)[7:9]
             if n not in masks or not 0 <= row < len(masks[n]):
                 raise damaged(self.out / DB, f"a photo recorded at segment {n} row {row}", self.out)
@@ -339,7 +334,7 @@ def open_snapshot(out: Path, previous: Snapshot | None = None) -> Snapshot:
 def _newest(path: Path) -> int:
     conn = connect(path)
     try:
-        return int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+        return reader.newest_generation(conn)
     finally:
         conn.close()
 
@@ -350,14 +345,14 @@ def _open_snapshot(out: Path, previous: Snapshot | None) -> Snapshot:
     conn = connect(path)
     try:
         _quick_check(conn, path)
-        conn.execute("BEGIN")
-        generation = int(conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0])
+        reader.begin_read(conn)
+        generation = reader.newest_generation(conn)
         check_generation(out, generation, witnessed)
         if generation == 0:
             raise VsekitError(f"{out}: the index has no finished build yet; {build_command(out)} finishes it")
         settings = read_settings(conn, out)
         segments = _load_segments(out, conn, settings, previous)
-        count = conn.execute("SELECT count(*) FROM photos").fetchone()[0]
+        count = reader.photo_count(conn)
         if count != sum(s.live for s in segments):
             raise ValueError(f"{count} photo records for {sum(s.live for s in segments)} live rows")
     except (sqlite3.DatabaseError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -373,17 +368,11 @@ def _load_segments(
     out: Path, conn: sqlite3.Connection, settings: dict, previous: Snapshot | None
 ) -> list[Segment]:
     dim, dtype = int(settings["model"]["embed_dim"]), settings["dtype"]
-    dead: dict[int, list[int]] = {}
-    for n, row, generation, crc in conn.execute("SELECT * FROM tombstones ORDER BY segment, row"):
-        if row_crc(n, row, generation) != crc:
-            raise ValueError("a tombstone does not match its checksum")
-        dead.setdefault(n, []).append(row)
+    dead = reader.tombstones(conn)
     anns = read_anns(conn, settings)  # checked: a flipped bit in efSearch answered without an error
     shared = {s.n: s for s in previous.segments} if previous is not None else {}
     segments = []
-    for n, rows, name, sha in conn.execute(
-        "SELECT n, rows, file, sha256 FROM segments ORDER BY n"
-    ).fetchall():
+    for n, rows, name, sha in reader.segment_files(conn):
         old = shared.get(n)
         vectors = old.vectors if old is not None else _map_segment(out, name, sha, rows, dim, dtype)
         ann, ann_file = anns.get(n), None

@@ -39,6 +39,8 @@ from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.retrieval.index import Index
 from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, scan_photos
 from vsekit.retrieval.store import DB, id_text
+from vsekit.retrieval.store.reader import records_since
+from vsekit.retrieval.store.schema import open_probe
 
 __all__ = ["DEFAULT_EVERY_S", "DEFAULT_SETTLE_S", "WatchRound", "Watcher", "watch"]
 
@@ -117,17 +119,11 @@ class _Records:
             return None
         try:
             if self.conn is None:
-                self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            self.conn.execute("BEGIN")  # the generation and both tables from one snapshot
-            try:
-                generation = self.conn.execute("SELECT coalesce(max(n), 0) FROM generations").fetchone()[0]
-                if generation != self.generation:
-                    photos = self.conn.execute("SELECT id, size, mtime_ns, sha256 FROM photos").fetchall()
-                    failed = self.conn.execute("SELECT id, size, mtime_ns, reason FROM failed").fetchall()
-                    self.known = _entries(photos), _failed(failed)
-                    self.generation = generation
-            finally:
-                self.conn.execute("COMMIT")
+                self.conn = open_probe(self.path)
+            newer = records_since(self.conn, self.generation)
+            if newer is not None:
+                self.generation, photos, failed = newer
+                self.known = _entries(photos), failed
         except sqlite3.Error as exc:
             logger.debug("%s: records not read (%s)", self.path, exc)
             self.close()
@@ -147,10 +143,6 @@ def _entries(rows: list[tuple]) -> dict[str, PhotoEntry]:
         photo_id = id_text(raw)
         entries[photo_id] = PhotoEntry(photo_id, size, mtime_ns, sha)
     return entries
-
-
-def _failed(rows: list[tuple]) -> dict[str, dict]:
-    return {id_text(i): {"size": s, "mtime_ns": m, "error": e} for i, s, m, e in rows}
 
 
 class Watcher:
