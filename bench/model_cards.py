@@ -346,15 +346,16 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
 
 
 def _guard_attachment() -> dict[str, Any]:
-    """The concept guard's evidence table (captioning/guard.py; opt-in: `vsekit caption --guard`)."""
+    """The concept guard's table (captioning/guard.py; on by default, `vsekit caption --no-guard`)."""
     path = PRETRAINED / "caption-guard.safetensors"
     pinned = header(path)["captioner_sha256"]
     return {
         **file_facts(path),
-        "short": "concept guard table (opt-in)",
-        "what": "evidence of each object word from the CNN's ImageNet classes, for `vsekit caption --guard`: "
-        "WordNet 3.0 hyponymy plus how often Flickr8K train captions (outside val1000) name the word for "
-        "photos seen as the class; off by default",
+        "short": "concept guard table",
+        "what": "evidence of each object word from the CNN's ImageNet classes (WordNet 3.0 hyponymy plus how "
+        "often Flickr8K train captions outside val1000 name the word for photos seen as the class) and the "
+        "familiarity reference (those 5,000 photos in a 128-d basis): the guard decodes only photos unlike "
+        "them; `vsekit caption --no-guard` turns it off",
         "made_with": "bench/ship_caption_guard.py",
         "pins": {"captioner": pinned},
         "pin_matches": pinned == content_fingerprint(PRETRAINED / "captioner.safetensors"),

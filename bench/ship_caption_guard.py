@@ -18,7 +18,9 @@ What :mod:`vsekit.captioning.guard` needs, computed once from data it cannot hav
   detectors from captions the same way; here the detector is the fixed ImageNet classifier);
 * **the name of every class** a caption can use: the first of its WordNet lemmas and hypernyms (nearest
   first, at most ``NAME_DEPTH`` up) that the captioner itself says (a Flickr8K word: "tabby" -> "cat",
-  "goldfish" -> "fish"), else its own first lemma ("pliers").
+  "goldfish" -> "fish"), else its own first lemma ("pliers");
+* **the familiarity reference**: the same photos' features in a 128-d basis (:class:`Familiarity`), so the
+  guard can leave photos like the captioner's training photos alone.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch
 
 from _common import run_meta
 from vsekit.captioning.captioner import load_captioner
-from vsekit.captioning.guard import GUARD_FORMAT, save_guard_table
+from vsekit.captioning.guard import GUARD_FORMAT, Familiarity, save_guard_table
 from vsekit.captioning.pos import pos_tag
 from vsekit.data import load_corpus
 from vsekit.data.splits import load_validation_slice
@@ -224,7 +226,7 @@ def main() -> None:
             threads=1, photos=len(ids), prior_photos=PRIOR_PHOTOS, seen=SEEN, min_count=MIN_COUNT
         ),
     }
-    path = save_guard_table(args.out, evidence, meta, typical)
+    path = save_guard_table(args.out, evidence, meta, typical, Familiarity.fit(feats))
     print(f"{path}: {len(words)} object words; {json.dumps(meta['class_names'][:20])}")
 
 

@@ -1064,10 +1064,25 @@ def t_rerank() -> str:
         f"on {meta.get('fusion_tuned_on', 'the even half')}); "
         "a cold re-rank of the top 50 (regions computed) took "
         f"{f1(half['cold_rerank_ms_p50'])} ms at the median; "
-        "`python bench/bench_rerank.py --parts odd --threads 1`"
+        f"`python bench/bench_rerank.py --parts odd everyday --threads {meta['threads']}`"
     )
     flat = {**meta, "load_avg_1m": meta["loadavg"][0]}
-    return table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
+    out = table(header, rows) + "\n\n" + source("rerank.json", flat, "held_out_half", note)
+    if "everyday" in d:
+        e = d["everyday"]
+        pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+        cells = lambda r: [pct(r["fit_in_top5"]), f2(r["precision_at_5"]), f2(r["recall_at_10"])]  # noqa: E731
+        every = [["plain (both routes fused)", *cells(e["plain"])]]
+        for key in sorted(
+            (k for k in e if k.startswith("rerank") and k[6:].isdigit()), key=lambda k: int(k[6:])
+        ):
+            every.append([f"`rerank={key[6:]}`: the joint space's hits re-ordered in place", *cells(e[key])])
+            every.append(
+                [f"`rerank={key[6:]}`, every hit re-ordered (before)", *cells(e[key + "_every_hit"])]
+            )
+        head = [f"everyday validation set ({e['photos']} photos)", "fit in top 5", "P@5", "R@10"]
+        out += "\n\n" + table(head, every)
+    return out
 
 
 def t_concept_route() -> str:
@@ -1098,6 +1113,43 @@ def t_concept_route() -> str:
         "numbers, so they are validation numbers, not held-out ones; `python bench/concept_route.py`"
     )
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
+
+
+def t_concept_captions() -> str:
+    d = load("concept_captions.json")
+    pct = lambda x: "" if x is None else f"{100 * x:.1f}%"  # noqa: E731
+    rows = []
+    for run in (d["before"], *d["ablations"], d["after"], *d["familiar_grid"]):
+        e, v, share = run["everyday"], run["val1000"], run["guarded_share"]
+        label = run["setting"] + (" (shipped)" if run is d["after"] else "")
+        rows.append([label, pct(share["everyday"]), f2(e["chair_s"]), f2(e["chair_i"]),
+                     pct(e["subject_named"]), e["person_words"], e["dog_words"], pct(share["val1000"]),
+                     f1(v["bleu4"]), f1(v["cider"]), pct(v["repeat_trigram"])])  # fmt: skip
+    header = ["captions", "everyday: guarded", "CHAIR_s", "CHAIR_i", "subject named", "person words",
+              "dog words", "val1000: guarded", "BLEU-4", "CIDEr-D", "repeat a trigram"]  # fmt: skip
+    e = d["after"]["everyday"]
+    note = (
+        f"validation sets only: everyday ({e['photos']} photos, not Flickr8K) and flickr8k-val1000 (1,000 "
+        "photos the shipped captioner trained on, so its scores are high; the guard's table and familiarity "
+        "reference were built without them); `familiar_at` is the highest value that costs val1000 at most 1 "
+        "CIDEr-D point; `python bench/concept_captions.py --familiar 0.58 0.61 0.62 0.64 --dev`"
+    )
+    out = table(header, rows) + "\n\n" + source("concept_captions.json", d["meta"], extra=note)
+    if "dev" in d:
+        runs = (("before (no guards)", d["dev"]["before"]), ("after (shipped)", d["dev"]["after"]))
+        dev = [[label, f1(r["bleu4"]), f1(r["meteor"]), f1(r["cider"]), pct(r["repeat_trigram"]),
+                pct(r["distinct_captions"]), r["vocabulary"]] for label, r in runs]  # fmt: skip
+        head = [
+            "Flickr8K dev, read once",
+            "BLEU-4",
+            "METEOR",
+            "CIDEr-D",
+            "repeat a trigram",
+            "distinct",
+            "words",
+        ]
+        out += "\n\n" + table(head, dev)
+    return out
 
 
 def t_concepts_cost() -> str:
@@ -1612,6 +1664,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "confidence": t_confidence,
     "rerank": t_rerank,
     "concept-route": t_concept_route,
+    "concept-captions": t_concept_captions,
     "concepts-cost": t_concepts_cost,
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,

@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from vsekit.captioning.decode import beam_search
-from vsekit.captioning.guard import ConceptGuard, GuardSettings, Subject, load_guard, save_guard_table
+from vsekit.captioning.guard import (
+    ConceptGuard,
+    Familiarity,
+    GuardSettings,
+    Subject,
+    load_guard,
+    save_guard_table,
+)
 from vsekit.data.vocab import Vocabulary
 from vsekit.errors import VsekitError
 
@@ -114,3 +121,57 @@ def test_guard_table_round_trip_and_errors(tmp_path) -> None:
         load_guard(VOCAB, "efficientnet_lite0", path)
     with pytest.raises(VsekitError, match="does not match"):
         ConceptGuard(["dog"], evidence, ["dog", "cat"], VOCAB)
+
+
+def test_familiarity_is_the_cosine_to_the_kth_nearest_training_photo() -> None:
+    """Brute force: with a full basis the score is the k-th largest cosine to the reference photos."""
+    rng = np.random.default_rng(0)
+    train, photos = rng.standard_normal((40, 6)), rng.standard_normal((5, 6))
+    fam = Familiarity.fit(train, dim=6, k=3)
+    unit = lambda x: x / np.linalg.norm(x, axis=1, keepdims=True)  # noqa: E731
+    truth = np.sort(unit(photos) @ unit(train).T, axis=1)[:, -3]
+    assert fam.scores(photos) == pytest.approx(truth, abs=1e-5)
+    assert fam.scores(train[:4] * 7) == pytest.approx(
+        np.sort(unit(train[:4]) @ unit(train).T)[:, -3], abs=1e-5
+    )
+
+
+def test_only_unfamiliar_photos_are_guarded_and_the_reference_round_trips(tmp_path) -> None:
+    rng = np.random.default_rng(1)
+    train = np.abs(rng.standard_normal((30, 4))) + np.array(
+        [5.0, 0, 0, 0]
+    )  # training photos share a direction
+    strange = np.array([[0.0, 0.0, 0.0, 1.0]])
+    evidence = np.eye(2, dtype=np.float32)
+    g = ConceptGuard(["dog", "cat"], evidence, ["dog", "cat"], VOCAB, GuardSettings(familiar_at=0.9))
+    assert g.unfamiliar(np.vstack([train[:2], strange])).tolist() == [True, True, True]  # no reference: all
+    meta = {"words": ["dog", "cat"], "class_names": ["dog", "cat"], "backbone": "tiny"}
+    path = save_guard_table(
+        tmp_path / "g.safetensors", evidence, meta, familiarity=Familiarity.fit(train, 3, 5)
+    )
+    loaded = load_guard(VOCAB, "tiny", path, GuardSettings(familiar_at=0.9))
+    assert loaded.familiarity is not None and loaded.familiarity.k == 5
+    assert loaded.unfamiliar(np.vstack([train[:2], strange])).tolist() == [False, False, True]
+
+
+def test_the_shipped_captioner_captions_familiar_photos_as_without_the_guard() -> None:
+    """The guard decodes only the photos its familiarity marks; the others get the plain beam's caption."""
+    from vsekit.captioning.generator import CaptionGenerator
+
+    plain = CaptionGenerator(rerank=False, device="cpu", guard=False)
+    guarded = CaptionGenerator(rerank=False, device="cpu", guard=True)
+    assert guarded.guard is not None and guarded.guard.familiarity is not None
+    feats = np.abs(np.random.default_rng(2).standard_normal((6, guarded.image["image_dim"]))).astype(
+        np.float32
+    )
+    guarded.guard.settings = GuardSettings(familiar_at=-2.0)  # every photo familiar
+    assert guarded.describe_features(feats) == plain.describe_features(feats)
+    guarded.guard.settings = GuardSettings(familiar_at=2.0)  # none
+    everywhere = guarded.describe_features(feats)
+    middle = float(np.median(guarded.guard.familiarity.scores(feats)))
+    guarded.guard.settings = GuardSettings(familiar_at=middle)
+    mask = guarded.guard.unfamiliar(feats)
+    mixed, unguarded = guarded.describe_features(feats), plain.describe_features(feats)
+    assert 0 < mask.sum() < len(feats)
+    assert everywhere != unguarded  # the guard changes some caption, so the mix is a real test
+    assert mixed == [everywhere[i] if mask[i] else unguarded[i] for i in range(len(feats))]

@@ -136,6 +136,59 @@ def test_wide_beam_finds_the_exact_best_caption(cell):
         assert [c.log_prob for c in caps] == pytest.approx([s for _, s in truth], abs=1e-6)
 
 
+def repeats(tokens: tuple[int, ...], n: int) -> bool:
+    grams = [tokens[i : i + n] for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) < len(grams)
+
+
+class LoopModel:
+    """A hand-made step model that loves "w4 w5 w4 w5 ...": each step's log-probabilities depend on the
+    last word only (4 -> 5, 5 -> 4 best; 6 second; END last), so greedy decoding repeats itself."""
+
+    def __init__(self) -> None:
+        table = torch.full((8, 8), -9.0)
+        table[:, 6], table[:, 3] = -2.0, -5.0  # w6 second best everywhere, END worst of the words
+        table[2, 4] = table[5, 4] = table[6, 4] = -0.1  # after START, w5 or w6: w4
+        table[4, 5] = -0.1  # after w4: w5
+        self.table = torch.log_softmax(table, dim=1)
+
+    def start(self, features):
+        return self.table[[2] * len(features)], (torch.full((len(features),), 2),)
+
+    def step(self, words, state):
+        return self.table[words], (words,)
+
+    def reorder_state(self, state, index):
+        return (state[0][index],)
+
+
+def test_the_repeat_guard_bars_exactly_the_repeated_ngrams_by_hand():
+    features = torch.zeros(1, 6)
+    assert greedy(LoopModel(), features, max_len=7)[0].tokens == (4, 5, 4, 5, 4, 5, 4)
+    # trigrams: after "4 5 4 5" a 4 would say "4 5 4" again, so the second best, w6; then 4 and 5 are new
+    assert greedy(LoopModel(), features, max_len=7, no_repeat_ngram=3)[0].tokens == (4, 5, 4, 5, 6, 4, 5)
+    # bigrams: after "4 5 4" a 5 would say "4 5" again: w6; after w6 a 4 is new ("6 4")
+    assert greedy(LoopModel(), features, max_len=5, no_repeat_ngram=2)[0].tokens == (4, 5, 4, 6, 4)
+    beam = beam_search(LoopModel(), features, beam_size=1, max_len=7, no_repeat_ngram=3)
+    assert beam[0][0].tokens == (4, 5, 4, 5, 6, 4, 5)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_wide_beam_with_the_repeat_guard_finds_the_best_caption_without_repeats(n):
+    """Brute force: the argmax over every caption with no repeated n-gram."""
+    model = tiny_model("lstm", vocab_size=7, seed=5)
+    features = torch.randn(2, 6) * 2
+    max_len = 4
+    every = [c for k in range(1, max_len + 1) for c in itertools.product([4, 5, 6], repeat=k)]
+    allowed = [list(c) for c in every if not repeats(c, n)]
+    found = beam_search(model, features, beam_size=81, max_len=max_len, n_best=2, no_repeat_ngram=n)
+    for i, caps in enumerate(found):
+        scores = teacher_forced_log_prob(model, features[i : i + 1].expand(len(allowed), -1), allowed)
+        best = scores.argsort(descending=True)[:2].tolist()
+        assert [c.tokens for c in caps] == [tuple(allowed[j]) for j in best]
+        assert not any(repeats(c.tokens, n) for c in caps)
+
+
 def test_length_penalty_prefers_longer_captions():
     model = tiny_model("lstm", vocab_size=14, seed=1)
     features = torch.randn(16, 6)
@@ -422,7 +475,7 @@ def test_describe_features_in_batches_with_a_bar_changes_no_caption(capsys):
     gen = CaptionGenerator(decode=DecodeSettings(decoding="greedy"), rerank=False, device="cpu")
     rows = DECODE_BATCH + 44
     feats = np.random.default_rng(0).standard_normal((rows, gen.image["image_dim"])).astype(np.float32)
-    whole = gen.captioner.decode(feats, decoding="greedy", batch_size=rows)
+    whole = gen.captioner.decode(feats, decoding="greedy", batch_size=rows, no_repeat_ngram=3)
     got = gen.describe_features(feats, progress=True)
     assert got == [[gen.captioner.text(c[0])] for c in whole]
     err = capsys.readouterr().err

@@ -61,11 +61,13 @@ class MRNNCaptioner:
         generator: torch.Generator | None = None,
         word_bias: torch.Tensor | None = None,
         prefix: torch.Tensor | None = None,
+        no_repeat_ngram: int = 0,
     ) -> list[list[Caption]]:
         """Decoded captions per image (``n_best`` for beam search, one otherwise), best first.
 
         Beam search only: ``word_bias`` ``[n, V]`` added to each step's log-probabilities, ``prefix``
-        ``[n, P]`` forced first words (:func:`vsekit.captioning.decode.beam_search`)."""
+        ``[n, P]`` forced first words (:func:`vsekit.captioning.decode.beam_search`). Every decoding:
+        ``no_repeat_ngram`` N > 0 bars a word that would repeat an N-word sequence of the caption."""
         if decoding not in DECODINGS:
             raise VsekitError(f"unknown decoding {decoding!r}; known: {', '.join(DECODINGS)}")
         x = torch.as_tensor(np.asarray(features))
@@ -82,13 +84,13 @@ class MRNNCaptioner:
                 rows = slice(start, start + batch_size)
                 bias = None if word_bias is None else word_bias[rows]
                 forced = None if prefix is None else prefix[rows]
-                out.extend(
-                    beam_search(self.model, chunk, beam_size, max_len, length_penalty, n_best, bias, forced)
-                )
+                settings = (beam_size, max_len, length_penalty, n_best, bias, forced, no_repeat_ngram)
+                out.extend(beam_search(self.model, chunk, *settings))
             elif decoding == "greedy":
-                out.extend([c] for c in greedy(self.model, chunk, max_len))
+                out.extend([c] for c in greedy(self.model, chunk, max_len, no_repeat_ngram))
             else:
-                out.extend([c] for c in sample(self.model, chunk, temperature, max_len, generator))
+                draws = sample(self.model, chunk, temperature, max_len, generator, no_repeat_ngram)
+                out.extend([c] for c in draws)
         return out
 
     def caption(self, features: torch.Tensor | np.ndarray, **decode_kwargs: Any) -> list[str]:

@@ -73,6 +73,26 @@ def _constrain(logp: torch.Tensor, t: int, max_len: int) -> torch.Tensor:
     return logp
 
 
+def _bar_repeats(logp: torch.Tensor, history: list[list[int]], n: int) -> torch.Tensor:
+    """``logp`` [rows, V] with -inf on every word that would close an ``n``-gram already in its row's
+    ``history`` (the words so far); ``n`` = 0 leaves it alone."""
+    if n <= 0:
+        return logp
+    rows, words = [], []
+    for row, tokens in enumerate(history):
+        if len(tokens) < n:
+            continue
+        tail = tuple(tokens[len(tokens) - n + 1 :])
+        for i in range(len(tokens) - n + 1):
+            if tuple(tokens[i : i + n - 1]) == tail:
+                rows.append(row)
+                words.append(tokens[i + n - 1])
+    if rows:
+        logp = logp.clone()
+        logp[rows, words] = _NEG_INF
+    return logp
+
+
 def _check(features: torch.Tensor, max_len: int) -> None:
     if features.ndim != 2:
         raise VsekitError(f"decoding expects image features [n, D]; got shape {tuple(features.shape)}")
@@ -81,7 +101,9 @@ def _check(features: torch.Tensor, max_len: int) -> None:
 
 
 @torch.no_grad()
-def _walk(model: StepModel, features: torch.Tensor, max_len: int, choose) -> list[Caption]:
+def _walk(
+    model: StepModel, features: torch.Tensor, max_len: int, choose, no_repeat_ngram: int = 0
+) -> list[Caption]:
     """Shared loop of greedy and sampling: ``choose(logp [n, V]) -> words [n]``."""
     _check(features, max_len)
     n = features.shape[0]
@@ -90,7 +112,7 @@ def _walk(model: StepModel, features: torch.Tensor, max_len: int, choose) -> lis
     scores = torch.zeros(n, dtype=torch.float64)
     alive = torch.ones(n, dtype=torch.bool)
     for t in range(max_len + 1):
-        logp = _constrain(logp, t, max_len)
+        logp = _bar_repeats(_constrain(logp, t, max_len), tokens, no_repeat_ngram)
         words = choose(logp)
         scores += torch.where(alive, logp.gather(1, words[:, None])[:, 0].double().cpu(), 0.0)
         for i in torch.nonzero(alive).flatten().tolist():
@@ -103,9 +125,11 @@ def _walk(model: StepModel, features: torch.Tensor, max_len: int, choose) -> lis
     return [Caption(tuple(tok), float(s)) for tok, s in zip(tokens, scores.tolist(), strict=True)]
 
 
-def greedy(model: StepModel, features: torch.Tensor, max_len: int = 20) -> list[Caption]:
+def greedy(
+    model: StepModel, features: torch.Tensor, max_len: int = 20, no_repeat_ngram: int = 0
+) -> list[Caption]:
     """The most probable word at every step, for each image of ``features [n, D]``."""
-    return _walk(model, features, max_len, lambda logp: logp.argmax(dim=-1))
+    return _walk(model, features, max_len, lambda logp: logp.argmax(dim=-1), no_repeat_ngram)
 
 
 def sample(
@@ -114,6 +138,7 @@ def sample(
     temperature: float = 1.0,
     max_len: int = 20,
     generator: torch.Generator | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[Caption]:
     """Words drawn from p(w)^(1/T) at every step (T < 1 sharpens, T > 1 flattens; T -> 0 is greedy).
 
@@ -126,7 +151,7 @@ def sample(
         probs = torch.softmax(logp.double() / temperature, dim=-1)
         return torch.multinomial(probs.cpu(), 1, generator=generator)[:, 0].to(logp.device)
 
-    return _walk(model, features, max_len, draw)
+    return _walk(model, features, max_len, draw, no_repeat_ngram)
 
 
 @torch.no_grad()
@@ -139,6 +164,7 @@ def beam_search(
     n_best: int = 1,
     word_bias: torch.Tensor | None = None,
     prefix: torch.Tensor | None = None,
+    no_repeat_ngram: int = 0,
 ) -> list[list[Caption]]:
     """The ``n_best`` highest-scoring captions per image, best first (see the module docstring).
 
@@ -167,7 +193,9 @@ def beam_search(
     finished: list[list[Caption]] = [[] for _ in range(n)]
     done = torch.zeros(n, dtype=torch.bool)
     for t in range(start.shape[1], max_len + 1):
-        step_logp = (_constrain(logp, t, max_len).double().cpu() + slot_bias).view(n, k, vocab_size)
+        step_logp = _constrain(logp, t, max_len).double().cpu() + slot_bias
+        step_logp = _bar_repeats(step_logp, history.view(n * k, -1).tolist(), no_repeat_ngram)
+        step_logp = step_logp.view(n, k, vocab_size)
         candidates = (live.unsqueeze(-1) + step_logp).view(n, k * vocab_size)
         top_scores, top_index = candidates.topk(k, dim=1)
         parent, words = top_index // vocab_size, top_index % vocab_size

@@ -68,17 +68,21 @@ class FileCaptions:
 
 @dataclass(frozen=True)
 class DecodeSettings:
-    """How the m-RNN decodes. ``beam_size=None``: the captioner's rerank beam if it has one, else 3."""
+    """How the m-RNN decodes. ``beam_size=None``: the captioner's rerank beam if it has one, else 3;
+    ``no_repeat_ngram``: no caption repeats a sequence of this many words (0: allowed)."""
 
     decoding: str = "beam"
     beam_size: int | None = None
     temperature: float = 1.0
     length_penalty: float = 0.0
     max_len: int = 20
+    no_repeat_ngram: int = 3
 
     def validate(self) -> DecodeSettings:
         if self.decoding not in DECODINGS:
             raise VsekitError(f"unknown --decoding {self.decoding!r}; choose beam, greedy or sample")
+        if self.no_repeat_ngram < 0 or self.no_repeat_ngram == 1:
+            raise VsekitError(f"--no-repeat-ngram must be 0 (off) or at least 2, got {self.no_repeat_ngram}")
         return self
 
 
@@ -94,6 +98,8 @@ class CaptionGenerator:
         joint_model: the joint embedding for reranking and the SC-NLM (name or path; default ``vse``).
         nn_features: nn method: ``(backbone, kind)`` of the image similarity.
         device: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``.
+        guard: m-RNN beam: the concept guard for photos unlike the captioner's training photos
+            (:mod:`vsekit.captioning.guard`).
     """
 
     def __init__(
@@ -105,7 +111,7 @@ class CaptionGenerator:
         joint_model: str | os.PathLike[str] | None = None,
         nn_features: tuple[str, str] = ("mobilenet_v2", "one-layer"),
         device: str = "auto",
-        guard: bool = False,
+        guard: bool = True,
     ) -> None:
         if method not in METHODS:
             raise VsekitError(f"unknown --method {method!r}; choose one of {', '.join(METHODS)}")
@@ -313,11 +319,30 @@ class CaptionGenerator:
         if self.rerank is not None and joint_features is None:
             raise VsekitError("reranking needs the joint model's features of the images")
         if self.guard is not None:
-            return self._beam_guarded(features, n, joint_features)
+            return self._guard_unfamiliar(features, n, joint_features)
+        return self._beam_plain(features, n, joint_features)
+
+    def _beam_plain(self, features: np.ndarray, n: int, joint_features: np.ndarray | None) -> list[list[str]]:
         if self.rerank is not None:
-            assert joint_features is not None  # checked above
+            assert joint_features is not None  # checked by _describe_batch
             return self._beam_reranked(features, n, joint_features)
         return self._decode(features, n)
+
+    def _guard_unfamiliar(
+        self, features: np.ndarray, n: int, joint_features: np.ndarray | None
+    ) -> list[list[str]]:
+        """The concept guard for the photos unlike the captioner's training photos, the plain beam for the
+        rest (:mod:`vsekit.captioning.guard`, "When")."""
+        assert self.guard is not None
+        unfamiliar = self.guard.unfamiliar(features)
+        out: list[list[str]] = [[] for _ in range(len(features))]
+        for mask, decode in ((unfamiliar, self._beam_guarded), (~unfamiliar, self._beam_plain)):
+            rows = np.flatnonzero(mask)
+            if len(rows):
+                joint = None if joint_features is None else joint_features[rows]
+                for row, captions in zip(rows, decode(features[rows], n, joint), strict=True):
+                    out[row] = captions
+        return out
 
     # -- m-RNN decoding ------------------------------------------------------------------------------
 
@@ -329,6 +354,7 @@ class CaptionGenerator:
             "temperature": d.temperature,
             "length_penalty": d.length_penalty,
             "max_len": d.max_len,
+            "no_repeat_ngram": d.no_repeat_ngram,
         }
 
     def _decode(self, features: np.ndarray, n: int) -> list[list[str]]:

@@ -26,8 +26,15 @@ after the name cost nothing (:meth:`ConceptGuard.supported`: its continuation in
 otherwise the caption is the plain name ("a fish", "a tape measure": the class's own lemma when the
 captioner has no word for it), and so it is when no candidate is left at all (the most probable name).
 
-The knobs (``weight``, ``floor``, ``name_at``) were chosen on the everyday validation set and on
-flickr8k-val1000 (``bench/concept_captions.py``).
+**When.** The classifier has no person class, so on the photos the captioner knows best (Flickr8K's people
+outdoors) the guard would bar words it has every reason to say. It therefore decodes only photos *unlike*
+the captioner's training photos: a photo's familiarity is the cosine to its ``k``-th nearest training photo
+(the deep k-nearest-neighbour out-of-distribution score of Sun et al. 2022, on unit features in a 128-d SVD
+basis of the training photos, shipped in the guard's file); photos at least ``familiar_at`` familiar are
+captioned as without the guard.
+
+The knobs (``weight``, ``floor``, ``name_at``) were chosen on the everyday validation set, ``familiar_at``
+on flickr8k-val1000 (``bench/concept_captions.py``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from vsekit.resources import PACKAGE_DIR
 __all__ = [
     "GUARD_FORMAT",
     "ConceptGuard",
+    "Familiarity",
     "GuardSettings",
     "Subject",
     "load_guard",
@@ -70,11 +78,15 @@ class GuardSettings:
     """``weight``: log-probability cost per e-fold of missing evidence; ``floor``: evidence that costs
     nothing, in units of the word's typical evidence; ``name_at``: probability of a class name above which
     the caption must say it. Chosen on the everyday set (bench/concept_captions.py --grid): weights 1-10 x
-    floors 0.1-4 x name_at 0.2-0.5; the largest floor and weight 6 bar most invented people and every dog."""
+    floors 0.1-4 x name_at 0.2-0.5; the largest floor and weight 6 bar most invented people and every dog.
+    ``familiar_at``: familiarity (:class:`Familiarity`) from which a photo is captioned without the guard
+    (above 1: every photo is guarded); chosen on flickr8k-val1000: the highest that costs its captions no
+    more than 1 CIDEr-D point."""
 
     weight: float = 6.0
     floor: float = 4.0
     name_at: float = 0.3
+    familiar_at: float = 0.60
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -93,6 +105,34 @@ class Subject:
         return ("an " if self.name.startswith(_VOWELS) else "a ") + self.name
 
 
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+@dataclass(frozen=True)
+class Familiarity:
+    """How much photos look like the captioner's training photos (module docstring, "When"): the cosine to
+    the ``k``-th nearest of ``reference`` (unit rows) in ``basis`` ``[D, d]``."""
+
+    basis: np.ndarray
+    reference: np.ndarray
+    k: int = 20
+
+    @classmethod
+    def fit(cls, features: np.ndarray, dim: int = 128, k: int = 20) -> Familiarity:
+        """From the training photos' features: the top-``dim`` right singular vectors of the unit features
+        (not centred: the direction every photo shares carries the score) and the photos in them."""
+        x = _unit(features)
+        basis = np.linalg.svd(x, full_matrices=False)[2][:dim].T
+        return cls(basis, _unit(x @ basis), min(k, len(x)))
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """``[n]`` familiarity of each row of ``features`` (in [-1, 1])."""
+        sims = _unit(_unit(features) @ self.basis) @ self.reference.T
+        return np.partition(sims, -self.k, axis=1)[:, -self.k]
+
+
 class ConceptGuard:
     """The guard for one captioner vocabulary (module docstring).
 
@@ -103,6 +143,7 @@ class ConceptGuard:
         class_names: each class's name in a caption.
         vocab: the captioner's vocabulary (watched words it lacks are ignored).
         settings: the knobs.
+        familiarity: which photos are like the training photos (None: every photo is guarded).
     """
 
     def __init__(
@@ -113,6 +154,7 @@ class ConceptGuard:
         vocab: Vocabulary,
         settings: GuardSettings | None = None,
         typical: np.ndarray | None = None,
+        familiarity: Familiarity | None = None,
     ) -> None:
         evidence = np.asarray(evidence, dtype=np.float32)
         typical = np.ones(len(words), np.float32) if typical is None else np.asarray(typical, np.float32)
@@ -129,10 +171,17 @@ class ConceptGuard:
         self.class_names = list(class_names)
         self.vocab = vocab
         self.settings = settings or GuardSettings()
+        self.familiarity = familiarity
         names = sorted(set(self.class_names))
         self._name_index = {n: i for i, n in enumerate(names)}
         self._names = names
         self._groups = np.array([self._name_index[n] for n in self.class_names])
+
+    def unfamiliar(self, features: np.ndarray) -> np.ndarray:
+        """``[n]`` bool: the photos to guard (module docstring, "When"); all of them without a reference."""
+        if self.familiarity is None:
+            return np.ones(len(features), dtype=bool)
+        return self.familiarity.scores(features) < self.settings.familiar_at
 
     def word_evidence(self, probabilities: np.ndarray) -> np.ndarray:
         """``[n, W]``: e(w | x) for every watched word (module docstring, step 1)."""
@@ -199,15 +248,22 @@ def save_guard_table(
     evidence: np.ndarray,
     meta: Mapping[str, Any],
     typical: np.ndarray | None = None,
+    familiarity: Familiarity | None = None,
 ) -> Path:
-    """Write the guard's table: ``evidence`` ``[1000, W]`` (float16), ``typical`` ``[W]`` and ``meta``
-    (``words``, ``class_names``, ``backbone``, optional ``settings``, provenance) as JSON header fields."""
+    """Write the guard's table: ``evidence`` ``[1000, W]`` (float16), ``typical`` ``[W]``, the familiarity
+    reference (float16) and ``meta`` (``words``, ``class_names``, ``backbone``, optional ``settings``,
+    provenance) as JSON header fields."""
     header = {k: json.dumps(v) for k, v in meta.items() if k != "format"}
     header["format"] = GUARD_FORMAT
     header["format_version"] = "1"
     tensors = {"evidence": torch.from_numpy(np.asarray(evidence, dtype=np.float16)).contiguous()}
     if typical is not None:
         tensors["typical"] = torch.from_numpy(np.asarray(typical, dtype=np.float32)).contiguous()
+    if familiarity is not None:
+        header["familiar_k"] = str(familiarity.k)
+        for name in ("basis", "reference"):
+            array = np.asarray(getattr(familiarity, name), dtype=np.float16)
+            tensors[f"familiar_{name}"] = torch.from_numpy(array).contiguous()
     return atomic_save_safetensors(tensors, path, header)
 
 
@@ -228,8 +284,12 @@ def load_guard(
         words, names, evidence = meta["words"], meta["class_names"], tensors["evidence"].float().numpy()
         typical = tensors["typical"].numpy() if "typical" in tensors else None
         tuned = GuardSettings(**meta.get("settings", {}))
+        familiarity = None
+        if "familiar_reference" in tensors:
+            basis, reference = (tensors[f"familiar_{n}"].float().numpy() for n in ("basis", "reference"))
+            familiarity = Familiarity(basis, reference, int(header["familiar_k"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise VsekitError(f"{path}: damaged caption guard file ({type(exc).__name__}: {exc})") from exc
     if meta.get("backbone") != backbone:
         raise VsekitError(f"{path}: the guard reads {meta.get('backbone')} classes, the captioner {backbone}")
-    return ConceptGuard(words, evidence, names, vocab, settings or tuned, typical)
+    return ConceptGuard(words, evidence, names, vocab, settings or tuned, typical, familiarity)

@@ -120,11 +120,11 @@ def caption(
         "captioner has them).",
     ),
     guard: bool = typer.Option(
-        False,
+        True,
         "--guard/--no-guard",
-        help="m-RNN beam: check the caption's objects against the CNN's ImageNet classes and name a class "
-        "it is sure of (the concept guard: fewer invented dogs and people on everyday photos, but worse "
-        "captions of Flickr8K-style photos, so off by default).",
+        help="m-RNN beam: for photos unlike the captioner's training photos, check the caption's objects "
+        "against the CNN's ImageNet classes and name a class it is sure of (the concept guard: fewer "
+        "invented dogs and people on everyday photos).",
     ),
     joint_model: str | None = typer.Option(
         None, "--joint-model", help="Joint embedding for reranking and SC-NLM (name or file; default vse)."
@@ -137,6 +137,13 @@ def caption(
         0.0, "--length-penalty", help="Rank beam hypotheses by score / (words+1)^P (0: plain log-prob)."
     ),
     max_len: int = typer.Option(20, "--max-len", min=1, help="Longest caption, in words."),
+    no_repeat_ngram: int = typer.Option(
+        3,
+        "--no-repeat-ngram",
+        min=0,
+        help='m-RNN: never repeat a sequence of this many words in a caption ("a blue shirt and a blue '
+        'shirt"); 0 allows repeats.',
+    ),
     train_data: Path | None = typer.Option(
         None, "--train-data", help="nn method: corpus whose train split is searched (default: --data)."
     ),
@@ -183,7 +190,9 @@ def caption(
             )
         if json_out is not None and data is None:
             raise VsekitError("--json needs --data (it holds the scores of a split)")
-        settings = DecodeSettings(decoding, beam, temperature, length_penalty, max_len).validate()
+        settings = DecodeSettings(
+            decoding, beam, temperature, length_penalty, max_len, no_repeat_ngram
+        ).validate()
         photos = _gather_photos(image) if image else []  # paths checked before any model loads
         if image and method == "nn" and train_data is None:
             raise VsekitError("--method nn needs the training images to search: --train-data DIR")
