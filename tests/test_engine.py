@@ -182,6 +182,10 @@ def test_one_feature_cache_is_shared_by_the_engines(small_corpus, tmp_path):
 def test_backbone_and_weights_are_in_the_cache_key(small_corpus, tmp_path):
     base = feature_config("mobilenet_v2")
     assert feature_config("efficientnet_lite0").key() != base.key()
+    assert feature_config("efficientnet_lite2").key() not in (
+        base.key(),
+        feature_config("efficientnet_lite0").key(),
+    )
     other = feature_config("mobilenet_v2", weights=perturbed_weights(tmp_path))
     assert other.key() != base.key() and other.weights_sha != base.weights_sha
     extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False, engine="torch")

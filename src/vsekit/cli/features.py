@@ -33,7 +33,9 @@ def extract(
     data: Path = typer.Option(
         ..., "--data", help="Corpus directory or file (Flickr8K layout, CSV, Karpathy or COCO JSON)."
     ),
-    backbone: str = typer.Option("mobilenet_v2", help="CNN: mobilenet_v2 or efficientnet_lite0."),
+    backbone: str = typer.Option(
+        "mobilenet_v2", help="CNN: mobilenet_v2, efficientnet_lite0 or efficientnet_lite2."
+    ),
     fne: bool = typer.Option(
         False, "--fne", help="Full-Network Embedding: all layers, standardised and ternarised."
     ),

