@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import time
 from pathlib import Path
@@ -464,14 +465,25 @@ def test_why_boxes_from_the_shipped_aligner(page, shots):
     page.screenshot(path=str(shots / "why.png"))
 
 
-def test_near_duplicate_groups(page, shots):
-    page.get_by_role("button", name="Near-duplicates").click()
-    expect(page.locator("#results-title")).to_have_text("Near-duplicates: 1 group")
+def test_duplicate_groups_with_keeper_facts_open_and_copy(page, shots):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    page.get_by_role("button", name="Duplicates").click()
+    expect(page.locator("#results-title")).to_have_text(
+        "Duplicates: 0 groups of exact copies, 1 group of near-duplicates"
+    )
     assert url_params(page) == {"mode": "duplicates"}
     group = page.locator("#grid .group").first
     expect(group.locator(".hit")).to_have_count(2)
     expect(group).to_contain_text("copies/resaved.jpg")
     expect(group).to_contain_text(SAMPLE_IMAGES[0].name)
+    keeper = group.locator(".hit").first  # the original has more bytes than its quality-60 copy
+    expect(keeper).to_have_class(re.compile("keeper"))
+    expect(keeper.locator(".facts")).to_contain_text("keep \u00b7 ")
+    expect(keeper.locator(".path")).to_have_text(SAMPLE_IMAGES[0].name)
+    expect(group.locator("a.open").first).to_have_attribute("href", re.compile(r"^/api/photo/\d+$"))
+    page.locator(".copy-others").first.click()
+    expect(page.locator(".copy-others").first).to_have_text("copied 1 path")
+    assert page.evaluate("navigator.clipboard.readText()") == "copies/resaved.jpg"
     thumbnails_loaded(page)
     page.screenshot(path=str(shots / "duplicates.png"), full_page=True)
     group.locator(".hit").nth(1).click()

@@ -95,16 +95,18 @@ def test_info_names_the_index_and_its_folders_without_paths(setup):
     assert not any(isinstance(v, str) and v.startswith("/") for v in info.values())
 
 
-def test_duplicates_are_grouped_with_ids(setup):
+def test_duplicates_are_grouped_with_ids_and_no_absolute_path(setup):
     index, client, _ = setup
-    groups = client.get("/api/duplicates").json()["groups"]
-    assert [[item["path"] for item in g] for g in groups] == [
+    body = client.get("/api/duplicates").json()
+    groups = body["exact"] + body["near"]
+    assert [sorted(p["path"] for p in g["photos"]) for g in groups] == [
         sorted([SAMPLE_IMAGES[0].name, "trip/copy.jpg"])
     ]
-    assert all(index.paths[item["id"]] == item["path"] for g in groups for item in g)
+    assert all(index.paths[p["id"]] == p["path"] for g in groups for p in g["photos"])
+    assert all(g["keeper"] == g["photos"][0]["path"] for g in groups) and body["folder"] == "photos"
     assert client.get("/api/duplicates", params={"threshold": 2}).status_code == 422
-    everyone = client.get("/api/duplicates", params={"threshold": -1}).json()["groups"]
-    assert len(everyone) == 1 and len(everyone[0]) == len(index)  # every photo within cosine -1
+    strict = client.get("/api/duplicates", params={"threshold": 0.9999}).json()  # the threshold is used
+    assert strict["near"] == [] and strict["exact"] == []  # a quality-60 copy is not the same pixels
 
 
 def test_explain_answers_the_library(setup):

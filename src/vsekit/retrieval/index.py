@@ -279,6 +279,10 @@ class Index(Searching):
         """The photo ids (paths relative to the photo folder), row i = hit id i."""
         return LivePaths(self._view)
 
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every photo's ``size`` (bytes), ``sha256`` and ``taken`` (EXIF date or None), by path."""
+        return self._view.records()
+
     @property
     def photos_dir(self) -> Path:
         return Path(self._view.settings["photos"])

@@ -201,6 +201,14 @@ class Snapshot:
         rows = self.read(reader.photos_in_order)
         return [id_text(check_row(r, self.out)[0]) for r in rows]
 
+    def records(self) -> dict[str, dict[str, Any]]:
+        """Every live photo's ``size``, ``sha256`` and ``taken``, by path (each record CRC-checked)."""
+        out = {}
+        for row in self.read(reader.photos_in_order):
+            key, size, _, sha, _, taken, _, _, _ = check_row(row, self.out)
+            out[id_text(key)] = {"size": size, "sha256": sha, "taken": taken}
+        return out
+
     def contains(self, photo_id: str) -> bool:
         return bool(self.read(reader.photo_record, photo_id))
 

@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException
 from vsekit.api import Index, SearchHit, load_captioner
 from vsekit.errors import ImageError, VsekitError
 from vsekit.retrieval.answer import Answer
-from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, duplicate_groups
+from vsekit.retrieval.duplicates import DEFAULT_THRESHOLD, find_duplicates
 from vsekit.serve.docs import add_docs_routes
 from vsekit.serve.origins import HostGuard, allowed_hosts
 from vsekit.serve.timeouts import BodyGuard, header_deadline_protocol
@@ -562,11 +562,28 @@ def _add_page_routes(
 
     @app.get("/api/duplicates")
     def duplicates(threshold: float = Query(DEFAULT_THRESHOLD, ge=-1.0, le=1.0)) -> dict[str, Any]:
-        """Groups of near-duplicate photos, largest first: ``{"groups": [[{"id", "path"}, ...], ...]}``."""
-        paths = list((index := current()).paths)
+        """Exact copies and near-duplicate groups, largest first (:func:`find_duplicates`): ``{"folder"
+        (its name), "exact": [group, ...], "near": [...]}``, a group ``{"kind", "score", "keeper",
+        "photos": [{"id", "path", "bytes", "width", "height", "taken", "copies": [{"id", "path"}]}]}``,
+        the keeper first."""
+        index = current()
+        paths = list(index.paths)
         row = {path: i for i, path in enumerate(paths)}
-        groups = duplicate_groups(index.vectors, paths, threshold)
-        return {"groups": [[{"id": row[p], "path": _printable(p)} for p in group] for group in groups]}
+        exact, near = find_duplicates(index.vectors, paths, index.records(), index.photos_dir, threshold)
+
+        def photo(p: Any) -> dict[str, Any]:
+            copies = [{"id": row[c], "path": _printable(c)} for c in p.copies]
+            return {**p.to_dict(), "id": row[p.path], "path": _printable(p.path), "copies": copies}
+
+        def group(g: Any) -> dict[str, Any]:
+            return {
+                **g.to_dict(),
+                "keeper": _printable(g.keeper.path),
+                "photos": [photo(p) for p in g.photos],
+            }
+
+        folder = _printable(index.photos_dir.name)  # the folder's name only, as /api/info: no absolute paths
+        return {"folder": folder, "exact": [group(g) for g in exact], "near": [group(g) for g in near]}
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int, settings: ServeSettings | None = None) -> Any:
