@@ -93,6 +93,23 @@ def test_rerank_orders_the_top_n_by_the_fusion_computed_from_scratch(index):
         index.search(text, k=3, rerank=3, plus=["beach"])
 
 
+def test_rerank_moves_only_the_joint_space_hits_and_leaves_concept_hits_in_place(index):
+    """The aligner knows Flickr8K's words only, so the concept route's hits keep their places."""
+    from dataclasses import replace
+
+    fused = vsekit.load_fusion()
+    text = "a dog plays in the water"
+    plain = index.search(text, k=6, joint_only=True)
+    routes = ["joint", "concept", "joint", "both", "joint", "joint"]
+    hits = [replace(h, route=r) for h, r in zip(plain, routes, strict=True)]
+    reranked = index.rerank(text, hits, 6)
+    assert [reranked[i].path for i in (1, 3)] == [plain[1].path, plain[3].path]
+    joint = [plain[i] for i in (0, 2, 4, 5)]
+    reference = fused.score_matrix([index.photos_dir / h.path for h in joint], [text])[:, 0]
+    by_fusion = [joint[i].path for i in np.argsort(-reference, kind="stable")]
+    assert [reranked[i].path for i in (0, 2, 4, 5)] == by_fusion
+
+
 def test_rerank_refuses_an_index_of_another_model(tmp_path):
     photos = tmp_path / "photos"
     photos.mkdir()
