@@ -78,7 +78,7 @@ def distributions(site: Path) -> dict[str, int]:
     """{distribution name: apparent bytes of the files its RECORD lists}, for every *.dist-info."""
     sizes: dict[str, int] = {}
     for info in sorted(site.glob("*.dist-info")):
-        name = info.name.rsplit("-", 1)[0].lower().replace("_", "-")
+        name = info.name.removesuffix(".dist-info").rsplit("-", 1)[0].lower().replace("_", "-")
         total = 0
         record = info / "RECORD"
         if record.is_file():
