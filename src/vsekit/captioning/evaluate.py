@@ -19,7 +19,7 @@ from vsekit.captioning.generator import CaptionGenerator
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import tokenize
 from vsekit.errors import VsekitError
-from vsekit.metrics.captions import score_captions
+from vsekit.metrics.captions import require_caption_metrics, score_captions
 
 __all__ = ["SplitCaptions", "caption_split"]
 
@@ -49,6 +49,7 @@ def caption_split(
     """Describe every captioned image of ``split`` with ``generator`` and score the best captions.
 
     ``skip_bad_images`` leaves unreadable photos out (each reported once) instead of stopping."""
+    require_caption_metrics()  # before minutes of captioning, not after them
     references = {i: caps for i, caps in corpus.split(split).captions_by_image().items() if caps}
     ids = list(references)
     if skip_bad_images and ids:

@@ -45,6 +45,7 @@ from vsekit.data.splits import corpus_for_selection
 from vsekit.device import resolve_device
 from vsekit.errors import VsekitError
 from vsekit.fileio import content_fingerprint
+from vsekit.metrics.captions import require_caption_metrics
 from vsekit.metrics.diversity import caption_diversity
 from vsekit.resources import resolve_model_path
 from vsekit.rng import seed_all
@@ -301,6 +302,8 @@ def train_captioner(
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     feature_fn = feature_fn or image_features
+    if score_fn is None:
+        require_caption_metrics()  # the default selection scores need the train extra: say so before any work
     score_fn = score_fn or default_score_fn
     out = Path(out_dir)
     init = _init_captioner(config, out, resumed=ckpt is not None)
@@ -386,6 +389,8 @@ def fit_captioner(
     run = RunDir(out, KIND)
     ckpt = check_run(config, out, resume)
     dev = resolve_device(device)
+    if score_fn is None:
+        require_caption_metrics()
     score_fn = score_fn or default_score_fn
     seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
     state = _build_state(config, data, dev, init)

@@ -2,7 +2,7 @@
 (BLEU, METEOR, ROUGE-L, CIDEr-D through pycocoevalcap), invented objects (CHAIR). No model code is imported
 here."""
 
-from vsekit.metrics.captions import METRIC_KEYS, java_available, score_captions
+from vsekit.metrics.captions import METRIC_KEYS, java_available, require_caption_metrics, score_captions
 from vsekit.metrics.chair import chair, subject_named
 from vsekit.metrics.ranking import (
     PROTOCOLS,
@@ -26,6 +26,7 @@ __all__ = [
     "positives_from_ids",
     "ranking_metrics",
     "ranks_from_scores",
+    "require_caption_metrics",
     "score_captions",
     "subject_named",
     "summarize_ranks",

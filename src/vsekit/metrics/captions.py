@@ -31,6 +31,11 @@
   reference caption with no words after tokenisation is an error (pycocoevalcap's ROUGE-L would count
   an empty candidate as matching it, and its CIDEr crashes when no reference has any n-gram).
 
+pycocoevalcap is in the ``train`` extra (evaluation, like training, is not part of the base install);
+without it :func:`score_captions` raises one :class:`~vsekit.errors.MissingExtraError` saying how to
+install it, and :func:`require_caption_metrics` lets a long job (captioning a split, training) say so
+before it starts.
+
 Cost: METEOR dominates (its jar loads a paraphrase table on every call), so score a whole split in one
 call; the figures are in the README's caption-generation section.
 """
@@ -46,9 +51,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vsekit.data.vocab import tokenize
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, missing_train_extra
 
-__all__ = ["METRIC_KEYS", "java_available", "score_captions"]
+__all__ = ["METRIC_KEYS", "java_available", "require_caption_metrics", "score_captions"]
 
 METRIC_KEYS: tuple[str, ...] = ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "rouge_l", "cider")
 
@@ -89,8 +94,10 @@ def score_captions(
     fallback tokenizer, and one warning says so (without the METEOR part when `meteor=False`).
 
     Raises `VsekitError` for an empty prediction set, predicted ids without references, an empty
-    reference list, a reference with no words, or a Java subprocess that fails or times out.
+    reference list, a reference with no words, or a Java subprocess that fails or times out, and
+    `MissingExtraError` (a VsekitError) without pycocoevalcap (the ``train`` extra).
     """
+    require_caption_metrics()
     ids = _validate(predictions, references)
     use_java = java_available()
     if not use_java:
@@ -120,6 +127,15 @@ def score_captions(
             if not tok:
                 raise VsekitError(f"reference {k} of image {i!r} has no words after tokenisation: {raw!r}")
     return _compute(gts, res, meteor=meteor and use_java)
+
+
+def require_caption_metrics() -> None:
+    """Raise MissingExtraError, naming the extra, when pycocoevalcap is not installed (it is imported where
+    it is used, never at module import: the base install has no caption metrics)."""
+    try:
+        import pycocoevalcap  # noqa: F401
+    except ImportError:
+        raise missing_train_extra("pycocoevalcap", "caption metrics (BLEU, METEOR, ROUGE-L, CIDEr)") from None
 
 
 def _validate(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> list[str]:

