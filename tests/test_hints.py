@@ -119,6 +119,8 @@ def test_a_changed_model_file_names_the_rebuild_with_that_file(built, tmp_path):
     shutil.copyfile(pretrained_path("bow"), model)  # another model in the same file
     refused = cli("search", index, "a dog")
     assert refused.exit_code == 2 and "that file now has sha256" in refused.output
+    update = cli("index", "update", index)  # nothing new to embed: refused all the same (its sha256 only)
+    assert update.exit_code == 2 and the_hint(update) == the_hint(refused), update.output
     hint = the_hint(refused)
     assert hint == f"vsekit index build '{photos}' --out {index} --model '{model}' --rebuild"
     done = run_hint(hint)

@@ -18,6 +18,7 @@ IVF-PQ) are built per segment when a segment is written, for the segments the en
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -26,13 +27,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
@@ -63,6 +63,9 @@ from vsekit.retrieval.store import (
     plan_compaction,
     writer_lock,
 )
+
+if TYPE_CHECKING:  # the model (and torch) is imported where it loads: an update with nothing new needs none
+    from vsekit.embedding.pipeline import VSEModel
 
 __all__ = [
     "BuildReport",
@@ -121,7 +124,7 @@ def embed_chunk(
     failed: dict[str, dict] = {}
     rows: list[np.ndarray] = []
     group: list[tuple[str, Image.Image]] = []
-    classifier = photo_classifier(model)
+    classifier = photo_classifier(model.image_spec)
     classes: dict[str, bytes] = {}
 
     def flush() -> None:
@@ -284,7 +287,9 @@ class Builder:
 
     store: Store
     photos_dir: Path
-    model: VSEModel
+    #: Gives the model (``identity``'s) when a photo is to be embedded or classified: an update that
+    #: finds nothing to do loads none
+    load: Callable[[], VSEModel]
     identity: dict[str, Any]
     dtype: str | None
     engine: str | None
@@ -297,6 +302,10 @@ class Builder:
     ready: Callable[[PhotoFile], bool] | None = None
     #: An index built with another model is embedded again with this one (``vsekit index build --rebuild``)
     rebuild: bool = False
+
+    @functools.cached_property
+    def model(self) -> VSEModel:
+        return self.load()
 
     def run(self) -> BuildReport:
         lost = self._lost_generations()
@@ -431,11 +440,19 @@ class Builder:
     def _classes_setting(self, settings: dict[str, Any]) -> dict[str, Any] | None:
         """``{"concepts": ...}`` when this build must (also) record that every photo has its classes: a
         new index, or one built before the concept route (None: nothing to add, or a model whose
-        features are not the classifier's input)."""
-        if photo_classifier(self.model) is None:
+        features are not the classifier's input). Told from the recorded identity's image spec: an index
+        whose classes are all stored needs neither the model nor the classifier here."""
+        spec = self._image_spec()
+        if spec.get("kind") != "one-layer" or "backbone" not in spec:
             return None
-        wanted = concepts_setting(self.model.image_spec["backbone"])
-        return None if settings.get("concepts") == wanted else {"concepts": wanted}
+        wanted = concepts_setting(spec["backbone"])
+        if settings.get("concepts") == wanted or photo_classifier(spec) is None:
+            return None
+        return {"concepts": wanted}
+
+    def _image_spec(self) -> dict[str, Any]:
+        """The model's image spec as its identity records it (the model file's own: its sha256 is checked)."""
+        return self.identity.get("config", {}).get("image") or {}
 
     def _classify_kept(self, kept: list[PhotoEntry]) -> bool:
         """Store the classes of kept photos that have none (an index built before the concept route: its
@@ -445,7 +462,7 @@ class Builder:
         todo = [e for e in kept if e.id in missing]
         if not todo:
             return True
-        classifier, complete = photo_classifier(self.model), True
+        classifier, complete = photo_classifier(self._image_spec()), True
         assert classifier is not None  # (run only with a classifier: _classes_setting)
         bar = tqdm(total=len(todo), desc="add concepts", unit="img", disable=not self.progress)
         for start in range(0, len(todo), _EMBED_GROUP):
