@@ -96,9 +96,16 @@ class BuildReport:
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # every unreadable photo: id -> error
+    #: the unreadable photos an earlier run found already, unchanged since (not read again)
+    failed_before: list[str] = field(default_factory=list)
     #: a rebuild with another model (``rebuild=True``): the photos embedded again, and the model replaced
     reembedded: list[str] = field(default_factory=list)
     replaced_model: dict[str, Any] | None = None
+
+    def new_failures(self) -> dict[str, str]:
+        """The unreadable photos this run found (new files, or changed since an earlier run): id -> error."""
+        before = set(self.failed_before)
+        return {i: error for i, error in self.failed.items() if i not in before}
 
 
 #: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error}),
@@ -139,8 +146,8 @@ def embed_chunk(
 
     for photo in chunk:
         sha, image, error = read_photo(photo)
-        if error is not None:
-            logger.warning("skipped: %s", error)
+        if error is not None:  # reported once, in the build's report (BuildReport.failed)
+            logger.debug("unreadable: %s", error)
             failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
             continue
         assert image is not None  # read_photo gives an image or an error
@@ -665,6 +672,7 @@ def _report(
             report.unchanged += 1
     every = dict(plan.still_failed) | failed
     report.failed = {i: every[i]["error"] for i in sorted(every)}
+    report.failed_before = sorted(plan.still_failed)
     return report
 
 
