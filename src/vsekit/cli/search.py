@@ -206,24 +206,25 @@ def update(
         if not watch and (every is not None or settle is not None):
             raise VsekitError("--every and --settle apply with --watch")
         opened = Index.open(index)
-        _scan_indexed(opened)
+        scan = _scan_indexed(opened)
         had_captions = len(opened.uncaptioned()) < len(opened)
         with_captions = captions or (captions is None and had_captions)
         if watch:
             _watch(opened, every, settle, with_captions)
             return
-        _print_report(opened, opened.update(progress=show_progress()), every_unreadable)
+        report = opened.update(progress=show_progress(), photos=scan.photos)  # not scanned twice
+        _print_report(opened, report, every_unreadable)
         if with_captions:
             _caption_photos(opened.path, "auto")
 
 
-def _scan_indexed(index: Index) -> None:
+def _scan_indexed(index: Index) -> PhotoScan:
     """An index's photo folder scanned before an update: a folder that is gone, or empty (a drive not
     mounted), must not empty the index; its line names the command for photos that moved."""
     from vsekit.retrieval.relocate import moved_hint
 
     try:
-        _scan(index.photos_dir)
+        return _scan(index.photos_dir)
     except VsekitError as exc:
         raise VsekitError(f"{exc}; {moved_hint(index.path)}") from None
 

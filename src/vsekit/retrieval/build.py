@@ -309,6 +309,9 @@ class Builder:
     ready: Callable[[PhotoFile], bool] | None = None
     #: An index built with another model is embedded again with this one (``vsekit index build --rebuild``)
     rebuild: bool = False
+    #: The folder's photos when the caller has just scanned it (``index update`` checks the folder first):
+    #: not scanned again
+    scanned: list[PhotoFile] | None = None
 
     @functools.cached_property
     def model(self) -> VSEModel:
@@ -323,7 +326,8 @@ class Builder:
             return self._rebuild(settings["model"])
         records, damaged = self._records()
         old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
-        plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
+        scan = self.scanned if self.scanned is not None else scan_folder(self.photos_dir)
+        plan = plan_update(scan, old_entries, self.store.failed())
         if self.ready is not None:
             plan.todo = [p for p in plan.todo if self.ready(p)]
         chunks, keys = self._chunks(plan.todo)

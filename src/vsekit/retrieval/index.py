@@ -146,17 +146,19 @@ class Index(Searching):
         progress: bool = True,
         chunk_size: int = 32,
         ready: Callable[[PhotoFile], bool] | None = None,
+        photos: list[PhotoFile] | None = None,
     ) -> BuildReport:
         """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`
         (``ready``: which new or changed files to read now). A photo folder that is not there is refused
         (a folder that moved: :meth:`relocate`). The model loads only when a photo is to be embedded or
         classified (an update that finds nothing new reads the store and the folder, no model); a model
-        file whose bytes changed since the build is refused first all the same (its sha256 only)."""
+        file whose bytes changed since the build is refused first all the same (its sha256 only).
+        ``photos``: the folder's photos when the caller has just scanned it (not scanned again)."""
         if not self.photos_dir.is_dir():
             missing = f"{self.photos_dir}: the photo folder of {self.path} is not there"
             raise VsekitError(f"{missing}; {moved_hint(self.path)}")
         options: dict[str, Any] = dict(dtype=None, engine=None, chunk_size=chunk_size, ready=ready)
-        options["progress"] = progress
+        options |= dict(progress=progress, scanned=photos)
         report = _write(self.path, self.photos_dir, self._identity(), lambda: self.model, **options)
         self._view = open_for_reading(self.path)
         self.report = report
