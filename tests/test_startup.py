@@ -46,3 +46,24 @@ def test_index_info_loads_no_model(small_index):
     found, output = fresh_process("index", "info", str(small_index.path))
     assert found == {"code": 0, "loaded": []}, output
     assert "count: 4" in output
+
+
+def test_serve_loads_the_models_before_it_says_serving(small_index, monkeypatch):
+    import uvicorn
+
+    from vsekit.serve import app as serve_app
+
+    opened = []
+
+    class Watched(serve_app.Index):
+        @classmethod
+        def open(cls, out_dir, model=None):  # noqa: ANN001, ANN206 - as Index.open
+            opened.append(super().open(out_dir, model))
+            return opened[-1]
+
+    said = []
+    monkeypatch.setattr(serve_app, "Index", Watched)
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: said.append("running"))
+    ready = lambda url: said.append(("serving", opened[0]._model is not None, opened[0]._route is not None))  # noqa: E731
+    serve_app.run(small_index.path, port=0, ready=ready, warming=lambda: said.append("warming"))
+    assert said == ["warming", ("serving", True, True), "running"]  # the model and the concept route loaded
