@@ -67,15 +67,3 @@ def test_serve_loads_the_models_before_it_says_serving(small_index, monkeypatch)
     ready = lambda url: said.append(("serving", opened[0]._model is not None, opened[0]._route is not None))  # noqa: E731
     serve_app.run(small_index.path, port=0, ready=ready, warming=lambda: said.append("warming"))
     assert said == ["warming", ("serving", True, True), "running"]  # the model and the concept route loaded
-
-
-def test_the_shipped_vse_reads_its_minilm_once(monkeypatch):
-    import vsekit
-    from vsekit.text import pretrained
-
-    loads = []
-    real = pretrained._load_transformer
-    monkeypatch.setattr(pretrained, "_load_transformer", lambda path: loads.append(path) or real(path))
-    members = vsekit.load_model().network.members  # an ensemble of two, each with a frozen MiniLM
-    assert len(members) == 2 and len(loads) == 1
-    assert members[0].text_encoder.transformer is members[1].text_encoder.transformer

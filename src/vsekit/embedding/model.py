@@ -410,10 +410,7 @@ def load_model(
     else:
         if n_members < 1:
             raise VsekitError(f"{path}: damaged vsekit model header (an ensemble of {n_members} members)")
-        from vsekit.text.pretrained import loading_together
-
-        with loading_together():  # members with a frozen MiniLM read its weights once
-            model = EnsembleEmbedding([build() for _ in range(n_members)])
+        model = EnsembleEmbedding([build() for _ in range(n_members)])
     state = {k.removeprefix("model."): v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(state, strict=True)  # copy_ casts float16 weights into the float32 params

@@ -27,12 +27,10 @@ model stays a few MB. ``.to(device)`` / ``.double()`` still move them (see :meth
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import importlib
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,34 +123,6 @@ def _load_transformer(path: Path) -> tuple[Any, Any, int]:
     return tokenizer, model, max_length
 
 
-#: Within :func:`loading_together`: the transformers loaded so far, by model folder.
-_loaded_together: contextvars.ContextVar[dict[Path, tuple[Any, Any, int]] | None] = contextvars.ContextVar(
-    "minilm_loaded_together", default=None
-)
-
-
-@contextlib.contextmanager
-def loading_together() -> Iterator[None]:
-    """Within it, frozen encoders (``finetune_last=0``) built from one model folder share one transformer:
-    the members of an ensemble read the weights once, not once each (a cold ``vsekit search`` loads the
-    shipped vse, two members). An encoder that fine-tunes top layers always loads its own (it cuts them
-    off the transformer it holds)."""
-    token = _loaded_together.set({})
-    try:
-        yield
-    finally:
-        _loaded_together.reset(token)
-
-
-def _transformer(path: Path, frozen: bool) -> tuple[Any, Any, int]:
-    shared = _loaded_together.get()
-    if shared is None or not frozen:
-        return _load_transformer(path)
-    if path not in shared:
-        shared[path] = _load_transformer(path)
-    return shared[path]
-
-
 def _mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Average of the token states over the real (non-padding) tokens: the model's own pooling."""
     weights = mask.to(states.dtype).unsqueeze(-1)
@@ -220,7 +190,7 @@ class MiniLMEncoder(TextEncoder):
         n_layers = int(json.loads((path / "config.json").read_text())["num_hidden_layers"])
         if not 0 <= finetune_last <= n_layers:
             raise ValueError(f"finetune_last must be in [0, {n_layers}], got {finetune_last}")
-        self.tokenizer, model, self.max_length = _transformer(path, frozen=not finetune_last)
+        self.tokenizer, model, self.max_length = _load_transformer(path)
 
         self.output_dim = int(output_dim)
         self.head_kind = head
