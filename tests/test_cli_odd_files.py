@@ -321,3 +321,25 @@ def test_heic_counts_as_a_photo_exactly_when_the_decoder_reads_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     scan_says, decoder_says = done.stdout.split()
     assert scan_says == decoder_says
+
+
+def test_each_unreadable_file_is_reported_once_and_only_while_new(tmp_path):
+    photos, index = tmp_path / "photos", tmp_path / "index"
+    photos.mkdir()
+    for src in SAMPLE_IMAGES[:2]:
+        shutil.copyfile(src, photos / src.name)
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg")
+    built = runner.invoke(app, ["index", "build", str(photos), "--out", str(index)])
+    # one line, in one wording (not also a logged warning)
+    assert built.exit_code == 0 and built.output.count("broken.jpg") == 1, built.output
+    assert "unreadable: broken.jpg" in built.output and "1 unreadable)" in built.output
+
+    (photos / "torn.png").write_bytes(b"not a png")
+    again = runner.invoke(app, ["index", "update", str(index)])
+    assert again.exit_code == 0 and again.output.count("torn.png") == 1, again.output
+    assert "broken.jpg" not in again.output  # reported by the build; unchanged since
+    assert "2 unreadable)" in again.output and "1 unreadable file found by an earlier run" in again.output
+
+    every = runner.invoke(app, ["index", "update", str(index), "--verbose"])
+    assert every.exit_code == 0 and "unreadable file found by an earlier run" not in every.output
+    assert every.output.count("broken.jpg") == 1 and every.output.count("torn.png") == 1, every.output

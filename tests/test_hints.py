@@ -119,6 +119,8 @@ def test_a_changed_model_file_names_the_rebuild_with_that_file(built, tmp_path):
     shutil.copyfile(pretrained_path("bow"), model)  # another model in the same file
     refused = cli("search", index, "a dog")
     assert refused.exit_code == 2 and "that file now has sha256" in refused.output
+    update = cli("index", "update", index)  # nothing new to embed: refused all the same (its sha256 only)
+    assert update.exit_code == 2 and the_hint(update) == the_hint(refused), update.output
     hint = the_hint(refused)
     assert hint == f"vsekit index build '{photos}' --out {index} --model '{model}' --rebuild"
     done = run_hint(hint)
@@ -263,6 +265,20 @@ def test_an_index_of_no_photos_names_the_info_that_says_why(tmp_path):
     assert shown.exit_code == 0 and "count: 0" in shown.output and "broken.jpg" in shown.output
 
 
+def test_unreadable_files_not_named_again_name_the_info(tmp_path):
+    photos, index = tmp_path / "my photos", tmp_path / "index"
+    photos.mkdir()
+    shutil.copyfile(sorted((sample_data_path() / "Images").glob("*.jpg"))[0], photos / "dog.jpg")
+    (photos / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    assert cli("index", "build", photos, "--out", index).exit_code == 0
+    updated = cli("index", "update", index)  # broken.jpg: reported by the build, unchanged since
+    assert updated.exit_code == 0 and "broken.jpg" not in updated.output
+    hint = the_hint(updated)
+    assert words_of(hint) == ["index", "info", str(index)]
+    shown = run_hint(hint)
+    assert shown.exit_code == 0 and "broken.jpg" in shown.output
+
+
 def test_a_refused_host_is_told_the_exact_option_that_allows_it(built):
     from vsekit import Index
     from vsekit.serve.app import ServeSettings, create_app
@@ -380,6 +396,10 @@ HINT_SITES = {
     ("retrieval/answer.py", "answer"): test_an_index_without_classes_names_the_update_that_adds_them,
     ("collection.py", "_photo_path"): test_a_photo_gone_from_its_folder_names_the_update_that_drops_it,
     ("cli/search.py", "_why_empty"): test_an_index_of_no_photos_names_the_info_that_says_why,
+    (
+        "cli/search.py",
+        "_print_report",
+    ): test_unreadable_files_not_named_again_name_the_info,
     ("cli/demo.py", "your_photos"): test_the_demo_names_the_same_search_on_your_photos,
     ("cli/models.py", "_overview"): test_the_narrow_models_table_names_the_full_card,
     ("cli/captioning.py", "caption"): test_caption_without_photos_names_the_command_with_them,

@@ -62,6 +62,8 @@ def test_serving_is_said_once_the_port_is_bound_and_the_page_answers(index_dir):
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         line = server.stdout.readline()  # blocks until the first line: the bind has happened by then
+        assert line.startswith("loading the models for"), line  # before "serving" (issue 34 item 7)
+        line = server.stdout.readline()
         match = re.search(r"serving .* on (http://127\.0\.0\.1:(\d+)) \(Ctrl-C stops\)", line)
         assert match, line
         url = match.group(1)

@@ -12,9 +12,10 @@ import errno
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a tensor is saved: readers of an index need none
+    import torch
 
 __all__ = [
     "atomic_npy_memmap",
@@ -307,6 +308,8 @@ def read_vsekit_safetensors(
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """``torch.save`` atomically (training checkpoints)."""
+    import torch
+
     with _atomic_file(path) as f:
         torch.save(obj, f)
     return Path(path)

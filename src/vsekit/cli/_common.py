@@ -63,17 +63,23 @@ def install_warning_format() -> None:
 
 
 _quiet = False
+_verbose = False
 
 
 def configure_logging(verbose: bool, quiet: bool) -> None:
     """Library messages (``logging``) on stderr: warnings by default, info with -v, errors only with -q
     (which also turns progress bars off: commands pass ``progress=show_progress()`` to the library)."""
-    global _quiet
-    _quiet = quiet
+    global _quiet, _verbose
+    _quiet, _verbose = quiet, verbose
     level = logging.ERROR if quiet else logging.INFO if verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s: %(message)s", force=True)
     if quiet:
         warnings.simplefilter("ignore")
+
+
+def verbose(requested: bool = False) -> bool:
+    """Whether a command says everything it knows: its own --verbose, or ``vsekit -v``."""
+    return requested or _verbose
 
 
 def show_progress(requested: bool = True) -> bool:

@@ -21,6 +21,7 @@ from vsekit.cli._common import (
     set_cnn_engine,
     show_progress,
     user_errors,
+    verbose,
     warn,
     write_jsonl,
 )
@@ -68,8 +69,19 @@ def _check_out(out: Path) -> None:
         raise VsekitError(f"{printable(str(out))}: --out is a file; give a folder for the index")
 
 
-def _print_report(index: Index, report: BuildReport) -> None:
-    for error in report.failed.values():
+#: ``index build`` and ``index update``: list every unreadable file, not only those new since the last run
+VERBOSE = typer.Option(
+    False,
+    "--verbose",
+    help="List every unreadable file (by default only those new or changed since the last run).",
+)
+
+
+def _print_report(index: Index, report: BuildReport, every: bool = False) -> None:
+    """The unreadable files (each once, in one wording: those found by this run, or with ``every`` all of
+    them), then the counts."""
+    shown = report.failed if verbose(every) else report.new_failures()
+    for error in shown.values():
         warn(error, "unreadable")
     if report.replaced_model is not None:
         new = index.manifest["model"]
@@ -89,6 +101,13 @@ def _print_report(index: Index, report: BuildReport) -> None:
         ),
         soft_wrap=True,
     )
+    if len(shown) < len(report.failed):
+        before = len(report.failed) - len(shown)
+        said = (
+            f"{before} unreadable file{'s' if before > 1 else ''} found by an earlier run and unchanged "
+            f"since not listed again (--verbose, or {command('index', 'info', index.path)}, lists them)"
+        )
+        console.print(plain(said, "dim"), soft_wrap=True)
 
 
 @index_app.command("build")
@@ -120,6 +139,7 @@ def build(
         help="An index built with another model (or an older shipped vse) is embedded again with this "
         "one; searches use the old index until the new one is complete.",
     ),
+    every_unreadable: bool = VERBOSE,
 ) -> None:
     """Embed every photo under PHOTOS into an index (re-running adds, re-embeds and drops what changed).
 
@@ -145,7 +165,7 @@ def build(
 
             index = Index.build(photos, out, model, **settings)
         assert index.report is not None  # build() sets it
-        _print_report(index, index.report)
+        _print_report(index, index.report, every_unreadable)
         if captions:
             _caption_photos(index.path, device)
 
@@ -174,6 +194,7 @@ def update(
         "read (default 2; a file being copied waits).",
         min=0.0,
     ),
+    every_unreadable: bool = VERBOSE,
 ) -> None:
     """Bring an index up to date with its photo folder (new, changed and deleted files).
 
@@ -185,24 +206,25 @@ def update(
         if not watch and (every is not None or settle is not None):
             raise VsekitError("--every and --settle apply with --watch")
         opened = Index.open(index)
-        _scan_indexed(opened)
+        scan = _scan_indexed(opened)
         had_captions = len(opened.uncaptioned()) < len(opened)
         with_captions = captions or (captions is None and had_captions)
         if watch:
             _watch(opened, every, settle, with_captions)
             return
-        _print_report(opened, opened.update(progress=show_progress()))
+        report = opened.update(progress=show_progress(), photos=scan.photos)  # not scanned twice
+        _print_report(opened, report, every_unreadable)
         if with_captions:
             _caption_photos(opened.path, "auto")
 
 
-def _scan_indexed(index: Index) -> None:
+def _scan_indexed(index: Index) -> PhotoScan:
     """An index's photo folder scanned before an update: a folder that is gone, or empty (a drive not
     mounted), must not empty the index; its line names the command for photos that moved."""
     from vsekit.retrieval.relocate import moved_hint
 
     try:
-        _scan(index.photos_dir)
+        return _scan(index.photos_dir)
     except VsekitError as exc:
         raise VsekitError(f"{exc}; {moved_hint(index.path)}") from None
 

@@ -26,8 +26,11 @@ def serve(
     """Serve a search page for INDEX at http://HOST:PORT (JSON API under /api/, OpenAPI at /docs)."""
     from vsekit.serve import run
 
+    def warming() -> None:
+        console.print(escape(f"loading the models for {index} (the first search then answers at once)"))
+
     def ready(url: str) -> None:
         console.print(escape(f"serving {index} on {url} (Ctrl-C stops)"))
 
     with user_errors(interrupted="server stopped"):
-        run(index, host=host, port=port, allow_hosts=tuple(allow_host), ready=ready)
+        run(index, host=host, port=port, allow_hosts=tuple(allow_host), ready=ready, warming=warming)

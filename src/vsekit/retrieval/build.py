@@ -18,6 +18,7 @@ IVF-PQ) are built per segment when a segment is written, for the segments the en
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -26,13 +27,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
@@ -64,6 +64,9 @@ from vsekit.retrieval.store import (
     writer_lock,
 )
 
+if TYPE_CHECKING:  # the model (and torch) is imported where it loads: an update with nothing new needs none
+    from vsekit.embedding.pipeline import VSEModel
+
 __all__ = [
     "BuildReport",
     "Builder",
@@ -93,9 +96,16 @@ class BuildReport:
     removed: list[str] = field(default_factory=list)
     unchanged: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # every unreadable photo: id -> error
+    #: the unreadable photos an earlier run found already, unchanged since (not read again)
+    failed_before: list[str] = field(default_factory=list)
     #: a rebuild with another model (``rebuild=True``): the photos embedded again, and the model replaced
     reembedded: list[str] = field(default_factory=list)
     replaced_model: dict[str, Any] | None = None
+
+    def new_failures(self) -> dict[str, str]:
+        """The unreadable photos this run found (new files, or changed since an earlier run): id -> error."""
+        before = set(self.failed_before)
+        return {i: error for i, error in self.failed.items() if i not in before}
 
 
 #: A chunk's embeddings: its readable photos' entries, its unreadable ones (id -> {size, mtime_ns, error}),
@@ -121,7 +131,7 @@ def embed_chunk(
     failed: dict[str, dict] = {}
     rows: list[np.ndarray] = []
     group: list[tuple[str, Image.Image]] = []
-    classifier = photo_classifier(model)
+    classifier = photo_classifier(model.image_spec)
     classes: dict[str, bytes] = {}
 
     def flush() -> None:
@@ -136,8 +146,8 @@ def embed_chunk(
 
     for photo in chunk:
         sha, image, error = read_photo(photo)
-        if error is not None:
-            logger.warning("skipped: %s", error)
+        if error is not None:  # reported once, in the build's report (BuildReport.failed)
+            logger.debug("unreadable: %s", error)
             failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
             continue
         assert image is not None  # read_photo gives an image or an error
@@ -284,7 +294,9 @@ class Builder:
 
     store: Store
     photos_dir: Path
-    model: VSEModel
+    #: Gives the model (``identity``'s) when a photo is to be embedded or classified: an update that
+    #: finds nothing to do loads none
+    load: Callable[[], VSEModel]
     identity: dict[str, Any]
     dtype: str | None
     engine: str | None
@@ -297,6 +309,13 @@ class Builder:
     ready: Callable[[PhotoFile], bool] | None = None
     #: An index built with another model is embedded again with this one (``vsekit index build --rebuild``)
     rebuild: bool = False
+    #: The folder's photos when the caller has just scanned it (``index update`` checks the folder first):
+    #: not scanned again
+    scanned: list[PhotoFile] | None = None
+
+    @functools.cached_property
+    def model(self) -> VSEModel:
+        return self.load()
 
     def run(self) -> BuildReport:
         lost = self._lost_generations()
@@ -307,7 +326,8 @@ class Builder:
             return self._rebuild(settings["model"])
         records, damaged = self._records()
         old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
-        plan = plan_update(scan_folder(self.photos_dir), old_entries, self.store.failed())
+        scan = self.scanned if self.scanned is not None else scan_folder(self.photos_dir)
+        plan = plan_update(scan, old_entries, self.store.failed())
         if self.ready is not None:
             plan.todo = [p for p in plan.todo if self.ready(p)]
         chunks, keys = self._chunks(plan.todo)
@@ -431,11 +451,19 @@ class Builder:
     def _classes_setting(self, settings: dict[str, Any]) -> dict[str, Any] | None:
         """``{"concepts": ...}`` when this build must (also) record that every photo has its classes: a
         new index, or one built before the concept route (None: nothing to add, or a model whose
-        features are not the classifier's input)."""
-        if photo_classifier(self.model) is None:
+        features are not the classifier's input). Told from the recorded identity's image spec: an index
+        whose classes are all stored needs neither the model nor the classifier here."""
+        spec = self._image_spec()
+        if spec.get("kind") != "one-layer" or "backbone" not in spec:
             return None
-        wanted = concepts_setting(self.model.image_spec["backbone"])
-        return None if settings.get("concepts") == wanted else {"concepts": wanted}
+        wanted = concepts_setting(spec["backbone"])
+        if settings.get("concepts") == wanted or photo_classifier(spec) is None:
+            return None
+        return {"concepts": wanted}
+
+    def _image_spec(self) -> dict[str, Any]:
+        """The model's image spec as its identity records it (the model file's own: its sha256 is checked)."""
+        return self.identity.get("config", {}).get("image") or {}
 
     def _classify_kept(self, kept: list[PhotoEntry]) -> bool:
         """Store the classes of kept photos that have none (an index built before the concept route: its
@@ -445,7 +473,7 @@ class Builder:
         todo = [e for e in kept if e.id in missing]
         if not todo:
             return True
-        classifier, complete = photo_classifier(self.model), True
+        classifier, complete = photo_classifier(self._image_spec()), True
         assert classifier is not None  # (run only with a classifier: _classes_setting)
         bar = tqdm(total=len(todo), desc="add concepts", unit="img", disable=not self.progress)
         for start in range(0, len(todo), _EMBED_GROUP):
@@ -648,6 +676,7 @@ def _report(
             report.unchanged += 1
     every = dict(plan.still_failed) | failed
     report.failed = {i: every[i]["error"] for i in sorted(every)}
+    report.failed_before = sorted(plan.still_failed)
     return report
 
 

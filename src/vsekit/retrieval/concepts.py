@@ -22,12 +22,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vsekit.retrieval.store import pack_concepts
-from vsekit.text.pretrained import MiniLMEncoder
-from vsekit.vision.backbones import BACKBONES
 from vsekit.vision.classes import (
     TOP_CLASSES,
     Classifier,
@@ -36,6 +35,9 @@ from vsekit.vision.classes import (
     load_classifier,
     top_classes,
 )
+
+if TYPE_CHECKING:  # the sentence encoder and the backbones (torch) load where they are used
+    from vsekit.text.pretrained import MiniLMEncoder
 
 __all__ = [
     "ConceptRoute",
@@ -55,6 +57,9 @@ class SentenceVectors:
     it is a frozen MiniLM (so a query is encoded once for both routes), else a MiniLM of its own."""
 
     def __init__(self, encoder: object | None = None) -> None:
+        from vsekit.text.pretrained import MiniLMEncoder
+
+        self.encoder: MiniLMEncoder
         if not isinstance(encoder, MiniLMEncoder) or encoder.finetune_last:
             encoder = MiniLMEncoder(output_dim=1, head="linear")
         self.encoder = encoder
@@ -126,10 +131,12 @@ def concepts_setting(backbone: str) -> dict[str, object]:
     return {"classes": "imagenet-1k", "backbone": backbone, "top": TOP_CLASSES, "format": 1}
 
 
-def photo_classifier(model: object) -> Classifier | None:
-    """The ImageNet classifier over ``model``'s image features, or None when its features are not the
-    classifier's input (FNE codes): then its indexes have no concept route."""
-    spec = getattr(model, "image_spec", None) or {}
+def photo_classifier(spec: dict) -> Classifier | None:
+    """The ImageNet classifier over the image features of a model whose image spec (``config["image"]``)
+    is ``spec``, or None when its features are not the classifier's input (FNE codes): then its indexes
+    have no concept route."""
+    from vsekit.vision.backbones import BACKBONES
+
     if spec.get("kind") != "one-layer" or spec.get("backbone") not in BACKBONES:
         return None
     classifier = load_classifier(spec["backbone"])

@@ -29,15 +29,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import VsekitError, command, printable
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.joint_model import (
     calibration_sentences,
+    check_recorded_model,
     load_model,
     load_recorded_model,
     model_identity,
@@ -51,6 +51,9 @@ from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import DB, LEGACY_MANIFEST, SEGMENTS, check_out_dir, reader, writer_lock
 from vsekit.retrieval.store.schema import open_probe
+
+if TYPE_CHECKING:  # the model (and torch) loads where used: an `index update` with nothing new needs none
+    from vsekit.embedding.pipeline import VSEModel
 
 __all__ = [
     "FORMAT",
@@ -131,31 +134,9 @@ class Index(Searching):
             raise VsekitError(f"{photos}: not a folder of photos")
         check_out_dir(out)  # before the model loads and before anything is written
         loaded, name = load_model(model, device)
-        identity = model_identity(loaded, name)
-        with writer_lock(out):
-            store = open_for_writing(out)
-            try:
-                builder = Builder(
-                    store=store,
-                    photos_dir=photos,
-                    model=loaded,
-                    identity=identity,
-                    dtype=dtype,
-                    engine=engine,
-                    chunk_size=chunk_size,
-                    progress=progress,
-                    runner=runner,
-                    text_queries=lambda: calibration_sentences(loaded),
-                    ready=ready,
-                    rebuild=rebuild,
-                )
-                report = builder.run()
-            except sqlite3.Error as exc:
-                raise VsekitError(
-                    f"{out / DB}: cannot write ({exc}); the previous generation is kept"
-                ) from None
-            finally:
-                store.close()
+        options: dict[str, Any] = dict(dtype=dtype, engine=engine, chunk_size=chunk_size, ready=ready)
+        options["progress"] = progress
+        report = _write(out, photos, model_identity(loaded, name), lambda: loaded, runner, rebuild, **options)
         index = cls.open(out, model=loaded)
         index.report = report
         return index
@@ -165,20 +146,34 @@ class Index(Searching):
         progress: bool = True,
         chunk_size: int = 32,
         ready: Callable[[PhotoFile], bool] | None = None,
+        photos: list[PhotoFile] | None = None,
     ) -> BuildReport:
         """Bring the index up to date with its folder (new, changed, deleted files); see :meth:`build`
         (``ready``: which new or changed files to read now). A photo folder that is not there is refused
-        (a folder that moved: :meth:`relocate`)."""
+        (a folder that moved: :meth:`relocate`). The model loads only when a photo is to be embedded or
+        classified (an update that finds nothing new reads the store and the folder, no model); a model
+        file whose bytes changed since the build is refused first all the same (its sha256 only).
+        ``photos``: the folder's photos when the caller has just scanned it (not scanned again)."""
         if not self.photos_dir.is_dir():
             missing = f"{self.photos_dir}: the photo folder of {self.path} is not there"
             raise VsekitError(f"{missing}; {moved_hint(self.path)}")
-        fresh = Index.build(
-            self.photos_dir, self.path, self.model, chunk_size=chunk_size, progress=progress, ready=ready
-        )
-        self._view = fresh._view
-        self.report = fresh.report
-        assert fresh.report is not None  # build() sets it
-        return fresh.report
+        options: dict[str, Any] = dict(dtype=None, engine=None, chunk_size=chunk_size, ready=ready)
+        options |= dict(progress=progress, scanned=photos)
+        report = _write(self.path, self.photos_dir, self._identity(), lambda: self.model, **options)
+        self._view = open_for_reading(self.path)
+        self.report = report
+        return report
+
+    def _identity(self) -> dict[str, Any]:
+        """The identity an update writes with: a loaded model's own (another model than the recorded one
+        is then refused by the build), else the recorded one once the model file is checked against it."""
+        with self._lock:
+            loaded = self._model
+        if loaded is not None:
+            return model_identity(*load_model(loaded, "auto"))
+        recorded = self._view.settings["model"]
+        check_recorded_model(self.path, recorded, str(self.photos_dir))
+        return recorded
 
     def relocate(self, photos_dir: str | os.PathLike[str], *, check_all: bool = False) -> Relocation:
         """Point the index at its photos' new folder (moved, renamed or mounted elsewhere) after checking that
@@ -381,6 +376,37 @@ class Index(Searching):
                 photos = settings.get("photos") or None
                 self._model = load_recorded_model(self.path, settings["model"], photos)
             return self._model
+
+
+def _write(
+    out: Path,
+    photos: Path,
+    identity: dict[str, Any],
+    load: Callable[[], VSEModel],
+    runner: ChunkRunner | None = None,
+    rebuild: bool = False,
+    **options: Any,
+) -> BuildReport:
+    """One build or update of the store in ``out`` under the writers' lock (:class:`Builder`): ``identity``
+    the model's, ``load`` gives the model when a photo is to be embedded; ``options`` the builder's."""
+    with writer_lock(out):
+        store = open_for_writing(out)
+        try:
+            builder = Builder(
+                store=store,
+                photos_dir=photos,
+                load=load,
+                identity=identity,
+                runner=runner,
+                text_queries=lambda: calibration_sentences(load()),
+                rebuild=rebuild,
+                **options,
+            )
+            return builder.run()
+        except sqlite3.Error as exc:
+            raise VsekitError(f"{out / DB}: cannot write ({exc}); the previous generation is kept") from None
+        finally:
+            store.close()
 
 
 def _concepts_line(settings: dict[str, Any], index: Path) -> str:

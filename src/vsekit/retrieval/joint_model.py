@@ -12,17 +12,31 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vsekit.data import load_corpus
-from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ConfigMismatchError, VsekitError
-from vsekit.resources import PRETRAINED, is_shipped_joint_model, pretrained_path, sample_data_path
+from vsekit.resources import (
+    PRETRAINED,
+    is_shipped_joint_model,
+    pretrained_path,
+    resolve_model_path,
+    sample_data_path,
+)
 from vsekit.retrieval.store import build_command
 
-__all__ = ["calibration_sentences", "load_model", "load_recorded_model", "model_identity"]
+if TYPE_CHECKING:
+    from vsekit.embedding.pipeline import VSEModel
+
+__all__ = [
+    "calibration_sentences",
+    "check_recorded_model",
+    "load_model",
+    "load_recorded_model",
+    "model_identity",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +66,8 @@ def load_model(model: str | os.PathLike[str] | VSEModel | None, device: str) -> 
     whose file is a shipped model's (the shipped confidence calibration is found by that name; an
     update over a damaged database passes the loaded model, and recorded its path), else the file's
     absolute path."""
+    from vsekit.embedding.pipeline import VSEModel
+
     if isinstance(model, VSEModel):
         if model.path is None:
             return model, ""
@@ -76,14 +92,27 @@ def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str |
     file whose sha256 changed since the build (a newer shipped ``vse``, say) is refused, with the command
     that re-embeds the index's ``photos`` with it (the same model name, its new file)."""
     model, name = load_model(recorded["name"], "auto")
-    found = model_identity(model, name)["sha256"]
+    _same_file(index_dir, recorded, model_identity(model, name)["sha256"], photos)
+    return model
+
+
+def check_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str | None = None) -> None:
+    """Refuse, as :func:`load_recorded_model` would, a model file whose sha256 changed since the build,
+    from the file's bytes alone (no model loads, no torch): what an update checks before it knows whether
+    a photo needs the model. A missing file is refused as loading it would be."""
+    path = resolve_model_path(recorded["name"], "vse")
+    if not path.is_file():
+        raise VsekitError(f"{path}: model file not found (the model of the index {index_dir})")
+    _same_file(index_dir, recorded, _file_sha256(path), photos)
+
+
+def _same_file(index_dir: Path, recorded: dict[str, Any], found: str, photos: str | None) -> None:
     if found != recorded["sha256"]:
         rebuild = build_command(index_dir, photos, recorded["name"], "--rebuild")
         raise ConfigMismatchError(
             f"{index_dir}: built with model {recorded['name']} (sha256 {recorded['sha256'][:12]}), but that "
             f"file now has sha256 {found[:12]}; {rebuild} embeds every photo again with it"
         )
-    return model
 
 
 def calibration_sentences(model: VSEModel) -> np.ndarray | None:

@@ -22,16 +22,18 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsekit.embedding.pipeline import ImageInput, VSEModel
 from vsekit.errors import VsekitError
 from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
 from vsekit.retrieval.store import DB, damaged, reader
+
+if TYPE_CHECKING:
+    from vsekit.embedding.pipeline import ImageInput, VSEModel
 
 __all__ = [
     "MAX_QUERY_CHARS",

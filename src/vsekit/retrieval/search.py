@@ -36,12 +36,15 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vsekit.errors import VsekitError
 from vsekit.retrieval.ivfpq import build_ivfpq, is_ivfpq
+
+if TYPE_CHECKING:  # torch is imported by the exact search itself: opening or updating an index needs none
+    import torch
 
 __all__ = [
     "ANN_ENGINES",
@@ -117,6 +120,8 @@ def _candidates(scores: torch.Tensor, k: int, tol: float) -> tuple[torch.Tensor,
     """Per query, the fewest best rows of ``scores`` (approximate within ``tol``) that surely hold the
     exact best ``k`` and every row tied with the k-th: grown until the last candidate is more than
     ``2 tol`` below the k-th (no row left out can then reach the exact top k, or tie with it)."""
+    import torch
+
     n = scores.shape[1]
     take = min(n, k + 16)
     while True:
@@ -133,6 +138,8 @@ def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndar
     fast as float32 from half the bytes; converting the block to float32 first is some 20x slower),
     then only the candidates are rescored in float32 from the stored values: exact. Conversions go
     through NumPy (torch's float16 -> float32 cast is about 100x slower on CPU)."""
+    import torch
+
     block = np.asarray(block)
     with warnings.catch_warnings():  # a read-only memmap is only read
         warnings.simplefilter("ignore", UserWarning)
@@ -164,6 +171,8 @@ def exact_search(
     torch over blocks of ``chunk_rows`` rows (one block in memory at a time; a memory-mapped
     collection streams from disk); each block's candidates join the running best.
     """
+    import torch
+
     if k < 1:
         raise VsekitError(f"k must be >= 1, got {k}")
     queries_np = _as_queries(queries, vectors.shape[1])

@@ -623,6 +623,19 @@ def bind(host: str, port: int) -> Any:
     return sock
 
 
+def warm_up(index: Index) -> None:
+    """Load what a search needs (the joint model, its sentence encoder, the concept route's class vectors,
+    the ANN structures) by answering one query, as a request would. A failure is logged and left to the
+    queries, which report it as before (a changed model file, say: its rebuild hint is on the page)."""
+    started = time.perf_counter()
+    try:
+        index.answer("a photo", k=1)
+    except VsekitError as exc:
+        logger.warning("the models did not load before serving: %s", exc)
+        return
+    logger.info("models loaded in %.1f s", time.perf_counter() - started)
+
+
 def run(
     index_path: str | Path,
     host: str = "127.0.0.1",
@@ -630,15 +643,20 @@ def run(
     *,
     allow_hosts: tuple[str, ...] = (),
     ready: Callable[[str], None] | None = None,
+    warming: Callable[[], None] | None = None,
 ) -> None:
     """Serve the index at ``index_path`` with uvicorn (loopback only unless ``host`` says otherwise).
 
     The index is opened and the port bound first, so a missing index or a busy port is an error before
-    anything says "serving"; then ``ready`` gets the URL, and the models load on the first query."""
+    anything says "serving"; then (``warming`` called first) the models load (:func:`warm_up`), so the
+    first query answers as fast as any other; then ``ready`` gets the URL."""
     index = Index.open(index_path)
     sock = bind(host, port)
     url_host = f"[{host}]" if ":" in host else host
     url = f"http://{url_host}:{sock.getsockname()[1]}"
+    if warming is not None:
+        warming()
+    warm_up(index)
     logger.info("serving %s (%d photos) on %s", index_path, len(index), url)
     if ready is not None:
         ready(url)

@@ -14,12 +14,14 @@ import csv
 import functools
 from dataclasses import dataclass
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from vsekit.errors import VsekitError
-from vsekit.vision.backbones import load_backbone
+
+if TYPE_CHECKING:  # torch loads with a classifier: the class table and top classes need none
+    import torch
 
 __all__ = ["TOP_CLASSES", "ClassTable", "Classifier", "class_table", "load_classifier", "top_classes"]
 
@@ -86,6 +88,8 @@ class Classifier:
 @functools.cache
 def load_classifier(backbone: str) -> Classifier:
     """The ImageNet classifier of ``backbone`` (its installed weights), cached per process."""
+    from vsekit.vision.backbones import load_backbone
+
     model = load_backbone(backbone)
     linear = _last_linear(model)
     return Classifier(backbone, linear.weight.detach().numpy(), linear.bias.detach().numpy())
@@ -93,6 +97,8 @@ def load_classifier(backbone: str) -> Classifier:
 
 def _last_linear(model: torch.nn.Module) -> torch.nn.Linear:
     """The classifier Linear of a backbone (``_fc`` of EfficientNet-Lite, ``classifier.1`` of MobileNetV2)."""
+    import torch
+
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     if not linears or linears[-1].out_features != 1000:
         raise VsekitError(f"{type(model).__name__} has no 1000-way ImageNet classifier")

@@ -16,13 +16,15 @@ import re
 import stat
 import threading
 from dataclasses import dataclass
-from typing import IO, NoReturn
+from typing import IO, TYPE_CHECKING, NoReturn
 
 import numpy as np
-import torch
 from PIL import Image, ImageOps
 
 from vsekit.errors import ImageError
+
+if TYPE_CHECKING:  # a tensor is made where a photo is prepared for a CNN: reading a photo needs no torch
+    import torch
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -320,5 +322,7 @@ class Preprocessing:
 
     def __call__(self, img: Image.Image) -> torch.Tensor:
         """Preprocess one PIL image into a normalised ``[3, crop, crop]`` float32 tensor."""
+        import torch
+
         arr = self.normalise(self.crop_uint8(img))
         return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
