@@ -91,23 +91,15 @@ def run(name: str, ids: list[str], by_image: dict, corpus, ns: list[int], root: 
 def everyday_metrics(index: vsekit.Index, n: int, every_hit: bool = False) -> dict:
     """Fit in the top 5, precision@5 and recall@10 over the everyday queries that have a fitting photo."""
     present = [q for q in everyday.queries() if q["relevant"]]
-    top5 = p5 = r10 = 0.0
+    rankings = []
     for q in present:
         if every_hit:  # the previous policy: every one of the top n re-ordered by the fusion
             hits = index.search(q["query"], k=max(n, 10))
             hits = index._rerank(q["query"], hits[:n]) + hits[n:]
         else:
             hits = index.search(q["query"], k=max(n, 10), rerank=n)
-        found, fits = [h.path for h in hits], set(q["relevant"])
-        top5 += bool(fits & set(found[:5]))
-        p5 += len(fits & set(found[:5])) / 5
-        r10 += len(fits & set(found[:10])) / len(fits)
-    k = len(present)
-    return {
-        "fit_in_top5": round(top5 / k, 4),
-        "precision_at_5": round(p5 / k, 4),
-        "recall_at_10": round(r10 / k, 4),
-    }
+        rankings.append([h.path for h in hits])
+    return everyday.ranking_metrics(rankings, present)
 
 
 def run_everyday(ns: list[int], root: Path) -> dict:

@@ -114,6 +114,10 @@ def main() -> None:
     feats = vision_features.features_for_model(
         generator.image, [photo_path(n) for n in names], None, cache=False, device="cpu", progress=False
     )
+    photos = [photo_path(n) for n in names]
+    joint = (
+        None if generator.joint is None else generator.joint.file_features(photos)
+    )  # the rerank reads them
     corpus = load_corpus(FLICKR)
     val_ids = list(load_validation_slice("flickr8k-val1000").image_ids)
     refs = corpus.split("train").captions_by_image()
@@ -126,7 +130,7 @@ def main() -> None:
         generator.guard = guard if guarded else None
         generator.decode = replace(shipped_decode, no_repeat_ngram=no_repeat)
         guard.settings = replace(shipped_guard, familiar_at=familiar_at or shipped_guard.familiar_at)
-        captions = [c[0] for c in generator.describe_features(feats, 1, _joint(generator, names))]
+        captions = [c[0] for c in generator.describe_features(feats, 1, joint)]
         row = {
             "setting": label,
             "guard": guard.settings.to_dict() if guarded else None,
@@ -165,18 +169,6 @@ def main() -> None:
             result["dev"][label] = scores | variety(list(split.best.values()))
             print(label, result["dev"][label], flush=True)
     write_result("concept_captions.json", result, default=float)
-
-
-def _joint(generator, names: list[str]) -> np.ndarray | None:
-    """The joint model's features of the everyday photos (the rerank reads them), computed once."""
-    if generator.joint is None:
-        return None
-    if tuple(names) not in _JOINT_CACHE:
-        _JOINT_CACHE[tuple(names)] = generator.joint.file_features([photo_path(n) for n in names])
-    return _JOINT_CACHE[tuple(names)]
-
-
-_JOINT_CACHE: dict = {}
 
 
 if __name__ == "__main__":

@@ -86,21 +86,9 @@ def val1000_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, np.ndarr
 
 def everyday_metrics(scores: np.ndarray, queries: list[dict], names: list[str]) -> dict:
     """Over queries with a fitting photo: a fit in the top 5, precision@5, recall@10."""
-    at = {n: i for i, n in enumerate(names)}
-    top5 = p5 = r10 = 0.0
     present = [(i, q) for i, q in enumerate(queries) if q["relevant"]]
-    for i, q in present:
-        order = np.argsort(-scores[i], kind="stable")
-        fits = {at[r] for r in q["relevant"]}
-        top5 += bool(fits & set(order[:5]))
-        p5 += len(fits & set(order[:5])) / 5
-        r10 += len(fits & set(order[:10])) / len(fits)
-    n = len(present)
-    return {
-        "fit_in_top5": round(top5 / n, 4),
-        "precision_at_5": round(p5 / n, 4),
-        "recall_at_10": round(r10 / n, 4),
-    }
+    rankings = [[names[j] for j in np.argsort(-scores[i], kind="stable")[:10]] for i, _ in present]
+    return everyday.ranking_metrics(rankings, [q for _, q in present])
 
 
 def val1000_metrics(scores: np.ndarray, truth: np.ndarray) -> dict:

@@ -46,3 +46,20 @@ def photo_path(key: str) -> Path:
             raise SystemExit(f"{path}: missing; run `python bench/everyday/fetch_extra.py` first")
         return path
     return SHARED / key
+
+
+def ranking_metrics(rankings: list[list[str]], queries: list[dict]) -> dict[str, float]:
+    """Over the ``queries`` with a fitting photo, each with its ``rankings`` entry (photo keys, best
+    first): a fit in the top 5, precision@5 and recall@10."""
+    top5 = p5 = r10 = 0.0
+    for found, q in zip(rankings, queries, strict=True):
+        fits = set(q["relevant"])
+        top5 += bool(fits & set(found[:5]))
+        p5 += len(fits & set(found[:5])) / 5
+        r10 += len(fits & set(found[:10])) / len(fits)
+    n = len(queries)
+    return {
+        "fit_in_top5": round(top5 / n, 4),
+        "precision_at_5": round(p5 / n, 4),
+        "recall_at_10": round(r10 / n, 4),
+    }

@@ -32,6 +32,7 @@ scored 0.83). See ``bench/results/duplicates.json``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -294,8 +295,10 @@ def _look_alike(photos_dir: Path, paths: Sequence[str], i: int, j: int, cache: d
 
 
 def _photo_reader(paths: Sequence[str], records: Mapping[str, Mapping[str, Any]], photos_dir: Path):
-    """``photo(i)``: the :class:`GroupPhoto` of row ``i`` (its size read from the file's header)."""
+    """``photo(i)``: the :class:`GroupPhoto` of row ``i`` (its size read from the file's header, once: an
+    exact copy's photo is shown in its exact group and again in a near group)."""
 
+    @functools.cache
     def photo(i: int) -> GroupPhoto:
         path, record = paths[i], records[paths[i]]
         width, height = _upright_size(photos_dir / path)
