@@ -6,8 +6,9 @@ Three measurements on an index of the everyday photos (built once in a temporary
 * ``search``: ``vsekit search INDEX "a dog on the beach"`` in a fresh process, ``--runs`` times: median wall
   (inflated by a shared machine's load) and CPU time.
 * ``stages``: one fresh process timing each step of that search in order: importing the CLI's modules,
-  opening the index, loading the joint model (its MiniLM included), the first sentence embedding, the
-  concept route (class vectors from the disk cache), and the answer.
+  opening the index, loading the text side (the cached ONNX graph of the model's text side, or, before
+  it existed, the joint model with its MiniLM in PyTorch), the first sentence embedding, the concept
+  route (class vectors from the disk cache), and the answer.
 * ``serve``: ``vsekit serve`` started on a free port: seconds until it says "serving", then the first and
   the second ``/api/search`` answer.
 
@@ -45,8 +46,8 @@ import vsekit.cli.search, vsekit.collection, vsekit.retrieval.answer
 mark("import")
 index = vsekit.collection.Index.open(sys.argv[1]); len(index)
 mark("open_index")
-index.model
-mark("joint_model")
+index.text_side()
+mark("text_side")
 index.embed_texts(["a cat"])
 mark("first_sentence")
 index.concept_route(0.25).class_vectors()

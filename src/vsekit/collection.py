@@ -26,16 +26,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsekit.alignment.align import DEFAULT_BETA, draw_alignment
-from vsekit.alignment.describe import scale_boxes
-from vsekit.alignment.fusion import FUSION_NAME, FusionSpec, fusion_path
-from vsekit.alignment.model import Aligner
-from vsekit.alignment.mrf import mrf_align, segments
-from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import VsekitError, command
 from vsekit.fileio import file_sha256 as _file_sha256
 from vsekit.resources import resolve_model_path
@@ -44,8 +38,14 @@ from vsekit.retrieval.concepts import ConceptRoute
 from vsekit.retrieval.index import Index as _StoreIndex
 from vsekit.retrieval.index import SearchHit
 from vsekit.retrieval.relocate import moved_hint
-from vsekit.vision.cam import ClassMaps, FeatureMap
+from vsekit.retrieval.text_engine import TextTower
 from vsekit.vision.preprocess import decode_image, load_image
+
+if TYPE_CHECKING:  # the aligner and the CNNs (torch) load when a photo is explained: a search needs none
+    from vsekit.alignment.fusion import FusionSpec
+    from vsekit.alignment.model import Aligner
+    from vsekit.embedding.pipeline import ImageInput
+    from vsekit.vision.cam import ClassMaps, FeatureMap
 
 __all__ = ["Index"]
 
@@ -69,6 +69,8 @@ class _RegionCache:
     def aligner(self) -> Aligner:
         with self._lock:
             if self._aligner is None:
+                from vsekit.alignment.model import Aligner
+
                 self._aligner = Aligner.load()
             return self._aligner
 
@@ -82,6 +84,8 @@ class _RegionCache:
         with self._lock:
             missing = [(k, p) for k, p in zip(keys, paths, strict=True) if k not in self._items]
         if missing:
+            from vsekit.alignment.describe import scale_boxes
+
             aligner = self.aligner()
             images = [load_image(p) for _, p in missing]
             with self._lock:  # one forward pass at a time, like the joint model's
@@ -112,6 +116,9 @@ class _ConceptBoxes:
     def box(self, backbone: str, path: Path, class_id: int, size: tuple[int, int]) -> list[int]:
         """The box of class ``class_id`` on the upright photo at ``path`` of ``size`` (width, height), in
         its pixels (scaled from fractions as the aligner's boxes are)."""
+        from vsekit.alignment.describe import scale_boxes
+        from vsekit.vision.cam import ClassMaps
+
         key = (backbone, *_file_key(path))
         with self._lock:
             if backbone not in self._maps:
@@ -165,11 +172,12 @@ class Index(_StoreIndex):
         return super().search(text, image, **kwargs)
 
     def concept_route(self, margin: float) -> ConceptRoute:
-        """The concept route for this index's model (its frozen MiniLM shared), made once per model."""
-        model = self.model
-        if self._route is None or self._route[0] != id(model) or self._route[1].margin != margin:
-            encoder = getattr(model.network, "text_encoder", None)
-            self._route = (id(model), ConceptRoute.create(encoder, margin))
+        """The concept route for this index's model (its frozen MiniLM shared, in PyTorch or as the ONNX
+        graph of its text side: :meth:`text_side`), made once per model."""
+        side = self.text_side()
+        if self._route is None or self._route[0] != id(side) or self._route[1].margin != margin:
+            encoder = side if isinstance(side, TextTower) else getattr(side.network, "text_encoder", None)
+            self._route = (id(side), ConceptRoute.create(encoder, margin))
         return self._route[1]
 
     def caption_photos(
@@ -227,6 +235,8 @@ class Index(_StoreIndex):
     def _fusion_spec(self) -> FusionSpec:
         """The shipped fusion's weights, if this index holds the fusion's joint model's vectors."""
         if self._fusion is None:
+            from vsekit.alignment.fusion import FUSION_NAME, FusionSpec, fusion_path
+
             spec = FusionSpec.from_file(fusion_path(FUSION_NAME))
             joint = resolve_model_path(spec.joint, "vse")
             if _file_sha256(joint) != self.manifest["model"]["sha256"]:
@@ -259,7 +269,7 @@ class Index(_StoreIndex):
             )
         return row, rel, path
 
-    def explain(self, photo: int | str, text: str, beta: float = DEFAULT_BETA) -> dict[str, Any]:
+    def explain(self, photo: int | str, text: str, beta: float = 1.0) -> dict[str, Any]:  # DEFAULT_BETA
         """Why ``photo`` (a hit's id or its path) matches ``text``: ``{"path", "width", "height",
         "words": [{"word", "box", "score"}], "segments": [{"text", "box", "score"}]}``; each word's best
         region (Eq. 8's max) and the MRF's segments (Eq. 10-12, ``beta``), boxes ``[x0, y0, x1, y1]`` in
@@ -269,6 +279,8 @@ class Index(_StoreIndex):
         activation map's box, :mod:`vsekit.vision.cam`) and the photo's stored probability of it."""
         if not isinstance(text, str) or not text.strip():
             raise VsekitError("empty query: give a sentence to explain")
+        from vsekit.alignment.mrf import mrf_align, segments
+
         row, rel, path = self._photo_path(photo)
         features, boxes, (width, height) = self._regions.regions(path)
         words, dots = self._regions.aligner().word_region_scores(features, text)  # [n_words, R]
@@ -304,10 +316,12 @@ class Index(_StoreIndex):
         return {"label": found.label, "box": box, "probability": round(found.probability, 4)}
 
     def explain_picture(
-        self, photo: int | str, text: str, out: str | os.PathLike[str], beta: float = DEFAULT_BETA
+        self, photo: int | str, text: str, out: str | os.PathLike[str], beta: float = 1.0
     ) -> Path:
         """:meth:`explain` drawn on the full-size upright photo: each segment's region boxed and labelled,
         and the concept's box (if any) in its own colour, labelled "<class> · concept"."""
+        from vsekit.alignment.align import draw_alignment
+
         result = self.explain(photo, text, beta)
         _, _, path = self._photo_path(photo)
         distinct: list[list[int]] = []  # the segments' boxes, each once, in order

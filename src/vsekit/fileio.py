@@ -26,10 +26,12 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "content_fingerprint",
+    "exclusive_lock",
     "file_sha256",
     "fingerprint_matches",
     "new_memmap",
     "preallocate",
+    "read_json_record",
     "read_named_json",
     "read_vsekit_safetensors",
     "rename_no_replace",
@@ -384,6 +386,33 @@ def atomic_save_npy(path: str | os.PathLike[str], array: Any, *, exclusive: bool
     with _atomic_file(path, exclusive) as f:
         np.save(f, array)
     return Path(path)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold an exclusive lock on ``<path>.lock`` (one writer of a cached file at a time; a second process
+    waits, then finds the file written), creating the folder."""
+    import fcntl
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def read_json_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A cached file's JSON record (its sha256, how it was made), or ``{}`` when absent or unreadable."""
+    import json
+
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:

@@ -166,6 +166,7 @@ def build(
             index = Index.build(photos, out, model, **settings)
         assert index.report is not None  # build() sets it
         _print_report(index, index.report, every_unreadable)
+        index.prepare_text_graph()  # searches then need no torch (once per machine and model: seconds)
         if captions:
             _caption_photos(index.path, device)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vsekit.retrieval.store import pack_concepts
+from vsekit.retrieval.text_engine import TextTower
 from vsekit.vision.classes import (
     TOP_CLASSES,
     Classifier,
@@ -53,24 +54,43 @@ logger = logging.getLogger(__name__)
 
 
 class SentenceVectors:
-    """Unit sentence vectors of the frozen all-MiniLM-L6-v2 (mean-pooled): the vse's own text encoder when
-    it is a frozen MiniLM (so a query is encoded once for both routes), else a MiniLM of its own."""
+    """Unit sentence vectors of the frozen all-MiniLM-L6-v2 (mean-pooled): the vse's own text side when its
+    encoder is a frozen MiniLM (so a query is encoded once for both routes), run by PyTorch or as the ONNX
+    graph of :mod:`vsekit.retrieval.text_engine`; else a MiniLM of its own."""
 
     def __init__(self, encoder: object | None = None) -> None:
+        self._known: dict[str, np.ndarray] = {}  # precomputed texts (the class table), the graph's path
+        if isinstance(encoder, TextTower):
+            self._tower: TextTower | None = encoder
+            return
         from vsekit.text.pretrained import MiniLMEncoder
 
+        self._tower = None
         self.encoder: MiniLMEncoder
         if not isinstance(encoder, MiniLMEncoder) or encoder.finetune_last:
             encoder = MiniLMEncoder(output_dim=1, head="linear")
         self.encoder = encoder
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
-        vectors = self.encoder.prepare(list(texts))["sentence"].numpy().astype(np.float32)
+        texts = list(texts)
+        if self._tower is None:
+            vectors = self.encoder.prepare(texts)["sentence"].numpy().astype(np.float32)
+        elif all(t in self._known for t in texts):
+            vectors = np.stack([self._known[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+        else:
+            vectors = self._tower.sentences(texts)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
     def precompute(self, texts: Sequence[str]) -> None:
-        """Read (or encode once per machine and keep on disk) the vectors of ``texts``."""
-        self.encoder.precompute(texts)
+        """Read (or encode once per machine and keep on disk) the vectors of ``texts``; the graph reads
+        what PyTorch wrote (it was checked against it: :mod:`vsekit.retrieval.text_engine`)."""
+        if self._tower is None:
+            self.encoder.precompute(texts)
+            return
+        from vsekit.text.sentence_cache import cached_sentence_vectors
+
+        tower = self._tower
+        self._known.update(cached_sentence_vectors(texts, tower.sentences, tower.sentence_identity))
 
 
 def concept_scores(similarity: np.ndarray, ids: np.ndarray, probs: np.ndarray) -> np.ndarray:

@@ -51,6 +51,7 @@ from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
 from vsekit.retrieval.store import DB, LEGACY_MANIFEST, SEGMENTS, check_out_dir, reader, writer_lock
 from vsekit.retrieval.store.schema import open_probe
+from vsekit.retrieval.text_engine import TextTower, prepare_tower
 
 if TYPE_CHECKING:  # the model (and torch) loads where used: an `index update` with nothing new needs none
     from vsekit.embedding.pipeline import VSEModel
@@ -89,6 +90,7 @@ class Index(Searching):
         self._view = view
         self.report: BuildReport | None = None
         self._model = model
+        self._tower: TextTower | None | bool = None  # None: not looked for yet; False: none here
         self._lock = threading.Lock()
         self._faiss: dict[tuple[str, str, str | None], Any] = {}
         self._checked_at = time.monotonic()
@@ -224,6 +226,7 @@ class Index(Searching):
         if _model_sha(view) != _model_sha(previous):  # rebuilt with another model (`index build --rebuild`)
             with self._lock:
                 self._model = None  # the new generation's model loads on the next query
+                self._tower = None
         return True
 
     def maybe_refresh(self, every_s: float = 1.0) -> bool:
@@ -376,6 +379,33 @@ class Index(Searching):
                 photos = settings.get("photos") or None
                 self._model = load_recorded_model(self.path, settings["model"], photos)
             return self._model
+
+    def text_side(self) -> TextTower | VSEModel:
+        """What turns sentences into query vectors (``.embed_texts(texts)``): the model when it is loaded,
+        else the ONNX graph of its text side cached on this machine (:mod:`vsekit.retrieval.text_engine`:
+        no torch, a cold search in about a second), else the model, loaded now (and its graph exported,
+        so that the next process finds it)."""
+        with self._lock:
+            if self._model is not None:
+                return self._model
+            if self._tower is None:
+                recorded = self._view.settings["model"]
+                check_recorded_model(self.path, recorded, self._view.settings.get("photos") or None)
+                self._tower = TextTower.open(recorded["sha256"]) or False
+            if isinstance(self._tower, TextTower):
+                return self._tower
+        model = self.model
+        self.prepare_text_graph()
+        return model
+
+    def prepare_text_graph(self) -> bool:
+        """Export the model's text side for searches without torch (once per machine and model file; a
+        few seconds), if it can be (a frozen MiniLM text encoder); True when the graph is there."""
+        try:
+            return prepare_tower(self.model, self._view.settings["model"]["sha256"]) is not None
+        except (VsekitError, OSError) as exc:  # the searches go on with PyTorch
+            logger.warning("no ONNX graph of the text side (%s); searches load PyTorch", exc)
+            return False
 
 
 def _write(

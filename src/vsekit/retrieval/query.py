@@ -34,6 +34,7 @@ from vsekit.retrieval.store import DB, damaged, reader
 
 if TYPE_CHECKING:
     from vsekit.embedding.pipeline import ImageInput, VSEModel
+    from vsekit.retrieval.text_engine import TextTower
 
 __all__ = [
     "MAX_QUERY_CHARS",
@@ -93,11 +94,15 @@ class Searching:
     def model(self) -> VSEModel:
         raise NotImplementedError  # Index's property
 
+    def text_side(self) -> TextTower | VSEModel:
+        raise NotImplementedError  # Index's method
+
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit query vectors of sentences (the model's text side, :meth:`text_side`)."""
         texts = [_check_text(t) for t in texts]
-        model = self.model
+        side = self.text_side()
         with self._lock:  # one forward pass at a time: concurrent requests share the model
-            return model.embed_texts(texts)
+            return side.embed_texts(texts)
 
     def embed_image(self, image: ImageInput) -> np.ndarray:
         """The unit vector of a photo (a path or a PIL image; it need not be in the index)."""

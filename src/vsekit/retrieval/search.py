@@ -6,10 +6,10 @@ fewer than ``k`` vectors exist.
 
 Engines and the rules ``engine="auto"`` follows (:func:`resolve_engine`):
 
-* ``exact``: torch over the stored matrix, ``chunk_rows`` rows at a time, keeping a running top-k, so a
-  memory-mapped collection larger than RAM still searches (it streams from disk); float16 storage is
-  scored in float16 and its candidates rescored in float32, still exact. Equal scores are
-  ordered by row (lower first), so results are reproducible. ``auto`` picks it below
+* ``exact``: matrix products over the stored matrix, ``chunk_rows`` rows at a time, keeping a running
+  top-k, so a memory-mapped collection larger than RAM still searches (it streams from disk); float16
+  storage is scored in float16 (by torch) and its candidates rescored in float32, still exact. Equal
+  scores are ordered by row (lower first), so results are reproducible. ``auto`` picks it below
   :data:`ANN_MIN_VECTORS` vectors, where a full scan takes milliseconds and loses no recall.
 * ``flat``: FAISS ``IndexFlatIP`` (exact too; the vectors are copied into RAM). Offered as a reference.
 * ``hnsw``: FAISS ``IndexHNSWFlat`` (inner product), M = 32, efConstruction = 80; ``auto`` picks it from
@@ -36,15 +36,11 @@ from __future__ import annotations
 import logging
 import math
 import warnings
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vsekit.errors import VsekitError
 from vsekit.retrieval.ivfpq import build_ivfpq, is_ivfpq
-
-if TYPE_CHECKING:  # torch is imported by the exact search itself: opening or updating an index needs none
-    import torch
 
 __all__ = [
     "ANN_ENGINES",
@@ -116,16 +112,21 @@ _F16_TOL = 2.0**-9
 _SCORES_MAX = 1 << 26
 
 
-def _candidates(scores: torch.Tensor, k: int, tol: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per query, the fewest best rows of ``scores`` (approximate within ``tol``) that surely hold the
-    exact best ``k`` and every row tied with the k-th: grown until the last candidate is more than
-    ``2 tol`` below the k-th (no row left out can then reach the exact top k, or tie with it)."""
-    import torch
-
+def _candidates(scores: np.ndarray, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the fewest best rows of ``scores`` (approximate within ``tol``), best first, that surely
+    hold the exact best ``k`` and every row tied with the k-th: grown until the last candidate is more
+    than ``2 tol`` below the k-th (no row left out can then reach the exact top k, or tie with it)."""
     n = scores.shape[1]
     take = min(n, k + 16)
     while True:
-        values, rows = torch.topk(scores, take, dim=1)
+        rows = (
+            np.argpartition(-scores, take - 1, axis=1)[:, :take]
+            if take < n
+            else np.tile(np.arange(n), (len(scores), 1))
+        )
+        values = np.take_along_axis(scores, rows, axis=1)
+        order = np.argsort(-values, axis=1, kind="stable")
+        values, rows = np.take_along_axis(values, order, axis=1), np.take_along_axis(rows, order, axis=1)
         if take == n or bool((values[:, -1] < values[:, k - 1] - 2 * tol).all()):
             return values, rows
         take = min(n, 2 * take)
@@ -134,25 +135,26 @@ def _candidates(scores: torch.Tensor, k: int, tol: float) -> tuple[torch.Tensor,
 def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact float32 scores of candidate rows of one block (``rows`` within the block) for each query.
 
-    A float32 block is scored directly. A float16 block is scored by a float16 matrix product (about as
-    fast as float32 from half the bytes; converting the block to float32 first is some 20x slower),
-    then only the candidates are rescored in float32 from the stored values: exact. Conversions go
-    through NumPy (torch's float16 -> float32 cast is about 100x slower on CPU)."""
+    A float32 block is scored directly by NumPy's matrix product (no torch: a cold search of a float32
+    index imports none). A float16 block is scored by torch's float16 matrix product (about as fast as
+    float32 from half the bytes; converting the block to float32 first is some 20x slower), then only the
+    candidates are rescored in float32 from the stored values: exact. Conversions go through NumPy
+    (torch's float16 -> float32 cast is about 100x slower on CPU)."""
+    block = np.asarray(block)
+    k = min(k, block.shape[0])
+    if block.dtype == np.float32:
+        return _candidates(queries @ block.T, k, 0.0)
+    if block.dtype != np.float16:
+        raise VsekitError(f"stored vectors must be float32 or float16, not {block.dtype}")
     import torch
 
-    block = np.asarray(block)
     with warnings.catch_warnings():  # a read-only memmap is only read
         warnings.simplefilter("ignore", UserWarning)
         b = torch.from_numpy(block)
-    k = min(k, b.shape[0])
-    if b.dtype == torch.float32:
-        values, top = _candidates(torch.from_numpy(queries) @ b.T, k, 0.0)
-        return values.numpy(), top.numpy()
-    if b.dtype != torch.float16:
-        raise VsekitError(f"stored vectors must be float32 or float16, not {block.dtype}")
     tol = _F16_TOL * max(1.0, float(np.linalg.norm(queries, axis=1).max()))  # stored rows are unit-norm
-    approx = (torch.from_numpy(queries.astype(np.float16)) @ b.T).numpy().astype(np.float32)
-    rows = _candidates(torch.from_numpy(approx), k, tol)[1].numpy()
+    with torch.inference_mode():
+        approx = (torch.from_numpy(queries.astype(np.float16)) @ b.T).numpy().astype(np.float32)
+    rows = _candidates(approx, k, tol)[1]
     exact = np.empty(rows.shape, dtype=np.float32)
     for q0 in range(0, len(queries), 256):  # candidate rows [256, c, K] in float32 at a time
         # float64 sums rounded to float32: a row's score does not depend on how many candidates
@@ -168,28 +170,25 @@ def exact_search(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The exact top ``k`` of ``vectors`` (``[n, K]`` float32 or float16, may be a memmap) per query.
 
-    torch over blocks of ``chunk_rows`` rows (one block in memory at a time; a memory-mapped
+    Over blocks of ``chunk_rows`` rows (one block in memory at a time; a memory-mapped
     collection streams from disk); each block's candidates join the running best.
     """
-    import torch
-
     if k < 1:
         raise VsekitError(f"k must be >= 1, got {k}")
     queries_np = _as_queries(queries, vectors.shape[1])
     best_s = np.full((len(queries_np), k), -np.inf, dtype=np.float32)
     best_r = np.full((len(queries_np), k), -1, dtype=np.int64)
     group = max(1, _SCORES_MAX // max(1, min(chunk_rows, len(vectors))))
-    with torch.inference_mode():
-        for start in range(0, len(vectors), chunk_rows):
-            block = vectors[start : start + chunk_rows]
-            for q0 in range(0, len(queries_np), group):
-                scores, rows = _block_best(queries_np[q0 : q0 + group], block, k)
-                merged = _best_first(
-                    np.concatenate([best_s[q0 : q0 + group], scores], axis=1),
-                    np.concatenate([best_r[q0 : q0 + group], rows + start], axis=1),
-                    k,
-                )
-                best_s[q0 : q0 + group], best_r[q0 : q0 + group] = merged
+    for start in range(0, len(vectors), chunk_rows):
+        block = vectors[start : start + chunk_rows]
+        for q0 in range(0, len(queries_np), group):
+            scores, rows = _block_best(queries_np[q0 : q0 + group], block, k)
+            merged = _best_first(
+                np.concatenate([best_s[q0 : q0 + group], scores], axis=1),
+                np.concatenate([best_r[q0 : q0 + group], rows + start], axis=1),
+                k,
+            )
+            best_s[q0 : q0 + group], best_r[q0 : q0 + group] = merged
     return best_s, best_r
 
 

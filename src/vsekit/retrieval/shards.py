@@ -14,15 +14,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vsekit.embedding.pipeline import ImageInput
 from vsekit.errors import ConfigMismatchError, VsekitError
 from vsekit.retrieval.index import Index
 from vsekit.retrieval.query import SearchHit, hits_from, without_copies
 from vsekit.retrieval.search import _best_first
+
+if TYPE_CHECKING:  # a photo query loads the model (torch) where it is embedded
+    from vsekit.embedding.pipeline import ImageInput
 
 __all__ = ["ShardedIndex", "merge_top_k"]
 

@@ -624,12 +624,14 @@ def bind(host: str, port: int) -> Any:
 
 
 def warm_up(index: Index) -> None:
-    """Load what a search needs (the joint model, its sentence encoder, the concept route's class vectors,
-    the ANN structures) by answering one query, as a request would. A failure is logged and left to the
-    queries, which report it as before (a changed model file, say: its rebuild hint is on the page)."""
+    """Load what a search needs (the sentence side, the concept route's class vectors, the ANN structures)
+    by answering one query, as a request would, and the joint model a photo query needs. A failure is
+    logged and left to the queries, which report it as before (a changed model file, say: its rebuild
+    hint is on the page)."""
     started = time.perf_counter()
     try:
         index.answer("a photo", k=1)
+        _ = index.model
     except VsekitError as exc:
         logger.warning("the models did not load before serving: %s", exc)
         return

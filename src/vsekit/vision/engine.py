@@ -35,14 +35,11 @@ crops, not the pooled pass, so it would need its own graphs.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import logging
 import os
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +48,7 @@ import torch
 from torch import nn
 
 from vsekit.errors import VsekitError
-from vsekit.fileio import atomic_write_bytes, atomic_write_json
+from vsekit.fileio import atomic_write_bytes, atomic_write_json, exclusive_lock, read_json_record
 from vsekit.resources import default_cache_root, sample_data_path
 from vsekit.vision.backbones import (
     Backbone,
@@ -365,25 +362,6 @@ def _quantize(float_graph: Path, out: Path, preprocessing: Preprocessing) -> byt
     return data
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _read_record(path: Path) -> dict[str, Any]:
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-        return record if isinstance(record, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 class OnnxCNN:
     """The exported backbone in an ONNX Runtime session: uint8 crops -> float32 features.
 
@@ -404,7 +382,7 @@ class OnnxCNN:
         self.provider = _provider(device) or "CPUExecutionProvider"
         self.path = self.float_path = onnx_model_path(spec, cache_root)
         self.check_key = f"{self.provider} onnxruntime {ort.__version__}"
-        with _locked(self.path):
+        with exclusive_lock(self.path):
             data, record = self._load_or_export()
             if int8:
                 self.path = int8_model_path(spec, cache_root)
@@ -435,7 +413,7 @@ class OnnxCNN:
     def _load_or_quantize(self) -> tuple[bytes, dict[str, Any]]:
         """The int8 graph's bytes and record: the cached file if its sha256 matches, else quantised anew
         from the float graph (held under the float graph's lock)."""
-        record = _read_record(self._record_path())
+        record = read_json_record(self._record_path())
         if self.path.is_file() and record.get("sha256"):
             data = self.path.read_bytes()
             if hashlib.sha256(data).hexdigest() == record["sha256"]:
@@ -451,7 +429,7 @@ class OnnxCNN:
     def _load_or_export(self) -> tuple[bytes, dict[str, Any]]:
         """The graph's bytes and record: the cached file if its sha256 matches the record, else a new
         export (a missing, truncated or altered file is never loaded)."""
-        record = _read_record(self._record_path())
+        record = read_json_record(self._record_path())
         if self.path.is_file() and record.get("sha256"):
             data = self.path.read_bytes()
             if hashlib.sha256(data).hexdigest() == record["sha256"]:

@@ -1,0 +1,118 @@
+"""The joint model's text side as a cached ONNX graph (vsekit.retrieval.text_engine): the same vectors as
+PyTorch, never run when damaged or when its check failed, and a cold search that imports no torch."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import vsekit
+from vsekit.embedding.pipeline import VSEModel
+from vsekit.fileio import file_sha256
+from vsekit.resources import pretrained_path
+from vsekit.retrieval.concepts import SentenceVectors
+from vsekit.retrieval.text_engine import TOLERANCE, TextTower, prepare_tower, tower_path
+
+TEXTS = [
+    "a dog runs on the beach",
+    "Two CHILDREN play in the snow!!",
+    "a dog runs on the beach",  # asked twice in one call
+    " ".join(["a man in a red jacket climbs a rock wall"] * 50),  # past the 256 word pieces: cut
+]
+
+
+@pytest.fixture(scope="module")
+def shipped() -> tuple[VSEModel, str]:
+    return VSEModel.load("vse"), file_sha256(pretrained_path("vse"))
+
+
+@pytest.fixture(scope="module")
+def tower_cache(tmp_path_factory, shipped) -> str:
+    root = str(tmp_path_factory.mktemp("cache"))
+    assert prepare_tower(*shipped, cache_root=root) is not None
+    return root
+
+
+def test_the_graph_gives_the_models_vectors(shipped, tower_cache):
+    model, sha = shipped
+    tower = TextTower.open(sha, tower_cache)
+    assert tower is not None
+    np.testing.assert_allclose(tower.embed_texts(TEXTS), model.embed_texts(TEXTS), atol=1e-5)
+    sentences = model.network.text_encoder.prepare(TEXTS)["sentence"].numpy()
+    np.testing.assert_allclose(tower.sentences(TEXTS), sentences, atol=1e-5)
+    # the concept route's sentence vectors: the same from either engine
+    np.testing.assert_allclose(
+        SentenceVectors(tower)(TEXTS), SentenceVectors(model.network.text_encoder)(TEXTS), atol=1e-5
+    )
+    assert tower.record["check"]["joint_max_abs_diff"] <= TOLERANCE
+
+
+def test_a_damaged_graph_is_never_run_and_is_exported_again(shipped, tower_cache, tmp_path):
+    model, sha = shipped
+    root = tmp_path / "cache"
+    (root / "onnx").mkdir(parents=True)
+    path = tower_path(sha, tower_cache)
+    for name in (path.name, path.with_suffix(".json").name):
+        (root / "onnx" / name).write_bytes((path.parent / name).read_bytes())
+    damaged = root / "onnx" / path.name
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x10  # one bit in the middle of the weights
+    damaged.write_bytes(bytes(data))
+    assert TextTower.open(sha, root) is None
+    again = prepare_tower(model, sha, cache_root=root)
+    assert again is not None
+    assert damaged.read_bytes() == path.read_bytes()
+
+
+def test_a_graph_that_failed_its_check_is_not_used_nor_exported_again(shipped, tower_cache, tmp_path):
+    model, sha = shipped
+    root = tmp_path / "cache"
+    (root / "onnx").mkdir(parents=True)
+    path = tower_path(sha, tower_cache)
+    graph = root / "onnx" / path.name
+    graph.write_bytes(path.read_bytes())
+    record = json.loads(path.with_suffix(".json").read_text())
+    record["check"]["joint_max_abs_diff"] = 0.5  # as if the export computed something else
+    graph.with_suffix(".json").write_text(json.dumps(record))
+    before = graph.stat().st_mtime_ns
+    assert TextTower.open(sha, root) is None
+    assert prepare_tower(model, sha, cache_root=root) is None
+    assert graph.stat().st_mtime_ns == before
+
+
+_COLD_SEARCH = """
+import runpy, sys
+sys.argv = ["vsekit", "search", sys.argv[1], "a dog runs on the grass", "--paths"]
+try:
+    runpy.run_module("vsekit", run_name="__main__")
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print("torch imported:", "torch" in sys.modules, file=sys.stderr)
+"""
+
+
+def test_a_cold_search_imports_no_torch_and_answers_as_pytorch(photo_index, tmp_path, monkeypatch):
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    index = photo_index("cold", 8)
+    assert index.prepare_text_graph()
+    expected = [str(index.photos_dir / h.path) for h in index.search("a dog runs on the grass", k=10)]
+    env = os.environ | {"VSEKIT_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", _COLD_SEARCH, str(index.path)], capture_output=True, text=True, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "torch imported: False" in done.stderr
+    assert done.stdout.split() == expected
+
+
+def test_explain_default_beta_is_the_aligners():
+    from vsekit.alignment.align import DEFAULT_BETA
+
+    for method in (vsekit.Index.explain, vsekit.Index.explain_picture):
+        assert inspect.signature(method).parameters["beta"].default == DEFAULT_BETA
