@@ -8,9 +8,9 @@ and its exact copies out unless ``keep_query=true``, and says which in ``left_ou
 (multipart ``file``); ``GET /api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page:
 ``GET /api/photo/{id}`` (the full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET
 /api/duplicates?threshold=``, ``GET /api/photos?offset=&limit=`` (the browse view: every photo, newest date
-taken first) and ``GET /api/original/{id}`` (the original file; ``download=true``: as an attachment); ``GET /docs`` (Swagger UI, served from this server: it works offline) and ``GET
-/openapi.json``. Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}``
-with a 4xx status.
+taken first) and ``GET /api/original/{id}`` (the original file; ``download=true``: as an attachment); ``GET
+/docs`` (Swagger UI, served from this server: it works offline) and ``GET /openapi.json``. Results are
+``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
 
 Safety: requests must name an allowed host and POSTs must come from it (:mod:`vsekit.serve.origins`);
 photos are addressed by row id only (never by a path from the request); uploads are bounded in bytes
