@@ -19,7 +19,7 @@ DEV_STAMP := $(VENV)/.vsekit-dev-installed
 BENCH_STAMP := $(VENV)/.vsekit-bench-installed
 DOCS_STAMP := $(VENV)/.vsekit-docs-installed
 
-.PHONY: install demo test lint bench clean browser-deps stamp docs cards
+.PHONY: install demo test lint bench clean browser-deps stamp docs cards screenshots
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ $(BENCH_STAMP): $(DEV_STAMP)
 # the system browser because it cannot download its own here.
 browser-deps:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
+# The page's screenshots in docs/img (search, lightbox, dark mode, the browse view, a phone) from a real
+# server and the system Chromium (needs `make browser-deps`); not part of `make docs`, which runs offline in CI.
+screenshots: $(DEV_STAMP)
+	$(PY) docs/gen_screenshots.py
 
 bench: $(BENCH_STAMP)
 	$(PY) bench/bench_extract.py

@@ -8,6 +8,7 @@ person can look at them.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import re
@@ -46,12 +47,17 @@ QUERY = "a dog runs on the grass"
 N_PHOTOS = 10  # make_photo_folder's 8 readable photos, the sideways phone photo, a re-saved copy
 
 
+SIDEWAYS_TAKEN = "2021:06:05 14:00:00"
+COPY_TAKEN = "2022:03:04 09:00:00"
+
+
 def sideways_jpeg(src: Path) -> tuple[Image.Image, bytes]:
     """A landscape crop of ``src`` (upright) and JPEG bytes that store it turned a quarter left with EXIF
     Orientation 6 ("turn 90 degrees clockwise to view"), as a phone writes a photo taken on its side."""
     upright = Image.open(src).convert("RGB").crop((0, 37, 224, 187))  # 224 x 150: not square
     exif = Image.Exif()
     exif[0x0112] = 6
+    exif.get_ifd(0x8769)[36867] = SIDEWAYS_TAKEN  # EXIF DateTimeOriginal: the browse view's order
     out = io.BytesIO()
     upright.transpose(Image.Transpose.ROTATE_90).save(
         out, "JPEG", quality=95, exif=exif.tobytes()
@@ -96,7 +102,11 @@ def photos(tmp_path_factory):
     (folder / "phone").mkdir()
     (folder / "phone" / "sideways.jpg").write_bytes(SIDEWAYS)
     (folder / "copies").mkdir()  # a near-duplicate: the first photo saved again at JPEG quality 60
-    Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(folder / "copies" / "resaved.jpg", quality=60)
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[36867] = COPY_TAKEN
+    Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(
+        folder / "copies" / "resaved.jpg", quality=60, exif=exif.tobytes()
+    )
     return folder
 
 
@@ -480,7 +490,7 @@ def test_duplicate_groups_with_keeper_facts_open_and_copy(page, shots):
     expect(keeper).to_have_class(re.compile("keeper"))
     expect(keeper.locator(".facts")).to_contain_text("keep \u00b7 ")
     expect(keeper.locator(".path")).to_have_text(SAMPLE_IMAGES[0].name)
-    expect(group.locator("a.open").first).to_have_attribute("href", re.compile(r"^/api/photo/\d+$"))
+    expect(group.locator("a.open").first).to_have_attribute("href", re.compile(r"^/api/original/\d+$"))
     page.locator(".copy-others").first.click()
     expect(page.locator(".copy-others").first).to_have_text("copied 1 path")
     assert page.evaluate("navigator.clipboard.readText()") == "copies/resaved.jpg"
@@ -602,3 +612,161 @@ def test_the_open_page_finds_a_photo_added_under_it(browser, tmp_path):
         expect(page.locator("#grid .hit", has_text="new.jpg")).to_have_count(1, timeout=1000)
         expect(page.locator("#info")).to_contain_text("3 photos", timeout=1000)
         page.context.close()
+
+
+# --- issue 34 item 8: browse view, originals, scores explained, the upload field, a phone's layout ---
+TYPES = {".jpg": "image/jpeg", ".png": "image/png", ".gif": "image/gif"}
+
+
+def test_the_page_opens_on_every_photo_newest_first_a_page_at_a_time(page, server, shots):
+    title = f"All photos ({N_PHOTOS} photos), newest first"
+    expect(page.locator("#results-title")).to_have_text(title)  # before any search
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+    paths = page.locator("#grid .hit .path").all_inner_texts()
+    assert paths[:2] == ["copies/resaved.jpg", "phone/sideways.jpg"]  # dated, newest first
+    assert paths[2:] == sorted(paths[2:]) and len(set(paths)) == N_PHOTOS  # then undated, by path
+    dates = page.locator("#grid .hit .taken").all_inner_texts()
+    assert dates == ["2022-03-04 09:00", "2021-06-05 14:00"] + ["no date"] * (N_PHOTOS - 2)
+    assert urlparse(page.url).query == "" and page.evaluate(A11Y_PROBLEMS) == []
+    thumbnails_loaded(page)
+    page.screenshot(path=str(shots / "browse.png"), full_page=True)
+
+    asked = []
+
+    def four_a_page(route):  # the server answers 4 photos a page: the page asks for the next ones
+        asked.append(parse_qs(urlparse(route.request.url).query)["offset"][0])
+        route.continue_(url=re.sub(r"limit=\d+", "limit=4", route.request.url))
+
+    page.route("**/api/photos?*", four_a_page)
+    page.reload()
+    expect(page.locator("#grid .hit")).to_have_count(4)
+    for shown in (8, N_PHOTOS):
+        page.get_by_role("button", name="Show more").click()
+        expect(page.locator("#grid .hit")).to_have_count(shown)
+    expect(page.locator("#more")).to_be_hidden()
+    assert asked == ["0", "4", "8"] and page.locator("#grid .hit .path").all_inner_texts() == paths
+    page.locator("#grid .hit").nth(9).click()  # the lightbox steps through every photo shown
+    expect(page.locator("#lb-title")).to_have_text(paths[9])
+    expect(page.locator("#lb-score")).to_have_text(f"{N_PHOTOS} of {N_PHOTOS}")
+    page.keyboard.press("Escape")
+
+    search(page, QUERY)
+    page.go_back()  # the bare address is the browse view again
+    expect(page.locator("#results-title")).to_have_text(title)
+    search(page, QUERY)
+    page.get_by_role("button", name="All photos").click()
+    expect(page.locator("#results-title")).to_have_text(title)
+    assert urlparse(page.url).query == ""
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_open_and_download_give_the_original_file(page, photos, shots):
+    search(page, QUERY)
+    cell = page.locator("#grid .cell").first
+    path = cell.locator(".hit .path").inner_text()
+    original = (photos / path).read_bytes()
+    href = cell.locator("a.open").get_attribute("href")
+    answer = page.request.get(urljoin(page.url, href))
+    assert sha(answer.body()) == sha(original)
+    assert answer.headers["content-type"] == TYPES[Path(path).suffix.lower()]
+    assert answer.headers["content-disposition"].startswith("inline")
+    with page.expect_popup() as opened:
+        cell.locator("a.open").click()
+    assert opened.value.evaluate("document.contentType") == TYPES[Path(path).suffix.lower()]
+    opened.value.close()
+    with page.expect_download() as saving:
+        cell.locator("a.download").click()
+    download = saving.value
+    assert download.suggested_filename == Path(path).name
+    assert sha(Path(download.path()).read_bytes()) == sha(original)
+    cell.locator(".hit").click()  # the lightbox has both links too
+    expect(page.locator("#lb-open")).to_have_attribute("href", href)
+    expect(page.locator("#lb-download")).to_have_attribute("href", href + "?download=true")
+    page.keyboard.press("Escape")
+    page.get_by_role("button", name="All photos").click()  # and so does every tile of the browse view
+    sideways = page.locator("#grid .cell", has_text="phone/sideways.jpg")
+    with page.expect_download() as saving:
+        sideways.locator("a.download").click()
+    assert saving.value.suggested_filename == "sideways.jpg"
+    assert sha(Path(saving.value.path()).read_bytes()) == sha(
+        SIDEWAYS
+    )  # as stored: not turned, not re-encoded
+
+
+def test_scores_are_explained_and_never_a_bare_negative(page, shots):
+    def negative(route):  # far-off photos: cosines below 0
+        response = route.fetch()
+        body = response.json()
+        for i, hit in enumerate(body["results"]):
+            hit["score"] = round(0.05 - 0.05 * i, 6)
+        route.fulfill(response=response, json=body)
+
+    segments = [{"text": "a dog runs", "box": [0, 0, 112, 56], "score": -2.5}]
+    words = [{"word": "dog", "box": [0, 0, 112, 56], "score": -0.31}]
+    answer = {"width": 224, "height": 224, "words": words, "segments": segments}
+    page.route("**/api/search?*", negative)
+    page.route("**/api/explain/**", lambda route: route.fulfill(json=answer))
+    expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+    expect(page.locator("#score-legend")).to_be_hidden()  # the browse view shows no score
+    search(page, QUERY)
+    legend = page.locator("#score-legend")
+    expect(legend).to_be_visible()
+    expect(legend).to_contain_text("cosine similarity of the query and the photo, from \u22121 to 1")
+    scores = page.locator("#grid .hit .score")
+    assert scores.all_inner_texts()[:3] == ["0.050", "0.000", "\u22120.050"]  # a minus sign, not a hyphen
+    assert all("cosine" in (t or "") for t in scores.evaluate_all("els => els.map(e => e.title)"))
+    page.screenshot(path=str(shots / "scores.png"), full_page=True)
+    page.locator("#grid .hit").nth(2).click()
+    expect(page.locator("#lb-score")).to_have_text(
+        "score \u22120.050 (cosine similarity, \u22121 to 1: higher is closer) \u00b7 3 of 10"
+    )
+    expect(page.locator("#lb-boxes .box")).to_have_text("a dog runs \u22122.50")
+    why = page.locator("#lb-why-legend")
+    expect(why).to_be_visible()
+    expect(why).to_contain_text("Its scale is the aligner's own and often below 0")
+    page.get_by_label("Why this photo").select_option("words")
+    expect(page.locator("#lb-boxes .box")).to_have_text("dog \u22120.31")
+    expect(why).to_be_visible()
+    page.wait_for_function(ready("lb-img"))
+    page.screenshot(path=str(shots / "why-legend.png"))
+    page.get_by_label("Why this photo").select_option("off")
+    expect(why).to_be_hidden()
+
+
+def test_the_upload_field_is_cleared_after_a_search_by_photo(page, tmp_path):
+    photo = tmp_path / "start.jpg"
+    shutil.copyfile(SAMPLE_IMAGES[1], photo)
+    field = page.get_by_label("Drop a photo here, or choose one:")
+    field.set_input_files(str(photo))
+    expect(page.locator("#results-title")).to_have_text("Photos like start.jpg")
+    expect(field).to_have_value("")  # the photo searched by is named in the preview, not left in the field
+    expect(page.locator("#preview-name")).to_have_text("start.jpg")
+
+
+NO_OVERFLOW = "() => document.documentElement.scrollWidth <= window.innerWidth"
+
+
+def test_a_phone_shows_the_results_first_and_nothing_overflows(browser, server, shots):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        page.goto(f"{server}/?q={QUERY.replace(' ', '+')}")
+        expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+        grid, panel = page.locator("#grid").bounding_box(), page.locator(".panel").bounding_box()
+        assert grid["y"] + 100 < panel["y"], "the photo and arithmetic panel comes before the results"
+        assert page.locator("#grid .hit").first.bounding_box()["y"] < 844  # on the first screen
+        assert page.evaluate(NO_OVERFLOW), "the page scrolls sideways on a phone"
+        thumbnails_loaded(page)
+        page.screenshot(path=str(shots / "mobile.png"))
+        page.goto(server)  # the browse view, and the panel itself, fit too
+        expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
+        assert page.locator("#grid").bounding_box()["y"] < page.locator(".panel").bounding_box()["y"]
+        page.locator(".panel").scroll_into_view_if_needed()
+        assert page.evaluate(NO_OVERFLOW)
+        page.screenshot(path=str(shots / "mobile-browse.png"), full_page=True)
+    finally:
+        context.close()

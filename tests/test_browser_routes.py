@@ -1,8 +1,9 @@
 """The routes the page needs beyond the search API (no browser): the full-size photo, why-boxes,
-near-duplicate groups and the header's /api/info fields."""
+near-duplicate groups, the header's /api/info fields, the browse view's pages and the original files."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 
@@ -24,6 +25,13 @@ from vsekit.serve import ServeSettings, create_app  # noqa: E402
 SIDE = 512  # the photo_side the client is made with
 
 
+def dated(src, path, taken: str) -> None:
+    """Save ``src`` to ``path`` with EXIF DateTimeOriginal ``taken`` ("YYYY:MM:DD HH:MM:SS")."""
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[36867] = taken
+    Image.open(src).convert("RGB").save(path, quality=90, exif=exif.tobytes())
+
+
 def big_sideways(path) -> Image.Image:
     """Write a 1200 x 400 landscape photo to ``path`` stored turned (400 x 1200, EXIF Orientation 6);
     return the upright picture."""
@@ -39,6 +47,8 @@ def setup(tmp_path_factory):
     photos = make_photo_folder(tmp_path_factory.mktemp("page-routes") / "photos", n=4)
     upright = big_sideways(photos / "trip" / "wide.jpg")
     Image.open(SAMPLE_IMAGES[0]).convert("RGB").save(photos / "trip" / "copy.jpg", quality=60)
+    dated(SAMPLE_IMAGES[6], photos / "trip" / "old.jpg", "2019:01:02 08:00:00")
+    dated(SAMPLE_IMAGES[7], photos / "new.jpg", "2023:07:04 10:30:00")
     index = vsekit.Index.build(photos, photos.parent / "my-index", progress=False)
     client = TestClient(create_app(index, ServeSettings(photo_side=SIDE)), base_url="http://127.0.0.1")
     return index, client, upright
@@ -118,3 +128,68 @@ def test_explain_answers_the_library(setup):
     assert [w["word"] for w in body["words"]] == ["a", "dog", "runs"]
     assert client.get("/api/explain/999", params={"q": "a dog"}).status_code == 404
     assert client.get(f"/api/explain/{photo_id}", params={"q": ""}).status_code == 422
+
+
+def test_browse_lists_every_photo_newest_first_then_undated_by_path(setup):
+    index, client, _ = setup
+    body = client.get("/api/photos", params={"limit": 100}).json()
+    assert body["total"] == len(index) and body["offset"] == 0
+    got = body["photos"]
+    undated = sorted(p for p in index.paths if p not in ("new.jpg", "trip/old.jpg"))
+    assert [p["path"] for p in got] == ["new.jpg", "trip/old.jpg", *undated]
+    assert [p["taken"] for p in got[:3]] == ["2023-07-04T10:30:00", "2019-01-02T08:00:00", None]
+    assert all(index.paths[p["id"]] == p["path"] for p in got)  # ids are rows, as search hits' are
+    assert all(set(p) <= {"id", "path", "taken", "caption"} for p in got)
+
+
+def test_browse_pages_join_up(setup):
+    _, client, _ = setup
+    every = client.get("/api/photos", params={"limit": 100}).json()["photos"]
+    pages = [
+        client.get("/api/photos", params={"offset": o, "limit": 3}).json() for o in range(0, len(every), 3)
+    ]
+    assert [p for page in pages for p in page["photos"]] == every  # a page may cross dated into undated
+    assert client.get("/api/photos", params={"offset": len(every)}).json()["photos"] == []
+    assert client.get("/api/photos", params={"limit": 0}).status_code == 422
+    assert client.get("/api/photos", params={"limit": 201}).status_code == 422
+    assert client.get("/api/photos", params={"offset": -1}).status_code == 422
+
+
+@pytest.mark.parametrize("name", ["trip/wide.jpg", "new.jpg"])
+def test_the_original_is_served_byte_for_byte_inline_or_as_a_download(setup, name):
+    index, client, _ = setup
+    data = (index.photos_dir / name).read_bytes()
+    photo_id = row(index, name)
+    inline = client.get(f"/api/original/{photo_id}")
+    assert (
+        inline.status_code == 200 and hashlib.sha256(inline.content).digest() == hashlib.sha256(data).digest()
+    )
+    assert inline.headers["content-type"] == "image/jpeg"
+    filename = name.rsplit("/", 1)[-1]
+    assert inline.headers["content-disposition"] == f'inline; filename="{filename}"'
+    assert inline.headers["x-content-type-options"] == "nosniff"
+    saved = client.get(f"/api/original/{photo_id}", params={"download": "true"})
+    assert saved.content == data
+    assert saved.headers["content-disposition"] == f'attachment; filename="{filename}"'
+
+
+def test_an_original_png_keeps_its_type(setup):
+    index, client, _ = setup
+    name = next(p for p in index.paths if p.endswith(".png"))
+    response = client.get(f"/api/original/{row(index, name)}")
+    assert response.headers["content-type"] == "image/png"
+    assert response.content == (index.photos_dir / name).read_bytes()
+
+
+@pytest.mark.parametrize("bad", ["999", "-1", "..%2Fmy-index%2Fstore.sqlite", "abc"])
+def test_originals_are_addressed_by_id_only(setup, bad):
+    _, client, _ = setup
+    response = client.get(f"/api/original/{bad}")
+    assert response.status_code in (404, 422) and "error" in response.json()
+
+
+def test_a_foreign_host_gets_no_original(setup):
+    _, client, _ = setup
+    for url in ("/api/original/0", "/api/original/0?download=true", "/api/photos"):
+        response = client.get(url, headers={"host": "evil.example"})
+        assert response.status_code == 400 and "--allow-host" in response.json()["error"]

@@ -1,8 +1,9 @@
 """The HTTP API under generated requests (issue 15 item 4): schemathesis reads the app's OpenAPI schema and
 sends requests made from it (query strings, paths, form and multipart bodies) to a uvicorn server on
 127.0.0.1. Property: never a 5xx, every error a 4xx with a JSON ``{"error": ...}`` body, every answer within
-a timeout (no hang). Fixed, derandomized profile (``fuzz_helpers``); 25 examples per operation, 8
-operations (200 requests), plus the methods each path does not allow.
+a timeout (no hang). Fixed, derandomized profile (``fuzz_helpers``); 25 examples per operation, 13
+operations (325 requests; the browse view's pages and the original files among them), plus the methods each
+path does not allow.
 """
 
 from __future__ import annotations

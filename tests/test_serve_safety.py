@@ -225,6 +225,9 @@ def test_no_answer_names_an_absolute_path(setup):
         client.post("/api/caption", files=files),
         client.post("/api/arithmetic", data={"q": "x", "id": "1"}),
         client.get("/openapi.json"),
+        client.get("/api/photos", params={"limit": 200}),  # the browse view: relative paths only
+        client.get("/api/original/9999"),
+        client.get(f"/api/original/{row(index, VICTIM)}"),  # gone after indexing: a 404 naming it, relative
     ]
     for response in answers:
         text = response.text
@@ -308,6 +311,9 @@ def test_a_file_name_that_is_not_utf8_is_served_as_text(setup):
     left_out = client.get(f"/api/similar/{row(index, odd)}").json()  # the photo searched by, named as text
     assert left_out["photo"]["path"] == left_out["left_out"][0] == "bad\\xff\\xfename.jpg"
     assert client.get(f"/api/thumb/{row(index, odd)}").status_code == 200
+    saved = client.get(f"/api/original/{row(index, odd)}", params={"download": "true"})
+    assert saved.status_code == 200 and saved.content == (index.photos_dir / odd).read_bytes()
+    assert saved.headers["content-disposition"] == "attachment; filename*=utf-8''bad%5Cxff%5Cxfename.jpg"
 
 
 @pytest.mark.parametrize("fmt", ["HEIF", "TIFF"])

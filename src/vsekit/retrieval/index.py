@@ -281,6 +281,14 @@ class Index(Searching):
         """Every photo's ``size`` (bytes), ``sha256`` and ``taken`` (EXIF date or None), by path."""
         return self._view.records()
 
+    def by_date(self, offset: int = 0, limit: int = 60) -> list[dict[str, Any]]:
+        """A page of the index's photos for browsing: ``{"id", "path", "taken", "caption"}`` (``id`` the
+        row a search hit would have), newest EXIF date taken first, photos without a date last by path;
+        ``offset`` and ``limit`` select the page (``len(index)`` photos in all)."""
+        if offset < 0 or limit < 0:
+            raise VsekitError(f"offset and limit must be 0 or more (not {offset}, {limit})")
+        return self._view.by_date(offset, limit)
+
     @property
     def photos_dir(self) -> Path:
         return Path(self._view.settings["photos"])

@@ -209,6 +209,21 @@ class Snapshot:
             out[id_text(key)] = {"size": size, "sha256": sha, "taken": taken}
         return out
 
+    def by_date(self, offset: int, limit: int) -> list[dict[str, Any]]:
+        """Photos ``offset`` to ``offset + limit``, newest date taken first, undated last by path
+        (:func:`~vsekit.retrieval.store.reader.photos_by_date`): ``{"id": position, "path", "taken",
+        "caption"}``, each record CRC-checked."""
+        starts = {s.n: (s, int(self.offsets[i])) for i, s in enumerate(self.segments)}
+        out = []
+        for found in self.read(reader.photos_by_date, offset, limit):
+            key, _, _, _, _, taken, caption, n, row = check_row(found, self.out)
+            if n not in starts or not 0 <= row < starts[n][0].rows:
+                raise damaged(self.out / DB, f"a photo recorded at segment {n} row {row}", self.out)
+            segment, start = starts[n]
+            position = start + int(segment.positions(np.asarray([row]))[0])
+            out.append({"id": position, "path": id_text(key), "taken": taken, "caption": caption})
+        return out
+
     def contains(self, photo_id: str) -> bool:
         return bool(self.read(reader.photo_record, photo_id))
 

@@ -7,9 +7,10 @@
 and its exact copies out unless ``keep_query=true``, and says which in ``left_out``); ``POST /api/caption``
 (multipart ``file``); ``GET /api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page:
 ``GET /api/photo/{id}`` (the full-size view), ``GET /api/explain/{id}?q=`` (why this photo), ``GET
-/api/duplicates?threshold=``; ``GET /docs`` (Swagger UI, served from this server: it works offline) and ``GET
-/openapi.json``. Results are ``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}``
-with a 4xx status.
+/api/duplicates?threshold=``, ``GET /api/photos?offset=&limit=`` (the browse view: every photo, newest date
+taken first) and ``GET /api/original/{id}`` (the original file; ``download=true``: as an attachment); ``GET
+/docs`` (Swagger UI, served from this server: it works offline) and ``GET /openapi.json``. Results are
+``{"results": [{"id", "path", "score"}]}``; every error is ``{"error": message}`` with a 4xx status.
 
 Safety: requests must name an allowed host and POSTs must come from it (:mod:`vsekit.serve.origins`);
 photos are addressed by row id only (never by a path from the request); uploads are bounded in bytes
@@ -38,7 +39,7 @@ from typing import Any
 import anyio
 from fastapi import FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from PIL import Image
 from starlette.exceptions import HTTPException
 
@@ -83,6 +84,7 @@ class ServeSettings:
     allow_hosts: tuple[str, ...] = ()
     refresh_s: float = 1.0
     rerank_max: int = 50  # /api/search?rerank=N: at most this many top hits re-ranked by the fusion
+    browse_max: int = 200  # /api/photos?limit=N: at most this many photos a page
 
 
 class _Captioner:
@@ -356,6 +358,7 @@ def create_app(
     _add_search_routes(app, _current_index, settings, workers)
     _add_photo_routes(app, _current_index, settings, _Captioner(captioner_factory), workers)
     _add_page_routes(app, _current_index, settings, workers)
+    _add_browse_routes(app, _current_index, settings)
     return app
 
 
@@ -584,6 +587,79 @@ def _add_page_routes(
 
         folder = _printable(index.photos_dir.name)  # the folder's name only, as /api/info: no absolute paths
         return {"folder": folder, "exact": [group(g) for g in exact], "near": [group(g) for g in near]}
+
+
+# --- browsing every photo by date, and the original files ---
+
+#: What an original is served as, by its suffix (anything else is a download of bytes, never a page).
+_IMAGE_TYPES = {
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".png": "image/png",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+    ".bmp": "image/bmp",
+    ".tif": "image/tiff",
+    ".tiff": "image/tiff",
+    ".heic": "image/heic",
+    ".heif": "image/heif",
+    ".avif": "image/avif",
+}
+
+
+def _browse_page(index: Index, offset: int, limit: int) -> dict[str, Any]:
+    """``/api/photos``: a page of the index's photos, newest date taken first (:meth:`Index.by_date`)."""
+    photos = []
+    for photo in index.by_date(offset, limit):
+        item = {"id": photo["id"], "path": _printable(photo["path"]), "taken": photo["taken"]}
+        if photo["caption"]:
+            item["caption"] = photo["caption"]
+        photos.append(item)
+    return {"total": len(index), "offset": offset, "photos": photos}
+
+
+def _original(index: Index, photo_id: int, download: bool) -> FileResponse:
+    """Row ``photo_id``'s file as it is on disk, inline or as an attachment named as the file is."""
+    path = _photo_path(index, photo_id)
+    try:
+        st = path.stat()
+    except OSError:
+        raise HTTPException(
+            404, f"photo {index.paths[photo_id]} can no longer be read (file not found)"
+        ) from None
+    kind = _IMAGE_TYPES.get(path.suffix.lower(), "application/octet-stream")
+    headers = {
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+        "Cache-Control": "no-store",
+    }
+    logger.debug("original %d (%s, %d bytes, download=%s)", photo_id, kind, st.st_size, download)
+    return FileResponse(
+        path,
+        media_type=kind,
+        headers=headers,
+        filename=_printable(PurePosixPath(index.paths[photo_id]).name),
+        stat_result=st,
+        content_disposition_type="attachment" if download else "inline",
+    )
+
+
+def _add_browse_routes(app: FastAPI, current: Callable[[], Index], settings: ServeSettings) -> None:
+    """The browse view's page of photos and the original files (read-only; photos by row id only)."""
+
+    @app.get("/api/photos")
+    def photos(
+        offset: int = Query(0, ge=0), limit: int = Query(60, ge=1, le=settings.browse_max)
+    ) -> dict[str, Any]:
+        """Every photo of the index, a page at a time: ``{"total", "offset", "photos": [{"id", "path",
+        "taken", "caption"?}]}``, newest EXIF date taken first, photos without a date last by path."""
+        return _browse_page(current(), offset, limit)
+
+    @app.get("/api/original/{photo_id}")
+    def original(photo_id: int, download: bool = Query(False)) -> FileResponse:
+        """The indexed photo's original file, byte for byte (a HEIC stays HEIC): shown in the browser, or
+        with ``download=true`` saved under its file name (``Content-Disposition: attachment``)."""
+        return _original(current(), photo_id, download)
 
 
 def uvicorn_config(app: FastAPI, host: str, port: int, settings: ServeSettings | None = None) -> Any:

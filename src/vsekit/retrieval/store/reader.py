@@ -44,6 +44,7 @@ __all__ = [
     "photo_places",
     "photo_record",
     "photo_stats",
+    "photos_by_date",
     "photos_in_order",
     "photos_matching",
     "places_of",
@@ -161,6 +162,21 @@ def photo_at(conn: sqlite3.Connection, segment: int, row: int) -> list[tuple]:
 def photos_in_order(conn: sqlite3.Connection) -> list[tuple]:
     """Every record (values + crc), in segment and row order."""
     return conn.execute(f"SELECT {PHOTO_COLUMNS}, crc FROM photos ORDER BY segment, row").fetchall()
+
+
+def photos_by_date(conn: sqlite3.Connection, offset: int, limit: int) -> list[tuple]:
+    """Records (values + crc) ``offset`` to ``offset + limit`` of every photo, newest date taken first
+    (ties by id), then the photos with no date by id: at most two indexed queries (``photos_taken``)."""
+    dated = int(conn.execute("SELECT count(taken) FROM photos").fetchone()[0])
+    found: list[tuple] = []
+    if offset < dated:
+        sql = f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE taken IS NOT NULL "
+        sql += "ORDER BY taken DESC, id LIMIT ? OFFSET ?"
+        found = conn.execute(sql, (limit, offset)).fetchall()
+    if len(found) < limit:
+        sql = f"SELECT {PHOTO_COLUMNS}, crc FROM photos WHERE taken IS NULL ORDER BY id LIMIT ? OFFSET ?"
+        found += conn.execute(sql, (limit - len(found), max(0, offset - dated))).fetchall()
+    return found
 
 
 def photo_record(conn: sqlite3.Connection, photo_id: str) -> list[tuple]:
