@@ -1115,6 +1115,42 @@ def t_concept_route() -> str:
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
 
 
+def t_concept_regions() -> str:
+    d = load("concept_regions.json")
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    cost = d["cost"]
+    share, second = cost.get("regions_head_share_of_build", {}), cost.get("lite2_second_pass_share_of_build")
+    rows = []
+    for name, c in d["candidates"].items():
+        r = c["refit"]
+        e, v, f = r["everyday"], r["val1000"], r["fusion"]
+        backbone, _, rest = name.partition("-")
+        extra = share.get(name, 0.0) if "global" not in rest else 0.0
+        if backbone == "lite2":
+            extra += second or 0.0
+        label = {"lite0-global-index": "lite0-global (the index today)",
+                 "lite0-global": "lite0-global, from the grid (a check)"}.get(name, name)  # fmt: skip
+        rows.append([label, pct(e["fit_in_top5"]), f2(e["precision_at_5"]), f2(e["recall_at_10"]),
+                     pct(e["absent_flagged"]), pct(e["present_not_flagged"]), f2(v["t2i_r1"]),
+                     f2(v["t2i_r5"]), f2(v["t2i_r10"]), f"{f['scale']:g} / {f['offset']:g}",
+                     "today" if label.endswith("today)") else f"{100 * extra:+.1f}%"])  # fmt: skip
+    header = ["classes from", "everyday: fit in top 5", "P@5", "R@10", "absent flagged", "present kept",
+              "val1000: t2i R@1", "R@5", "R@10", "a / b", "build cost per photo"]  # fmt: skip
+    ceiling = d["precision_at_5_ceiling"]
+    note = (
+        f"validation sets only: everyday ({d['sets']['everyday']['photos']} photos, "
+        f"{d['sets']['everyday']['queries']} queries) and flickr8k-val1000 "
+        f"({d['sets']['val1000']['captions']:,} captions, joint space scored by "
+        f"{d['sets']['val1000']['proxy']}); each row's fusion a, b (gate 0.05) and weak thresholds chosen on "
+        "these sets by bench/concept_route.py's grid and rule; the best P@5 any ranking can have on everyday "
+        f"is {f2(ceiling['precision_at_5'])} "
+        f"({ceiling['queries_with_fewer_than_5_fitting']} of {ceiling['queries']} queries have fewer than 5 "
+        "fitting photos); build cost: what the row adds to today's index build step per photo (Lite2: a "
+        "second CNN pass); `python bench/concept_regions.py`"
+    )
+    return table(header, rows) + "\n\n" + source("concept_regions.json", d, extra=note)
+
+
 def t_concept_captions() -> str:
     d = load("concept_captions.json")
     pct = lambda x: "" if x is None else f"{100 * x:.1f}%"  # noqa: E731
@@ -1685,6 +1721,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "confidence": t_confidence,
     "rerank": t_rerank,
     "concept-route": t_concept_route,
+    "concept-regions": t_concept_regions,
     "concept-captions": t_concept_captions,
     "duplicate-kinds": t_duplicate_kinds,
     "concepts-cost": t_concepts_cost,
