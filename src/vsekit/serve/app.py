@@ -37,7 +37,7 @@ from pathlib import Path, PurePath, PurePosixPath
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, File, Form, Query, Request, UploadFile
+from fastapi import Depends, FastAPI, File, Form, Query, Request, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from PIL import Image
@@ -366,6 +366,25 @@ async def _upload_bytes(file: UploadFile, settings: ServeSettings) -> bytes:
     return await file.read(settings.max_upload_bytes + 1)
 
 
+def _query_filters(
+    folder: str | None = Query(None, max_length=500),
+    taken_after: str | None = Query(None, max_length=40),
+    taken_before: str | None = Query(None, max_length=40),
+) -> dict[str, Any]:
+    """The filters every search route takes (a dependency, so each route declares them once): ``folder``
+    (with its subfolders) and the EXIF date taken (``taken_after <= taken < taken_before``, ISO dates)."""
+    return {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+
+
+def _form_filters(
+    folder: str | None = Form(None, max_length=500),
+    taken_after: str | None = Form(None, max_length=40),
+    taken_before: str | None = Form(None, max_length=40),
+) -> dict[str, Any]:
+    """:func:`_query_filters` as form fields (``/api/arithmetic`` is a form, for its upload)."""
+    return {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+
+
 def _add_search_routes(
     app: FastAPI, current: Callable[[], Index], settings: ServeSettings, workers: _Workers
 ) -> None:
@@ -379,9 +398,7 @@ def _add_search_routes(
         q: str = Query(..., min_length=1, max_length=MAX_QUERY),
         k: int = K,
         rerank: int = Query(0, ge=0, le=settings.rerank_max),
-        folder: str | None = Query(None, max_length=500),
-        taken_after: str | None = Query(None, max_length=40),
-        taken_before: str | None = Query(None, max_length=40),
+        filters: dict[str, Any] = Depends(_query_filters),
     ) -> dict[str, Any]:
         """The ``k`` best photos for sentence ``q`` (both routes fused where the index has concepts,
         :mod:`vsekit.retrieval.answer`; each hit says which ``route`` found it and its ``label``);
@@ -390,7 +407,6 @@ def _add_search_routes(
         ``weak``: no photo matches well (neither route finds the query's subject; false for a model with
         no calibration); ``warning``: the query does not read as English; ``notice``: a route that is off."""
         index = current()
-        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
 
         def answer() -> dict[str, Any]:
             found = index.answer(q, k=k, rerank=rerank, **filters)
@@ -407,14 +423,11 @@ def _add_search_routes(
         file: UploadFile = File(...),
         k: int = K,
         keep_query: bool = KEEP,
-        folder: str | None = Query(None, max_length=500),
-        taken_after: str | None = Query(None, max_length=40),
-        taken_before: str | None = Query(None, max_length=40),
+        filters: dict[str, Any] = Depends(_query_filters),
     ) -> dict[str, Any]:
         """The ``k`` photos most like an uploaded one (an indexed photo with the upload's bytes left out:
         ``keep_query=true`` keeps it); the filters as for ``/api/search``."""
         data, index = await _upload_bytes(file, settings), current()
-        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
         sha256 = hashlib.sha256(data).hexdigest()
 
         def answer() -> dict[str, Any]:
@@ -430,15 +443,12 @@ def _add_search_routes(
         photo_id: int,
         k: int = K,
         keep_query: bool = KEEP,
-        folder: str | None = Query(None, max_length=500),
-        taken_after: str | None = Query(None, max_length=40),
-        taken_before: str | None = Query(None, max_length=40),
+        filters: dict[str, Any] = Depends(_query_filters),
     ) -> dict[str, Any]:
         """More like indexed photo ``photo_id``: the photo itself and its exact copies are left out
         (``keep_query=true`` keeps them); ``photo`` names it. The filters as for ``/api/search``."""
         index = current()
         _photo_path(index, photo_id)
-        filters = {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
         found = index.answer(like=photo_id, keep_query=keep_query, k=k, **filters)
         photo = {"id": photo_id, "path": _printable(index.paths[photo_id])}
         return {**_answered(found, index), "photo": photo}
@@ -453,9 +463,7 @@ def _add_search_routes(
         resort: int = Form(0, ge=0, le=settings.max_k),
         file: UploadFile | None = File(None),
         keep_query: bool = Form(False),
-        folder: str | None = Form(None, max_length=500),
-        taken_after: str | None = Form(None, max_length=40),
-        taken_before: str | None = Form(None, max_length=40),
+        filters: dict[str, Any] = Depends(_form_filters),
     ) -> dict[str, Any]:
         """Kiros et al. 2014, Eq. 15: (query - minus words + plus words), normalised, by cosine; a photo
         query leaves the photo and its exact copies out, as ``/api/similar`` does (``keep_query``); the
@@ -463,7 +471,7 @@ def _add_search_routes(
         data = await _upload_bytes(file, settings) if file is not None and file.filename else None
         index = current()
         options = {"minus": _words(minus), "plus": _words(plus), "k": k, "resort": resort}
-        options |= {"folder": folder or None, "taken_after": taken_after, "taken_before": taken_before}
+        options |= filters
 
         def answer() -> dict[str, Any]:
             image = decode(data) if data is not None else None
@@ -700,14 +708,14 @@ def bind(host: str, port: int) -> Any:
 
 
 def warm_up(index: Index) -> None:
-    """Load what a search needs (the sentence side, the concept route's class vectors, the ANN structures)
-    by answering one query, as a request would, and the joint model a photo query needs. A failure is
-    logged and left to the queries, which report it as before (a changed model file, say: its rebuild
-    hint is on the page)."""
+    """Load what a search needs (the joint model, which a photo query needs and the sentences then go
+    through, the concept route's class vectors, the ANN structures) by answering one query, as a request
+    would. A failure is logged and left to the queries, which report it as before (a changed model file,
+    say: its rebuild hint is on the page)."""
     started = time.perf_counter()
     try:
-        index.answer("a photo", k=1)
         _ = index.model
+        index.answer("a photo", k=1)
     except VsekitError as exc:
         logger.warning("the models did not load before serving: %s", exc)
         return
