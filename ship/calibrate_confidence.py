@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from _common import RESULTS as RESULTS_DIR
 from _common import run_meta
 from vsekit.data import load_corpus, tokenize
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
@@ -45,8 +46,7 @@ from vsekit.fileio import file_sha256
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.confidence import CONFIDENCE_FORMAT, language_warning
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "confidence.json"
+RESULTS = RESULTS_DIR / "confidence.json"
 PROBES = (
     "a dog runs on the grass",
     "two children play in the water",

@@ -10,15 +10,13 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from _common import SHARED
 from vsekit.data import load_corpus
 from vsekit.data.splits import make_validation_slice, write_validation_slice
 from vsekit.resources import SPLITS_DIR
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 DESCRIPTION = (
     "Validation slice of the selection protocol (issue 24): 1,000 Flickr8K training photos held out of "
     "training; every choice (epochs, seeds, ensemble members, rerank weights, beam, length penalty) is made "

@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from _common import read_run_log
 from vsekit.embedding.model import EnsembleEmbedding, load_model, save_model
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     for seed in args.seeds:
         folder = args.run / f"seed-{seed}"
         model, fne, _ = load_model(folder / "model.safetensors", device="cpu")
-        log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines() if line.strip()]
+        log = read_run_log(folder)
         best = max((e for e in log if e.get("dev")), key=lambda e: e["dev"]["rsum"])
         members.append(model)
         meta.append({"seed": seed, "epoch": best["epoch"], config.get("dev_split", "dev"): best["dev"]})

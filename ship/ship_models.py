@@ -19,14 +19,13 @@ grid goes to bench/results/captioner_rerank.json.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
-from _common import run_meta, write_result
+from _common import RESULTS, SHARED, run_meta, write_result
 from vsekit.captioning.captioner import load_captioner, save_captioner
 from vsekit.captioning.trainer import default_score_fn, tune_captioner_rerank
 from vsekit.data import load_corpus
@@ -36,9 +35,7 @@ from vsekit.embedding.model import load_model, save_model
 from vsekit.metrics.ranking import evaluate_protocol
 from vsekit.resources import pretrained_path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
-RERANK_RESULTS = REPO / "bench" / "results" / "captioner_rerank.json"
+RERANK_RESULTS = RESULTS / "captioner_rerank.json"
 # the library's default grid, widened: the previous captioner's best length penalty was its grid's largest
 GRID = {"weights": (0, 1, 2, 3, 5, 10, 20), "length_penalties": (0.0, 0.5, 1.0, 1.5, 2.0)}
 

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 
-from _common import REPO, run_meta, write_result
+from _common import SHARED, run_meta, write_result
 from aligner_reselect import _short, curve, time_v
 from vsekit.data import load_corpus
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.pipeline import VSEModel
-
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 
 
 def main() -> None:
