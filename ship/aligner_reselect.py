@@ -1,12 +1,12 @@
 """Re-select the shipped aligner under the selection protocol of issue 24 (validation slice flickr8k-val1000).
 
-    python bench/aligner_reselect.py --grid RUNS/align-minilm-grid-val1000 \
+    python ship/aligner_reselect.py --grid RUNS/align-minilm-grid-val1000 \
         --const RUNS/align-minilm-grid-constant-lr-val1000 [--out-model RUNS/aligner-val1000.safetensors]
 
 The two runs are ``vsekit train-aligner`` with the recipes ``minilm-grid-val1000`` and
 ``minilm-grid-constant-lr-val1000`` (train minus the slice; every epoch ranked on the slice). A run's
 ``epochs/ep<N>.pt`` are copies of its ``checkpoint.pt`` taken after epoch N (the trainer keeps only the last
-one), so any epoch can be a member. The packing is bench/ship_aligner.py's (the members' word-region dots
+one), so any epoch can be a member. The packing is ship/ship_aligner.py's (the members' word-region dots
 summed, float16), and every choice is made on val1000: each run's epoch is its best val1000 rsum, then the
 candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
 written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
@@ -120,7 +120,7 @@ def time_v(path: Path) -> dict[str, Any]:
 
 
 def training_time(run: Path, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds of the epochs this run trained (a branched run, bench/aligner_branch.py, did not train the
+    """Seconds of the epochs this run trained (a branched run, ship/aligner_branch.py, did not train the
     epochs before its branch point: its ``BRANCHED`` file says which), wall time and peak RSS."""
     branched = json.loads((run / "BRANCHED").read_text()) if (run / "BRANCHED").is_file() else None
     first = branched["epoch"] + 1 if branched else 1

@@ -12,14 +12,14 @@ The shipped model was trained on all of Flickr8K train, so its own-photo scores 
 higher than on photos it never saw, and a threshold drawn from them flags too many searches as weak (on
 dev it kept 76% of good searches instead of 95%). ``--slice flickr8k-val1000 --proxy-model F`` calibrates
 on photos the scoring model never saw instead: the validation slice's photos, scored by ``F``, a model of
-the shipped recipe trained without the slice (bench/reselect_vse.py). The threshold is written for the
+the shipped recipe trained without the slice (ship/reselect_vse.py). The threshold is written for the
 shipped model (pinned by its sha256): the two share recipe, data size and ensemble size, so their score
 scales agree; the dev report (``--report-split dev``) measures whether they do.
 
 Also stores the words of the Flickr8K train captions (seen at least twice) that the non-English warning
 checks queries against.
 
-    python bench/calibrate_confidence.py [--data /work/shared/data/flickr8k] [--seed 0] [--photos 1000]
+    python ship/calibrate_confidence.py [--data /work/shared/data/flickr8k] [--seed 0] [--photos 1000]
 
 Writes src/vsekit/pretrained/vse-confidence.json (what `vsekit search` and the server read) and
 bench/results/confidence.json (precision / recall / F1 on the slice, the distributions, probe queries).
@@ -170,7 +170,7 @@ def main() -> None:
         f"{args.recall:.0%} of the searches that have a good match (the query's own photo is in the gallery) "
         "above it on that slice (F1-optimal thresholds, tried first, called a correct match weak too often)",
         "caveat": _caveat(args),
-        "script": "bench/calibrate_confidence.py",
+        "script": "ship/calibrate_confidence.py",
         "words": f"the {len(words)} words seen at least {args.min_word_count} times in Flickr8K train "
         "captions (vsekit.data.tokenize)",
     }

@@ -1,7 +1,7 @@
 """Choose and measure the fusion of the two routes (issue 33) on the validation sets only.
 
-    python bench/concept_route.py --proxy PROXY.safetensors         # bench/results/concept_route.json
-    python bench/concept_route.py --proxy PROXY.safetensors --ship  # and pretrained/vse-routes.json
+    python ship/concept_route.py --proxy PROXY.safetensors         # bench/results/concept_route.json
+    python ship/concept_route.py --proxy PROXY.safetensors --ship  # and pretrained/vse-routes.json
 
 Two validation sets, never dev or test:
 
@@ -235,7 +235,7 @@ def ship(model: VSEModel, fusion: dict, weak: dict) -> None:
         "margin": MARGIN,
         "weak": {"joint_below": weak["joint_below"], "concept_below": weak["concept_below"]},
         "made_with": {
-            "script": "bench/concept_route.py",
+            "script": "ship/concept_route.py",
             "data": "the everyday validation set (bench/everyday/) and flickr8k-val1000 (joint space scored "
             "by a "
             "model trained without it); results in bench/results/concept_route.json",

@@ -1,6 +1,6 @@
 """Does the selection protocol make the shipped file's choice? (issue 24 item 1, for a model not retrained)
 
-    python bench/confirm_selection.py region-captioner --run runs/region-val1000 --metric cider
+    python ship/confirm_selection.py region-captioner --run runs/region-val1000 --metric cider
 
 ``--run``: the shipped recipe trained on ``train-minus-val1000`` with every epoch scored on ``val1000``
 (``bench/recipes/<recipe>-val1000.json``). Compares the slice's best epoch by ``--metric`` with the epoch

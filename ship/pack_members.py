@@ -1,10 +1,10 @@
 """Pack chosen members of an ensemble run into one model file (the selection protocol's last step).
 
-    python bench/pack_members.py --run /work/runs/vse-effnet-val1000 --seeds 1 3 --out vse-val1000.safetensors
+    python ship/pack_members.py --run /work/runs/vse-effnet-val1000 --seeds 1 3 --out vse-val1000.safetensors
 
 An ensemble recipe (``ensemble_seeds``) trains every seed into ``RUN/seed-<s>/`` and packs all of them.
 Under the selection protocol the members are chosen afterwards on the validation slice
-(``bench/reselect_vse.py`` ranks them); this writes the ensemble of the chosen ones, in float16 as the
+(``ship/reselect_vse.py`` ranks them); this writes the ensemble of the chosen ones, in float16 as the
 shipped ``vse`` is, with each member's slice scores in the header. Nothing is evaluated here: dev is
 read once, afterwards, by ``vsekit eval --model OUT --split dev``.
 """

@@ -1,7 +1,7 @@
 """Re-select a single-seed joint model under the selection protocol (issue 24 item 1): its epoch chosen on
 the validation slice, then a fixed-epoch retrain on all of train, dev read once.
 
-    python bench/reselect_joint.py bow --selection-run runs/bow-val1000 --retrain-run runs/bow-retrain
+    python ship/reselect_joint.py bow --selection-run runs/bow-val1000 --retrain-run runs/bow-retrain
 
 ``--selection-run``: ``vsekit train --recipe bench/recipes/NAME-val1000.json`` (trained on
 ``train-minus-val1000``, every epoch scored on ``val1000``); ``--retrain-run``: ``vsekit train --recipe

@@ -1,6 +1,6 @@
 """Re-select the shipped joint model (`vse`) under the selection protocol (issue 24 item 1).
 
-    python bench/reselect_vse.py --run /work/runs/vse-effnet-val1000
+    python ship/reselect_vse.py --run /work/runs/vse-effnet-val1000
 
 The run is ``vsekit train --recipe bench/recipes/vse-best-effnet-val1000.json``: the shipped recipe
 (vse-best-effnet) trained on ``train-minus-val1000`` with seeds 0-3, every epoch scored on ``val1000``.

@@ -1,6 +1,6 @@
 """Make the shipped aligner: pack trained MiniLM-token aligners into one file and rank Flickr8K dev with it.
 
-    python bench/ship_aligner.py RUN_A/aligner.safetensors RUN_B/aligner.safetensors RUN_A/checkpoint.pt \
+    python ship/ship_aligner.py RUN_A/aligner.safetensors RUN_B/aligner.safetensors RUN_A/checkpoint.pt \
         [--out src/vsekit/pretrained/aligner.safetensors]
 
 The members (each trained by ``vsekit train-aligner`` on Flickr8K train, its epoch selected on dev; a

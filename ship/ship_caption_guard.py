@@ -1,7 +1,7 @@
 """Make the captioner's concept guard table (src/vsekit/pretrained/caption-guard.safetensors).
 
     apt-get install wordnet-base     # WordNet 3.0 (Princeton licence, redistributable with its notice)
-    python bench/ship_caption_guard.py [--wordnet /usr/share/wordnet] [--out FILE]
+    python ship/ship_caption_guard.py [--wordnet /usr/share/wordnet] [--out FILE]
 
 What :mod:`vsekit.captioning.guard` needs, computed once from data it cannot have at run time:
 

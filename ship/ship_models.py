@@ -1,7 +1,7 @@
 """Make the shipped joint model (`vse`) and captioner (`captioner`) from finished training runs.
 
-    python bench/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
-    python bench/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
+    python ship/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
+    python ship/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
 
 ``vse`` (or ``bow``): the run's (ensemble) joint model, rewritten in float16 with its header (recipe, dev
 numbers) kept, then ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace
@@ -151,7 +151,7 @@ def main() -> None:
         "--joint",
         type=Path,
         help="captioner: the joint model that reranks while tuning (default: the shipped vse); on the "
-        "validation slice, one trained without it (bench/reselect_vse.py), so that no score is inflated",
+        "validation slice, one trained without it (ship/reselect_vse.py), so that no score is inflated",
     )
     parser.add_argument(
         "--results", type=Path, default=RERANK_RESULTS, help="captioner: where the tuning grid is written"

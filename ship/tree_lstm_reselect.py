@@ -2,7 +2,7 @@
 
     vsekit train --data FLICKR8K --recipe bench/recipes/tree-lstm-p1-val1000.json \
         --out RUNS/tree-lstm-p1-val1000 --num-threads 1
-    python bench/tree_lstm_reselect.py --run RUNS/tree-lstm-p1-val1000
+    python ship/tree_lstm_reselect.py --run RUNS/tree-lstm-p1-val1000
 
 The run trains on train minus the slice and keeps its best epoch by val1000 rsum (the trainer's
 selection); this script reads the run's val1000 curve from its log, ranks Flickr8K dev once with the kept

@@ -1,6 +1,6 @@
 """The next `vse` candidate (issue 24 item 3): a fixed-epoch retrain of a recipe chosen on val1000.
 
-    python bench/vse_candidate.py --run /work/runs/vse-views-retrain
+    python ship/vse_candidate.py --run /work/runs/vse-views-retrain
 
 The run is ``vsekit train --recipe bench/recipes/vse-views-retrain.json``: the six-crop training views
 (bench/results/joint_space.json: better than the baseline on val1000 for all four seeds), members and

@@ -83,7 +83,7 @@ def edit_bench_json(gen, monkeypatch, name, edit) -> None:
 
 
 def test_a_number_changed_in_the_bench_json_changes_the_cards(gen, monkeypatch):
-    def edit(data):  # the shipped bow's source (bench/reselect_joint.py)
+    def edit(data):  # the shipped bow's source (ship/reselect_joint.py)
         data["selection"]["chosen"]["rsum"] += 1.0
 
     edit_bench_json(gen, monkeypatch, "bow_reselect.json", edit)
