@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from _common import RESULTS as RESULTS_DIR
-from _common import run_meta
+from _common import SHARED, run_meta
 from vsekit.data import load_corpus, tokenize
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
 from vsekit.embedding.pipeline import VSEModel
@@ -124,7 +124,7 @@ def _scores(model: VSEModel, corpus, photo_ids: list[str], seed: int) -> dict:  
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/flickr8k"))
+    parser.add_argument("--data", type=Path, default=SHARED)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--photos", type=int, default=1000)
     parser.add_argument("--min-word-count", type=int, default=2)
