@@ -44,18 +44,18 @@ test: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench ship
+	$(VENV)/bin/ruff format --check src tests bench ship
 	$(VENV)/bin/mypy
 
 # shipped model files: content checksums and pins by content (idempotent; rerun after re-shipping a model)
 stamp: $(DEV_STAMP)
-	$(PY) bench/stamp_pretrained.py
+	$(PY) ship/stamp_pretrained.py
 
 # the model cards (src/vsekit/pretrained/cards.json, `vsekit models`) and the docs tables made from them, from
 # the shipped files and bench/results (rerun after re-shipping a model or re-running its benchmark)
 cards: $(DEV_STAMP)
-	$(PY) bench/model_cards.py
+	$(PY) ship/model_cards.py
 	$(PY) docs/gen_tables.py
 
 # the benchmarks' extras only for `make bench` (none today: ONNX Runtime is a regular dependency)

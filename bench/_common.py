@@ -4,7 +4,8 @@ and the few measurements several benchmarks take the same way (load now, peak RS
 from _common import run_meta, write_result
 write_result("duplicates.json", {"meta": run_meta(threads=2), ...})
 
-Scripts run as ``python bench/NAME.py``, so ``bench/`` is on the path and ``_common`` imports as is.
+Scripts run as ``python bench/NAME.py``, so ``bench/`` is on the path and ``_common`` imports as is. The
+selection and shipping scripts in ``ship/`` use these helpers too, through ``ship/_common.py``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import platform
 import resource
 import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,13 @@ def model_extra(path: str | Path) -> dict[str, Any]:
         return json.loads((f.metadata() or {}).get("extra", "{}"))
 
 
-def read_run_log(run: Path) -> list[dict[str, Any]]:
-    """A training run's ``log.jsonl``: one dict per finished epoch."""
-    return [json.loads(line) for line in (Path(run) / "log.jsonl").read_text().splitlines() if line.strip()]
+def read_run_log(run: str | Path) -> list[dict[str, Any]]:
+    """A training run's ``log.jsonl``: one dict per finished epoch, read by the trainers' own reader
+    (:func:`vsekit.training.read_log`: a line cut short by a run still writing it is skipped). A run
+    without a log is an error (FileNotFoundError), not an empty list."""
+    from vsekit.training.rundir import LOG_NAME, read_log
+
+    path = Path(run) / LOG_NAME
+    if not path.is_file():
+        raise FileNotFoundError(path)
+    return read_log(path, upto=sys.maxsize)

@@ -128,10 +128,10 @@ def _rank_dev(aligner: Aligner, corpus, dev: tuple, args: argparse.Namespace) ->
     metrics.update(n_images=len(ids), n_captions=len(texts), seconds=round(time.perf_counter() - t0, 1))
     out = {"model": str(args.model), "file_bytes": aligner.path.stat().st_size}
     out.update(extra=aligner.extra.get("train"), best_epoch=aligner.extra.get("epoch"), **metrics)
-    if "packed_from" in aligner.extra:  # bench/ship_aligner.py: which runs and epochs
+    if "packed_from" in aligner.extra:  # ship/ship_aligner.py: which runs and epochs
         members = aligner.extra["packed_from"]
         # members chosen on dev (the first shipped aligner) carry their dev rsum; members chosen on
-        # flickr8k-val1000 (bench/aligner_reselect.py) do not: dev was read once, for the packed file
+        # flickr8k-val1000 (ship/aligner_reselect.py) do not: dev was read once, for the packed file
         out["packed_from"] = [
             {"recipe": m["recipe"], "epoch": m["epoch"]}
             | ({"dev_rsum": round(m["dev"]["rsum"], 2)} if "dev" in m else {})

@@ -13,7 +13,7 @@ Writes bench/results/concept_captions.json. Three sets:
   examples;
 * **flickr8k-val1000** (validation slice): BLEU-4 / CIDEr-D, the share of captions repeating a three-word
   sequence, distinct captions and words. The shipped captioner trained on these photos (its scores are high),
-  but the guard's table and familiarity reference were built without them (bench/ship_caption_guard.py), so
+  but the guard's table and familiarity reference were built without them (ship/ship_caption_guard.py), so
   the share of them the guard decodes, and what that costs, is honest; ``familiar_at`` is chosen here: the
   highest threshold that costs val1000 at most 1 CIDEr-D point;
 * **dev** (only with ``--dev``): BLEU-4 / METEOR / CIDEr-D and repeats of the shipped setting and of the

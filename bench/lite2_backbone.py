@@ -11,7 +11,7 @@ pair is the same two recipes with ``backbone: efficientnet_lite2`` (bench/recipe
     vsekit train --data /work/shared/data/flickr8k --recipe bench/recipes/joint-views-lite2-seed1.json \\
         --out /work/runs/vse-views-lite2-val1000/seed-1 --num-threads 1        (then seed 3)
 
-and packed with ``python bench/pack_members.py --run /work/runs/vse-views-lite2-val1000 --seeds 1 3
+and packed with ``python ship/pack_members.py --run /work/runs/vse-views-lite2-val1000 --seeds 1 3
 --out /work/runs/vse-views-lite2-val1000.safetensors``. Both packed pairs are scored here the same way
 (:func:`vsekit.embedding.evaluate.evaluate_model`, the flickr protocol: the slice's 1,000 photos x 5,000
 captions, centre-crop features) on the validation slice ``flickr8k-val1000`` only; dev and test are not
@@ -114,7 +114,7 @@ def main() -> None:
         "protocol": (
             "train-minus-val1000 / val1000 (flickr8k-val1000 slice of Flickr8K train; flickr protocol, 1000 "
             "photos x 5000 captions, centre crop); each pair = the two members packed in float16 "
-            "(bench/pack_members.py); dev and test not read"
+            "(ship/pack_members.py); dev and test not read"
         ),
         "recipes": {
             "efficientnet_lite0": [

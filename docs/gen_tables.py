@@ -454,7 +454,7 @@ CARDS = ROOT / "src" / "vsekit" / "pretrained" / "cards.json"
 
 
 def load_cards() -> list[dict[str, Any]]:
-    """The shipped models' cards (written by bench/model_cards.py from the model files and bench/results)."""
+    """The shipped models' cards (written by ship/model_cards.py from the model files and bench/results)."""
     return json.loads(CARDS.read_text(encoding="utf-8"))["cards"]
 
 
@@ -474,7 +474,7 @@ def t_model_cards() -> str:
     header = ["model", "what it is", "trained on", "chosen on", "val1000", "Flickr8K dev", "size", "licences"]
     note = (
         "*Source: `src/vsekit/pretrained/cards.json` (`vsekit models`), written by "
-        "`python bench/model_cards.py` from the model files and `bench/results/*.json`; dev = 1,000 photos "
+        "`python ship/model_cards.py` from the model files and `bench/results/*.json`; dev = 1,000 photos "
         "x 5,000 captions, R@1 image annotation / image search; the test split is held back.*"
     )
     return table(header, rows, right_from=8) + "\n\n" + note
@@ -1110,7 +1110,7 @@ def t_concept_route() -> str:
         f"{d['sets']['everyday']['queries']} queries) and flickr8k-val1000 "
         f"({d['sets']['val1000']['captions']:,} captions; joint space scored by {d['proxy']}, trained "
         f"without it); backbone {d['backbone']}; the fusion and the thresholds were chosen on these "
-        "numbers, so they are validation numbers, not held-out ones; `python bench/concept_route.py`"
+        "numbers, so they are validation numbers, not held-out ones; `python ship/concept_route.py`"
     )
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
 
@@ -1268,7 +1268,7 @@ def t_reselect_vse() -> str:
         f"seed {s}: epoch {m['epoch']}, val1000 rsum {f1(m['rsum'])}" for s, m in v["members"].items()
     )
     meta = {**d["meta"], "load_avg_1m": d["meta"]["loadavg"][0]}
-    note = f"members chosen on val1000 ({members}); `python bench/reselect_vse.py`, `bench/pack_members.py`"
+    note = f"members chosen on val1000 ({members}); `python ship/reselect_vse.py`, `ship/pack_members.py`"
     return (
         table(["model", "i2t R@1", "t2i R@1", "rsum"], rows)
         + "\n\n"
@@ -1324,7 +1324,7 @@ def t_scst_protocol() -> str:
     meta = {k: v for k, v in d.items() if k != "note"} | {"load_avg_1m": d["loadavg"][0]}
     note = (
         f"{d['note']}. Decoding rows: bench/results/captioner_rerank_val1000_{{xent,scst}}.json "
-        "(bench/ship_models.py captioner --joint, the joint model trained without val1000)"
+        "(ship/ship_models.py captioner --joint, the joint model trained without val1000)"
     )
     return table(header, rows) + "\n\n" + source("scst_val1000.json", meta, None, note)
 
@@ -1387,7 +1387,7 @@ def t_vse_views_candidate() -> str:
     rows.append(row("**views ensemble (seeds 1 + 3): shipped as `vse`**", d["ensemble_dev"]))
     rows.append(row("previous `vse` (seeds, epochs chosen on dev)", d["shipped_vse_dev"]))
     header = ["on dev", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rsum"]
-    note = "`python bench/vse_candidate.py --run RUN` (recipe bench/recipes/vse-views-retrain.json)"
+    note = "`python ship/vse_candidate.py --run RUN` (recipe bench/recipes/vse-views-retrain.json)"
     return table(header, rows) + "\n\n" + source("vse_views_candidate.json", d, None, note)
 
 

@@ -37,7 +37,7 @@ def test_language_warning_flags_other_scripts_and_unknown_words():
 
 
 def test_the_shipped_calibration_belongs_to_the_shipped_model():
-    """Re-training vse without re-running bench/calibrate_confidence.py must fail here."""
+    """Re-training vse without re-running ship/calibrate_confidence.py must fail here."""
     confidence = load_confidence("vse", file_sha256(pretrained_path("vse")))
     assert confidence is not None and 0.0 < confidence.weak_below < 1.0
     assert {"dog", "grass", "children", "water", "man", "woman"} <= confidence.english_words

@@ -24,7 +24,7 @@ SHIPPED_DIR = PACKAGE_DIR / "pretrained"
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("model_cards", ROOT / "bench" / "model_cards.py")
+    spec = importlib.util.spec_from_file_location("model_cards", ROOT / "ship" / "model_cards.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -37,7 +37,7 @@ def gen():
 
 def test_the_cards_are_what_the_model_files_and_bench_json_say(gen):
     assert gen.render(gen.build_cards()) == MODEL_CARDS.read_text(encoding="utf-8"), (
-        "run make cards (python bench/model_cards.py && python docs/gen_tables.py)"
+        "run make cards (python ship/model_cards.py && python docs/gen_tables.py)"
     )
 
 
@@ -83,7 +83,7 @@ def edit_bench_json(gen, monkeypatch, name, edit) -> None:
 
 
 def test_a_number_changed_in_the_bench_json_changes_the_cards(gen, monkeypatch):
-    def edit(data):  # the shipped bow's source (bench/reselect_joint.py)
+    def edit(data):  # the shipped bow's source (ship/reselect_joint.py)
         data["selection"]["chosen"]["rsum"] += 1.0
 
     edit_bench_json(gen, monkeypatch, "bow_reselect.json", edit)

@@ -1,6 +1,6 @@
 """Shipped model files carry a content checksum and pin each other by content (issue 15 item 3).
 
-``bench/stamp_pretrained.py`` stamps files written before content checksums existed: a canonical header
+``ship/stamp_pretrained.py`` stamps files written before content checksums existed: a canonical header
 with ``content_sha256``, the tensor bytes untouched, and pins by file sha256 moved to content
 fingerprints (which stamping does not change). Here: every shipped file has been stamped and verifies,
 its pins hold, and the script on a tiny unstamped folder does what it says, idempotently.
@@ -28,7 +28,7 @@ from vsekit.fileio import (
 )
 from vsekit.resources import PACKAGE_DIR
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "stamp_pretrained.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "ship" / "stamp_pretrained.py"
 SHIPPED = sorted((PACKAGE_DIR / "pretrained").glob("*.safetensors"))
 
 
@@ -48,9 +48,7 @@ def _header(path: Path) -> tuple[dict, bytes]:
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_every_shipped_model_file_carries_a_content_checksum_that_verifies(path):
     meta = _header(path)[0]["__metadata__"]
-    assert meta.get(CONTENT_SHA256) == content_fingerprint(path), (
-        f"{path.name}: run bench/stamp_pretrained.py"
-    )
+    assert meta.get(CONTENT_SHA256) == content_fingerprint(path), f"{path.name}: run ship/stamp_pretrained.py"
     assert list(meta) == sorted(meta)  # the canonical header: a stamped file is written deterministically
 
 

@@ -98,7 +98,7 @@ TRAINED_FILE = {
 
 
 #: One card per shipped model (what it is, its data, how it was selected, dev numbers, size, licences),
-#: written by ``bench/model_cards.py`` from the model files and bench/results; read by ``vsekit models``.
+#: written by ``ship/model_cards.py`` from the model files and bench/results; read by ``vsekit models``.
 MODEL_CARDS = PACKAGE_DIR / "pretrained" / "cards.json"
 
 

@@ -5,7 +5,7 @@ language model fills the gap with that world ("a little boy in a blue shirt ..."
 pooled features it reads also carries an ImageNet-1k classifier (:mod:`vsekit.vision.classes`), so a
 photo's class probabilities ``p(c | x)`` cost one matrix product. The guard uses them twice:
 
-1. **Evidence for object words.** A shipped table ``evidence[c, w]`` (``bench/ship_caption_guard.py``:
+1. **Evidence for object words.** A shipped table ``evidence[c, w]`` (``ship/ship_caption_guard.py``:
    WordNet hypernyms and co-occurrence in Flickr8K's training captions) says how strongly class ``c``
    supports object word ``w``; a photo's evidence for ``w`` is ``e(w | x) = min(1, sum_c p(c|x)
    evidence[c, w])``, ConSE's convex combination (Norouzi et al. 2014, Eq. 1) with learned class-word

@@ -18,7 +18,7 @@ the joint space makes; bench/results/concept_route.json keeps both.) The weak ve
 search is weak when the best cosine is below ``joint_below`` and the best concept score below
 ``concept_below``. ``a``, ``b`` and the two thresholds are chosen on the validation sets only
 (flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
-``bench/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
+``ship/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
 is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused
 score, ``both`` when
 both routes pass their own weak thresholds) and, for a concept, which class (``label``).

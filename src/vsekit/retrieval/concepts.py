@@ -8,7 +8,7 @@ query ``q`` against photo ``x`` the same way in MiniLM's sentence space:
     concept(x, q) = sum_{t <= T} p(c_t | x) * max(0, cos(q, e(c_t)) - margin)        (after ConSE, Eq. 1)
 
 with ``e(c)`` the sentence vector of class ``c``'s name and WordNet gloss (:func:`class_texts`). Two
-departures from ConSE, both chosen on the everyday validation set (bench/concept_route.py): the
+departures from ConSE, both chosen on the everyday validation set (ship/concept_route.py): the
 probabilities are not renormalised over the top ``T`` (a photo the classifier is unsure about keeps a low
 score, which the weak-match signal needs), and a class counts only by how much more the query resembles it
 than unrelated text does (the ``margin``).
@@ -108,7 +108,7 @@ def concept_scores(similarity: np.ndarray, ids: np.ndarray, probs: np.ndarray) -
 def class_texts(table: ClassTable) -> list[str]:
     """What a class is called in the sentence space: its everyday name and WordNet's gloss ("tabby: a cat
     with a grey or tawny coat mottled with black"); the gloss names the kind of thing a lemma alone may
-    not ("tabby", "papillon", "crane"). Chosen on the everyday validation set (bench/concept_route.py)."""
+    not ("tabby", "papillon", "crane"). Chosen on the everyday validation set (ship/concept_route.py)."""
     return [f"{lemmas[0]}: {gloss}" for lemmas, gloss in zip(table.lemmas, table.glosses, strict=True)]
 
 

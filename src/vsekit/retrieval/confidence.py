@@ -2,7 +2,7 @@
 
 A joint embedding always returns its nearest photos, even for "a cat" in a collection without cats or for
 "zzzz qqqq": the scores are merely low. :func:`is_weak` says so when the best score is below a threshold
-calibrated per model (``bench/calibrate_confidence.py``: the threshold that maximises F1 of "has a good
+calibrated per model (``ship/calibrate_confidence.py``: the threshold that maximises F1 of "has a good
 match" on a slice of Flickr8K train photos, never dev), shipped next to the model as
 ``<model>-confidence.json`` and found by :func:`load_confidence` only for the exact model file it was made
 for (sha256). The text encoders read English; :func:`language_warning` flags a query written in another

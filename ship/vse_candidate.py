@@ -1,6 +1,6 @@
 """The next `vse` candidate (issue 24 item 3): a fixed-epoch retrain of a recipe chosen on val1000.
 
-    python bench/vse_candidate.py --run /work/runs/vse-views-retrain
+    python ship/vse_candidate.py --run /work/runs/vse-views-retrain
 
 The run is ``vsekit train --recipe bench/recipes/vse-views-retrain.json``: the six-crop training views
 (bench/results/joint_space.json: better than the baseline on val1000 for all four seeds), members and
@@ -16,13 +16,11 @@ import argparse
 import json
 from pathlib import Path
 
-from safetensors import safe_open
-
-from _common import run_meta, write_result
+from _common import RESULTS as RESULTS_DIR
+from _common import model_extra, read_run_log, run_meta, write_result
 from vsekit.resources import pretrained_path
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "vse_views_candidate.json"
+RESULTS = RESULTS_DIR / "vse_views_candidate.json"
 
 
 def _dev(metrics: dict) -> dict:
@@ -34,14 +32,13 @@ def _dev(metrics: dict) -> dict:
 
 
 def _file_dev(path: Path) -> dict | None:
-    with safe_open(str(path), framework="pt") as f:
-        extra = json.loads((f.metadata() or {}).get("extra", "{}"))
+    extra = model_extra(path)
     return _dev(extra["dev"]) if extra.get("dev") else None
 
 
 def _val1000_evidence() -> list[dict]:
     """Per seed: the best val1000 rsum of the six-crop views member and of the baseline member."""
-    space = json.loads((REPO / "bench" / "results" / "joint_space.json").read_text())
+    space = json.loads((RESULTS_DIR / "joint_space.json").read_text())
     base = {b["seed"]: b["best"]["rsum"] for b in space["baselines"].values()}
     rows = []
     for e in space["experiments"]:
@@ -61,7 +58,7 @@ def main() -> None:
     config = json.loads((args.run / "config.json").read_text())
     members = {}
     for seed in config["ensemble_seeds"]:
-        log = [json.loads(x) for x in (args.run / f"seed-{seed}" / "log.jsonl").read_text().splitlines() if x]
+        log = read_run_log(args.run / f"seed-{seed}")
         scored = [e for e in log if e.get("dev")]
         members[str(seed)] = {
             "epochs": len(log),

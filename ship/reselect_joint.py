@@ -1,7 +1,7 @@
 """Re-select a single-seed joint model under the selection protocol (issue 24 item 1): its epoch chosen on
 the validation slice, then a fixed-epoch retrain on all of train, dev read once.
 
-    python bench/reselect_joint.py bow --selection-run runs/bow-val1000 --retrain-run runs/bow-retrain
+    python ship/reselect_joint.py bow --selection-run runs/bow-val1000 --retrain-run runs/bow-retrain
 
 ``--selection-run``: ``vsekit train --recipe bench/recipes/NAME-val1000.json`` (trained on
 ``train-minus-val1000``, every epoch scored on ``val1000``); ``--retrain-run``: ``vsekit train --recipe
@@ -17,10 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from _common import model_extra, read_run_log, run_meta, write_result
+from _common import RESULTS, model_extra, read_run_log, run_meta, write_result
 from vsekit.resources import pretrained_path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _ranking(metrics: dict) -> dict:
@@ -75,7 +73,7 @@ def main() -> None:
         },
         "previous": _file_dev(pretrained_path(args.name)),
     }
-    out = write_result(REPO / "bench" / "results" / f"{args.name}_reselect.json", payload, indent=2)
+    out = write_result(RESULTS / f"{args.name}_reselect.json", payload, indent=2)
     print(f"{out}: val1000 chose epoch {best['epoch']}; retrain dev rsum {payload['retrain']['dev']['rsum']}")
 
 

@@ -1,6 +1,6 @@
 """Does the selection protocol make the shipped file's choice? (issue 24 item 1, for a model not retrained)
 
-    python bench/confirm_selection.py region-captioner --run runs/region-val1000 --metric cider
+    python ship/confirm_selection.py region-captioner --run runs/region-val1000 --metric cider
 
 ``--run``: the shipped recipe trained on ``train-minus-val1000`` with every epoch scored on ``val1000``
 (``bench/recipes/<recipe>-val1000.json``). Compares the slice's best epoch by ``--metric`` with the epoch
@@ -15,10 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from _common import model_extra, read_run_log, run_meta, write_result
+from _common import RESULTS, model_extra, read_run_log, run_meta, write_result
 from vsekit.resources import pretrained_path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def shipped_epoch(name: str) -> int:
@@ -51,7 +49,7 @@ def main() -> None:
         "same_choice": best["epoch"] == shipped,
         "train_s": round(sum(e.get("train_s", e.get("time_s", 0.0)) for e in log), 1),
     }
-    out = REPO / "bench" / "results" / f"{args.name.replace('-', '_')}_reselect.json"
+    out = RESULTS / f"{args.name.replace('-', '_')}_reselect.json"
     write_result(out, payload, indent=2)
     verdict = "the same" if payload["same_choice"] else "another"
     print(f"{out}: val1000 chose epoch {best['epoch']}, the shipped file epoch {shipped}: {verdict} choice")

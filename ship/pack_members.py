@@ -1,10 +1,10 @@
 """Pack chosen members of an ensemble run into one model file (the selection protocol's last step).
 
-    python bench/pack_members.py --run /work/runs/vse-effnet-val1000 --seeds 1 3 --out vse-val1000.safetensors
+    python ship/pack_members.py --run /work/runs/vse-effnet-val1000 --seeds 1 3 --out vse-val1000.safetensors
 
 An ensemble recipe (``ensemble_seeds``) trains every seed into ``RUN/seed-<s>/`` and packs all of them.
 Under the selection protocol the members are chosen afterwards on the validation slice
-(``bench/reselect_vse.py`` ranks them); this writes the ensemble of the chosen ones, in float16 as the
+(``ship/reselect_vse.py`` ranks them); this writes the ensemble of the chosen ones, in float16 as the
 shipped ``vse`` is, with each member's slice scores in the header. Nothing is evaluated here: dev is
 read once, afterwards, by ``vsekit eval --model OUT --split dev``.
 """
@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from _common import read_run_log
 from vsekit.embedding.model import EnsembleEmbedding, load_model, save_model
 
 
@@ -29,7 +30,7 @@ def main() -> None:
     for seed in args.seeds:
         folder = args.run / f"seed-{seed}"
         model, fne, _ = load_model(folder / "model.safetensors", device="cpu")
-        log = [json.loads(line) for line in (folder / "log.jsonl").read_text().splitlines() if line.strip()]
+        log = read_run_log(folder)
         best = max((e for e in log if e.get("dev")), key=lambda e: e["dev"]["rsum"])
         members.append(model)
         meta.append({"seed": seed, "epoch": best["epoch"], config.get("dev_split", "dev"): best["dev"]})

@@ -12,14 +12,14 @@ The shipped model was trained on all of Flickr8K train, so its own-photo scores 
 higher than on photos it never saw, and a threshold drawn from them flags too many searches as weak (on
 dev it kept 76% of good searches instead of 95%). ``--slice flickr8k-val1000 --proxy-model F`` calibrates
 on photos the scoring model never saw instead: the validation slice's photos, scored by ``F``, a model of
-the shipped recipe trained without the slice (bench/reselect_vse.py). The threshold is written for the
+the shipped recipe trained without the slice (ship/reselect_vse.py). The threshold is written for the
 shipped model (pinned by its sha256): the two share recipe, data size and ensemble size, so their score
 scales agree; the dev report (``--report-split dev``) measures whether they do.
 
 Also stores the words of the Flickr8K train captions (seen at least twice) that the non-English warning
 checks queries against.
 
-    python bench/calibrate_confidence.py [--data /work/shared/data/flickr8k] [--seed 0] [--photos 1000]
+    python ship/calibrate_confidence.py [--data /work/shared/data/flickr8k] [--seed 0] [--photos 1000]
 
 Writes src/vsekit/pretrained/vse-confidence.json (what `vsekit search` and the server read) and
 bench/results/confidence.json (precision / recall / F1 on the slice, the distributions, probe queries).
@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import run_meta
+from _common import RESULTS as RESULTS_DIR
+from _common import SHARED, run_meta
 from vsekit.data import load_corpus, tokenize
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
 from vsekit.embedding.pipeline import VSEModel
@@ -45,8 +46,7 @@ from vsekit.fileio import file_sha256
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.confidence import CONFIDENCE_FORMAT, language_warning
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "confidence.json"
+RESULTS = RESULTS_DIR / "confidence.json"
 PROBES = (
     "a dog runs on the grass",
     "two children play in the water",
@@ -124,7 +124,7 @@ def _scores(model: VSEModel, corpus, photo_ids: list[str], seed: int) -> dict:  
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/flickr8k"))
+    parser.add_argument("--data", type=Path, default=SHARED)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--photos", type=int, default=1000)
     parser.add_argument("--min-word-count", type=int, default=2)
@@ -170,7 +170,7 @@ def main() -> None:
         f"{args.recall:.0%} of the searches that have a good match (the query's own photo is in the gallery) "
         "above it on that slice (F1-optimal thresholds, tried first, called a correct match weak too often)",
         "caveat": _caveat(args),
-        "script": "bench/calibrate_confidence.py",
+        "script": "ship/calibrate_confidence.py",
         "words": f"the {len(words)} words seen at least {args.min_word_count} times in Flickr8K train "
         "captions (vsekit.data.tokenize)",
     }

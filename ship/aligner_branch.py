@@ -1,6 +1,6 @@
 """Start an aligner run from epoch K of another run whose recipe differs only in its learning-rate step.
 
-    python bench/aligner_branch.py SRC_RUN K RECIPE DEST_RUN
+    python ship/aligner_branch.py SRC_RUN K RECIPE DEST_RUN
     vsekit train-aligner --recipe RECIPE --out DEST_RUN --resume ...
 
 ``minilm-grid-val1000`` (Adam 5e-4, times 0.1 after 6 epochs) and ``minilm-grid-constant-lr-val1000``

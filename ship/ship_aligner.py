@@ -1,6 +1,6 @@
 """Make the shipped aligner: pack trained MiniLM-token aligners into one file and rank Flickr8K dev with it.
 
-    python bench/ship_aligner.py RUN_A/aligner.safetensors RUN_B/aligner.safetensors RUN_A/checkpoint.pt \
+    python ship/ship_aligner.py RUN_A/aligner.safetensors RUN_B/aligner.safetensors RUN_A/checkpoint.pt \
         [--out src/vsekit/pretrained/aligner.safetensors]
 
 The members (each trained by ``vsekit train-aligner`` on Flickr8K train, its epoch selected on dev; a
@@ -14,20 +14,17 @@ packed file then ranks ../shared/data/flickr8k dev by S_kl; those numbers go int
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 import torch
 
+from _common import SHARED, read_run_log
 from vsekit.alignment import Aligner, load_aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
 from vsekit.alignment.pack import pack_aligners
 from vsekit.data import load_corpus
 from vsekit.resources import pretrained_path
-
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
+from vsekit.training import read_checkpoint
 
 
 def _member(path: Path) -> tuple[torch.nn.Module, dict]:
@@ -35,9 +32,9 @@ def _member(path: Path) -> tuple[torch.nn.Module, dict]:
     if path.name != "checkpoint.pt":
         return load_aligner(path)
     model, extra = load_aligner(path.parent / "aligner.safetensors")
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    ckpt = read_checkpoint(path, "aligner")
     model.load_state_dict(ckpt["model"])
-    log = [json.loads(line) for line in (path.parent / "log.jsonl").read_text().splitlines()]
+    log = read_run_log(path.parent)
     last = next(e for e in log if e["epoch"] == ckpt["epoch"])
     return model.eval(), {**extra, "epoch": ckpt["epoch"], "dev": last.get("dev")}
 

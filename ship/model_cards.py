@@ -3,8 +3,8 @@ files themselves (recipe, splits, backbone, size, checksums) and the benchmarks'
 (dev / validation numbers, speed, training time and memory). ``vsekit models`` and the table in
 docs/models.md read the cards; nothing on a card is typed by hand except the labels and licences below.
 
-    python bench/model_cards.py            # rewrite cards.json (then: python docs/gen_tables.py)
-    python bench/model_cards.py --check    # exit 1 if cards.json is not what the files and JSON say
+    python ship/model_cards.py            # rewrite cards.json (then: python docs/gen_tables.py)
+    python ship/model_cards.py --check    # exit 1 if cards.json is not what the files and JSON say
     make cards                             # both steps
 
 A model file whose own header disagrees with its bench JSON (another dev score: the file was replaced and
@@ -174,7 +174,7 @@ def none_val(recipe: dict[str, Any]) -> dict[str, Any]:
 
 def _vse_measured(h: dict[str, Any]) -> dict[str, Any]:
     """The vse card's numbers: from ranking.json for a dev-selected model (the bench grid's row of its
-    recipe), from reselect.json for one selected on val1000 (bench/reselect_vse.py, dev read once)."""
+    recipe), from reselect.json for one selected on val1000 (ship/reselect_vse.py, dev read once)."""
     recipe = h["extra"]["train"]
     if recipe.get("eval_every") == recipe["epochs"] and recipe.get("train_views"):
         return _vse_retrained(h)
@@ -225,13 +225,13 @@ VSE_RETRAIN = "vse_views_candidate.json"
 
 def _vse_retrained(h: dict[str, Any]) -> dict[str, Any]:
     """A vse whose views, epochs and members were chosen on val1000 and that was then retrained on all of
-    train for a fixed number of epochs (dev scored once, after the last): bench/vse_candidate.py's JSON
+    train for a fixed number of epochs (dev scored once, after the last): ship/vse_candidate.py's JSON
     holds the slice evidence (each member against the baseline of the same seed) and the dev report."""
     r = load(VSE_RETRAIN)
     if r["recipe"]["name"] != h["extra"]["recipe"]:
         raise SystemExit(
             f"model_cards.py: bench/results/{VSE_RETRAIN} measured {r['recipe']['name']}, "
-            f"the shipped vse is {h['extra']['recipe']}: run bench/vse_candidate.py"
+            f"the shipped vse is {h['extra']['recipe']}: run ship/vse_candidate.py"
         )
     same("vse dev rsum", h["extra"]["dev"]["rsum"], r["ensemble_dev"]["rsum"])
     seeds = r["recipe"]["ensemble_seeds"]
@@ -267,7 +267,7 @@ def _vse_retrained(h: dict[str, Any]) -> dict[str, Any]:
 
 
 def _confidence_on_dev(bench: dict[str, Any]) -> dict[str, Any]:
-    """The threshold's check on dev (bench/calibrate_confidence.py reads dev once, for the report)."""
+    """The threshold's check on dev (ship/calibrate_confidence.py reads dev once, for the report)."""
     if "report_dev" not in bench:
         return {}
     kept = bench["report_dev"]["at_threshold"]["recall"]
@@ -356,7 +356,7 @@ def _guard_attachment() -> dict[str, Any]:
         "often Flickr8K train captions outside val1000 name the word for photos seen as the class) and the "
         "familiarity reference (those 5,000 photos in a 128-d basis): the guard decodes only photos unlike "
         "them; `vsekit caption --no-guard` turns it off",
-        "made_with": "bench/ship_caption_guard.py",
+        "made_with": "ship/ship_caption_guard.py",
         "pins": {"captioner": pinned},
         "pin_matches": pinned == content_fingerprint(PRETRAINED / "captioner.safetensors"),
     }
@@ -428,7 +428,7 @@ def _measured_cost(recipe: str, fallback: dict[str, Any]) -> dict[str, Any]:
 
 def _bow_retrained(h: dict[str, Any]) -> dict[str, Any]:
     """The bow retrained on all of train for the epochs the validation slice chose
-    (bench/reselect_joint.py)."""
+    (ship/reselect_joint.py)."""
     r = load("bow_reselect.json")
     if r["retrain"]["recipe"]["name"] != h["extra"]["recipe"]:
         raise SystemExit("model_cards.py: bench/results/bow_reselect.json measured another bow: re-run it")
@@ -500,7 +500,7 @@ def _same_choice(epoch: int, slice_epoch: int, headline: str) -> dict[str, Any]:
     if slice_epoch != epoch:
         raise SystemExit(
             f"model_cards.py: val1000 chose epoch {slice_epoch}, the shipped file is epoch {epoch}: "
-            "retrain with the slice's choice (bench/reselect_joint.py) before making the cards"
+            "retrain with the slice's choice (ship/reselect_joint.py) before making the cards"
         )
     return {
         "selected_on": "dev, confirmed on val1000",
@@ -582,7 +582,7 @@ RETRAIN_TUNING = "captioner_rerank_val1000_views.json"
 def _captioner_choice(h: dict[str, Any], recipe: dict[str, Any]) -> dict[str, Any]:
     """How the captioner's epochs and decoding were chosen. A retrain (``eval_every`` = ``epochs``: one
     dev evaluation, after the last epoch) carries the decoding chosen on val1000 (``val1000_rerank``,
-    bench/ship_models.py --rerank-from); anything else was chosen on its recipe's dev split."""
+    ship/ship_models.py --rerank-from); anything else was chosen on its recipe's dev split."""
     if "val1000_rerank" not in h["extra"]:
         what = f"epoch ({h['extra']['epoch']}), beam and rerank weights (bench/results/captioner_rerank.json)"
         return {
@@ -630,7 +630,7 @@ def _packed_runs(parts: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict
 
 
 def _aligner_dev_selected(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
-    """The first shipped aligner (bench/ship_aligner.py): snapshots chosen on dev, their runs in
+    """The first shipped aligner (ship/ship_aligner.py): snapshots chosen on dev, their runs in
     alignment.json."""
     parts = h["extra"]["packed_from"]
     recipe = parts[0]["train"]
@@ -650,7 +650,7 @@ def _aligner_dev_selected(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any
 
 
 def _aligner_val1000(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
-    """The re-selected aligner (bench/aligner_reselect.py, issue 24): members chosen on val1000 from runs on
+    """The re-selected aligner (ship/aligner_reselect.py, issue 24): members chosen on val1000 from runs on
     train minus val1000, the same recipes retrained on all of train, dev read once for the packed file."""
     from dataclasses import asdict
 
@@ -681,7 +681,7 @@ def _aligner_val1000(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
         "selected_on": "val1000",
         "selection": "val1000-selected: the packed members ("
         + ", ".join(members)
-        + f") chosen on {split('val1000')} by bench/aligner_reselect.py, from runs on "
+        + f") chosen on {split('val1000')} by ship/aligner_reselect.py, from runs on "
         f"{split('train-minus-val1000')}; then retrained with those settings on {split('train')}; "
         "dev read once, for the report",
         "validation": val,
@@ -841,7 +841,7 @@ def build_cards() -> dict[str, Any]:
     return {
         "format": FORMAT,
         "format_version": 1,
-        "made_by": "python bench/model_cards.py (make cards)",
+        "made_by": "python ship/model_cards.py (make cards)",
         "numbers": "dev = Flickr8K dev, 1,000 photos x 5,000 captions; the test split is held back",
         "cards": cards,
     }
@@ -860,7 +860,7 @@ def main() -> int:
     text = render(build_cards())
     if args.check:
         if not CARDS.is_file() or CARDS.read_text(encoding="utf-8") != text:
-            print(f"{CARDS.relative_to(ROOT)} is stale: run python bench/model_cards.py", file=sys.stderr)
+            print(f"{CARDS.relative_to(ROOT)} is stale: run python ship/model_cards.py", file=sys.stderr)
             return 1
         return 0
     CARDS.write_text(text, encoding="utf-8")

@@ -2,7 +2,7 @@
 
     vsekit train --data FLICKR8K --recipe bench/recipes/tree-lstm-p1-val1000.json \
         --out RUNS/tree-lstm-p1-val1000 --num-threads 1
-    python bench/tree_lstm_reselect.py --run RUNS/tree-lstm-p1-val1000
+    python ship/tree_lstm_reselect.py --run RUNS/tree-lstm-p1-val1000
 
 The run trains on train minus the slice and keeps its best epoch by val1000 rsum (the trainer's
 selection); this script reads the run's val1000 curve from its log, ranks Flickr8K dev once with the kept
@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
 import torch
 
-from _common import REPO, run_meta, write_result
+from _common import SHARED, run_meta, write_result
 from aligner_reselect import _short, curve, time_v
 from vsekit.data import load_corpus
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.pipeline import VSEModel
-
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Make the validation slice the recipes select on (the selection protocol of issue 24).
 
-    python bench/make_validation_slice.py            # writes src/vsekit/recipes/splits/flickr8k-val1000.json
+    python ship/make_validation_slice.py            # writes src/vsekit/recipes/splits/flickr8k-val1000.json
 
 1,000 of the 6,000 Flickr8K training photos, drawn with :func:`vsekit.data.splits.draw_slice` (the smallest
 ``sha256("0:<image id>")``): re-running this on the standard split files gives the same file byte for byte
@@ -10,20 +10,18 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
+from _common import SHARED
 from vsekit.data import load_corpus
 from vsekit.data.splits import make_validation_slice, write_validation_slice
 from vsekit.resources import SPLITS_DIR
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 DESCRIPTION = (
     "Validation slice of the selection protocol (issue 24): 1,000 Flickr8K training photos held out of "
     "training; every choice (epochs, seeds, ensemble members, rerank weights, beam, length penalty) is made "
     "on it, models train on the other 5,000 (split 'train-minus-val1000'), and dev is read once per shipped "
-    "model. Drawn by bench/make_validation_slice.py: the 1,000 training ids with the smallest "
+    "model. Drawn by ship/make_validation_slice.py: the 1,000 training ids with the smallest "
     "sha256('<seed>:<image id>'), listed sorted."
 )
 

@@ -1,7 +1,7 @@
 """Make the shipped joint model (`vse`) and captioner (`captioner`) from finished training runs.
 
-    python bench/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
-    python bench/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
+    python ship/ship_models.py vse bench/runs/vse-best-effnet/model.safetensors
+    python ship/ship_models.py captioner runs/cap-effnet/captioner.safetensors [--beams 3,5,7]
 
 ``vse`` (or ``bow``): the run's (ensemble) joint model, rewritten in float16 with its header (recipe, dev
 numbers) kept, then ranked on ../shared/data/flickr8k dev from the float16 weights; those numbers replace
@@ -19,14 +19,13 @@ grid goes to bench/results/captioner_rerank.json.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import torch
 
-from _common import run_meta, write_result
+from _common import RESULTS, SHARED, run_meta, write_result
 from vsekit.captioning.captioner import load_captioner, save_captioner
 from vsekit.captioning.trainer import default_score_fn, tune_captioner_rerank
 from vsekit.data import load_corpus
@@ -36,9 +35,7 @@ from vsekit.embedding.model import load_model, save_model
 from vsekit.metrics.ranking import evaluate_protocol
 from vsekit.resources import pretrained_path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
-RERANK_RESULTS = REPO / "bench" / "results" / "captioner_rerank.json"
+RERANK_RESULTS = RESULTS / "captioner_rerank.json"
 # the library's default grid, widened: the previous captioner's best length penalty was its grid's largest
 GRID = {"weights": (0, 1, 2, 3, 5, 10, 20), "length_penalties": (0.0, 0.5, 1.0, 1.5, 2.0)}
 
@@ -154,7 +151,7 @@ def main() -> None:
         "--joint",
         type=Path,
         help="captioner: the joint model that reranks while tuning (default: the shipped vse); on the "
-        "validation slice, one trained without it (bench/reselect_vse.py), so that no score is inflated",
+        "validation slice, one trained without it (ship/reselect_vse.py), so that no score is inflated",
     )
     parser.add_argument(
         "--results", type=Path, default=RERANK_RESULTS, help="captioner: where the tuning grid is written"

@@ -1,6 +1,6 @@
 """Re-select the shipped joint model (`vse`) under the selection protocol (issue 24 item 1).
 
-    python bench/reselect_vse.py --run /work/runs/vse-effnet-val1000
+    python ship/reselect_vse.py --run /work/runs/vse-effnet-val1000
 
 The run is ``vsekit train --recipe bench/recipes/vse-best-effnet-val1000.json``: the shipped recipe
 (vse-best-effnet) trained on ``train-minus-val1000`` with seeds 0-3, every epoch scored on ``val1000``.
@@ -15,17 +15,15 @@ import argparse
 import json
 from pathlib import Path
 
-from _common import run_meta, write_result
+from _common import RESULTS as RESULTS_DIR
+from _common import read_run_log, run_meta, write_result
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results" / "vse_reselect.json"
+RESULTS = RESULTS_DIR / "vse_reselect.json"
 SHIPPED = {"seeds": [1, 2], "best_epochs": [14, 15], "selected_on": "dev"}
 
 
 def member(seed_dir: Path) -> dict:
-    log_path = seed_dir / "log.jsonl"
-    lines = log_path.read_text().splitlines() if log_path.is_file() else []
-    log = [json.loads(line) for line in lines if line.strip()]
+    log = read_run_log(seed_dir) if (seed_dir / "log.jsonl").is_file() else []
     scored = [e for e in log if e.get("dev")]
     curve = [
         {"epoch": e["epoch"], "rsum": round(e["dev"]["rsum"], 2), "i2t_r1": e["dev"]["i2t"]["r1"],

@@ -1,12 +1,12 @@
 """Re-select the shipped aligner under the selection protocol of issue 24 (validation slice flickr8k-val1000).
 
-    python bench/aligner_reselect.py --grid RUNS/align-minilm-grid-val1000 \
+    python ship/aligner_reselect.py --grid RUNS/align-minilm-grid-val1000 \
         --const RUNS/align-minilm-grid-constant-lr-val1000 [--out-model RUNS/aligner-val1000.safetensors]
 
 The two runs are ``vsekit train-aligner`` with the recipes ``minilm-grid-val1000`` and
 ``minilm-grid-constant-lr-val1000`` (train minus the slice; every epoch ranked on the slice). A run's
 ``epochs/ep<N>.pt`` are copies of its ``checkpoint.pt`` taken after epoch N (the trainer keeps only the last
-one), so any epoch can be a member. The packing is bench/ship_aligner.py's (the members' word-region dots
+one), so any epoch can be a member. The packing is ship/ship_aligner.py's (the members' word-region dots
 summed, float16), and every choice is made on val1000: each run's epoch is its best val1000 rsum, then the
 candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
 written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 
 import torch
 
-from _common import REPO, RESULTS, run_meta, write_result
+from _common import RESULTS, SHARED, read_run_log, run_meta, write_result
 from vsekit.alignment import Aligner, load_aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
 from vsekit.alignment.pack import pack_aligners
@@ -39,7 +38,6 @@ from vsekit.data import load_corpus
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
 from vsekit.training import read_checkpoint
 
-SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
 PAPER_BRNN = {"i2t": {"r1": 16.5, "r5": 40.6, "r10": 54.2}, "t2i": {"r1": 11.8, "r5": 32.1, "r10": 44.7}}
 KEYS = ("r1", "r5", "r10", "medr")
 
@@ -51,7 +49,7 @@ def _short(metrics: dict[str, Any]) -> dict[str, Any]:
 
 def curve(run: Path) -> list[dict[str, Any]]:
     """The run's log: per epoch the loss, learning rate, seconds and val1000 numbers."""
-    entries = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines() if line.strip()]
+    entries = read_run_log(run)
     return [
         {"epoch": e["epoch"], "loss": round(e["loss"], 4), "lr": e["lr"], "seconds": round(e["time_s"], 1)}
         | {"val1000": _short(e["dev"])}
@@ -122,7 +120,7 @@ def time_v(path: Path) -> dict[str, Any]:
 
 
 def training_time(run: Path, points: list[dict[str, Any]]) -> dict[str, Any]:
-    """Seconds of the epochs this run trained (a branched run, bench/aligner_branch.py, did not train the
+    """Seconds of the epochs this run trained (a branched run, ship/aligner_branch.py, did not train the
     epochs before its branch point: its ``BRANCHED`` file says which), wall time and peak RSS."""
     branched = json.loads((run / "BRANCHED").read_text()) if (run / "BRANCHED").is_file() else None
     first = branched["epoch"] + 1 if branched else 1
@@ -215,7 +213,7 @@ def main() -> None:
     dev = evaluate_pack([models[(r, int(e))] for r, e in members], extra, args.out_model, corpus, "dev")
     save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
     print(f"chosen on val1000: {chosen}; dev (read once): {dev}", flush=True)
-    shipped = json.loads((REPO / "bench" / "results" / "alignment.json").read_text())["shipped"]
+    shipped = json.loads((RESULTS / "alignment.json").read_text())["shipped"]
     result = {
         "meta": run_meta(threads=args.threads, note="load average is at the end (the evaluation)"),
         "protocol": "train on train-minus-val1000, every choice on val1000 (flickr8k-val1000), dev read once",

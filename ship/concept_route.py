@@ -1,7 +1,7 @@
 """Choose and measure the fusion of the two routes (issue 33) on the validation sets only.
 
-    python bench/concept_route.py --proxy PROXY.safetensors         # bench/results/concept_route.json
-    python bench/concept_route.py --proxy PROXY.safetensors --ship  # and pretrained/vse-routes.json
+    python ship/concept_route.py --proxy PROXY.safetensors         # bench/results/concept_route.json
+    python ship/concept_route.py --proxy PROXY.safetensors --ship  # and pretrained/vse-routes.json
 
 Two validation sets, never dev or test:
 
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import run_meta, write_result
+from _common import SHARED, run_meta, write_result
 from everyday import dataset as everyday
 from vsekit.data import load_corpus
 from vsekit.data.splits import load_validation_slice
@@ -41,8 +41,6 @@ from vsekit.retrieval.concepts import ConceptRoute, concept_scores
 from vsekit.retrieval.confidence import load_confidence
 from vsekit.vision.classes import TOP_CLASSES, load_classifier, top_classes
 
-HERE = Path(__file__).resolve().parent
-FLICKR = HERE.parent.parent / "shared" / "data" / "flickr8k"
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 OFFSETS = (0.0, 0.05, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25)
@@ -74,7 +72,7 @@ def everyday_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, list[di
 
 
 def val1000_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, np.ndarray]:
-    corpus = load_corpus(FLICKR)
+    corpus = load_corpus(SHARED)
     ids = list(load_validation_slice("flickr8k-val1000").image_ids)
     held = set(ids)
     captions = [c for c in corpus.captions if c.image_id in held]
@@ -237,7 +235,7 @@ def ship(model: VSEModel, fusion: dict, weak: dict) -> None:
         "margin": MARGIN,
         "weak": {"joint_below": weak["joint_below"], "concept_below": weak["concept_below"]},
         "made_with": {
-            "script": "bench/concept_route.py",
+            "script": "ship/concept_route.py",
             "data": "the everyday validation set (bench/everyday/) and flickr8k-val1000 (joint space scored "
             "by a "
             "model trained without it); results in bench/results/concept_route.json",

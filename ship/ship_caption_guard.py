@@ -1,7 +1,7 @@
 """Make the captioner's concept guard table (src/vsekit/pretrained/caption-guard.safetensors).
 
     apt-get install wordnet-base     # WordNet 3.0 (Princeton licence, redistributable with its notice)
-    python bench/ship_caption_guard.py [--wordnet /usr/share/wordnet] [--out FILE]
+    python ship/ship_caption_guard.py [--wordnet /usr/share/wordnet] [--out FILE]
 
 What :mod:`vsekit.captioning.guard` needs, computed once from data it cannot have at run time:
 
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from _common import run_meta
+from _common import PRETRAINED_DIR, SHARED, run_meta
 from vsekit.captioning.captioner import load_captioner
 from vsekit.captioning.guard import GUARD_FORMAT, Familiarity, save_guard_table
 from vsekit.captioning.pos import pos_tag
@@ -46,9 +46,7 @@ from vsekit.resources import pretrained_path
 from vsekit.vision import features as vision_features
 from vsekit.vision.classes import class_table, load_classifier
 
-REPO = Path(__file__).resolve().parents[1]
-FLICKR = REPO.parent / "shared" / "data" / "flickr8k"
-OUT = REPO / "src" / "vsekit" / "pretrained" / "caption-guard.safetensors"
+OUT = PRETRAINED_DIR / "caption-guard.safetensors"
 PRIOR_PHOTOS = 3.0  # pseudo-photos of shrinkage toward "no evidence" per class
 SEEN = 0.2  # a photo counts for a class when the classifier gives the class at least this probability
 MIN_COUNT = 10  # an object word is watched once it occurs in this many training captions
@@ -196,7 +194,7 @@ def main() -> None:
     synsets, index = read_wordnet(args.wordnet)
     captioner_path = pretrained_path("captioner")
     captioner = load_captioner(captioner_path)
-    corpus = load_corpus(FLICKR)
+    corpus = load_corpus(SHARED)
     held = set(load_validation_slice("flickr8k-val1000").image_ids)
     refs = {
         i: caps for i, caps in corpus.split("train").captions_by_image().items() if caps and i not in held

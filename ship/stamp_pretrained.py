@@ -11,7 +11,7 @@ For every ``src/vsekit/pretrained/*.safetensors`` (or the files given):
 4. checked: the tensor bytes of every file are unchanged, every file's checksum verifies, every pin
    matches the file it names.
 
-    python bench/stamp_pretrained.py [--dry-run]        (or: make stamp)
+    python ship/stamp_pretrained.py [--dry-run]        (or: make stamp)
 """
 
 from __future__ import annotations
