@@ -1146,7 +1146,7 @@ def t_concept_regions() -> str:
         f"is {f2(ceiling['precision_at_5'])} "
         f"({ceiling['queries_with_fewer_than_5_fitting']} of {ceiling['queries']} queries have fewer than 5 "
         "fitting photos); build cost: what the row adds to today's index build step per photo (Lite2: a "
-        "second CNN pass); `python bench/concept_regions.py`"
+        "second CNN pass); `python ship/concept_regions.py`"
     )
     return table(header, rows) + "\n\n" + source("concept_regions.json", d, extra=note)
 

@@ -1,6 +1,6 @@
 """Does the concept route find more when the classifier also reads parts of the photo? (issue 33, a probe)
 
-    python bench/concept_regions.py --proxy /work/runs/vse-views-val1000.safetensors
+    python ship/concept_regions.py --proxy /work/runs/vse-views-val1000.safetensors
 
 The concept route (:mod:`vsekit.retrieval.concepts`) reads each photo's ImageNet class probabilities from
 the global-average-pooled features. Its everyday failures are classifier limits: a thing the global
