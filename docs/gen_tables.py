@@ -1209,6 +1209,34 @@ def t_duplicate_kinds() -> str:
     return table(header, [row]) + "\n\n" + source("duplicate_kinds.json", d["meta"], extra=note)
 
 
+def t_cold_start() -> str:
+    d = load("cold_start.json")
+    runs = {
+        "before-idle": "before issue 34 item 7 (idle machine)",
+        "after-idle": "no model for a no-op update, serve warmed (idle machine)",
+        "text-graph-before": "the same code (9a9bdc9), timed back to back with the next row",
+        "text-graph": "**the text side as a cached ONNX graph, exact search in NumPy: no torch**",
+    }
+    rows = []
+    for key, what in runs.items():
+        r = d[key]
+        search, serve = r["search"], r["serve"]
+        rows.append([
+            what, f"{r['loadavg_1m']:.1f}", f2(search["median_s"]), f2(search["median_cpu_s"]),
+            f2(serve["until_serving_s"]), f2(serve["first_query_s"]), r["commit"],
+        ])  # fmt: skip
+    header = [
+        "code", "load", "`vsekit search`: wall s", "CPU s", "serve: until serving s", "first query s",
+        "commit",
+    ]  # fmt: skip
+    note = (
+        "median of 5 fresh processes of `vsekit search INDEX \"a dog on the beach\"` over the 152 everyday "
+        "photos; CPU = user + system, the number a shared machine's load inflates least; "
+        "`python bench/bench_cold_start.py --label LABEL`"
+    )
+    return table(header, rows) + "\n\n" + source("cold_start.json", d["text-graph"], extra=note)
+
+
 def t_concepts_cost() -> str:
     d = load("concepts_cost.json")
     search, build = d["search"], d["build"]
@@ -1724,6 +1752,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "concept-regions": t_concept_regions,
     "concept-captions": t_concept_captions,
     "duplicate-kinds": t_duplicate_kinds,
+    "cold-start": t_cold_start,
     "concepts-cost": t_concepts_cost,
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
