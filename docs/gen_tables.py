@@ -1230,7 +1230,7 @@ def t_cold_start() -> str:
         "commit",
     ]  # fmt: skip
     note = (
-        "median of 5 fresh processes of `vsekit search INDEX \"a dog on the beach\"` over the 152 everyday "
+        'median of 5 fresh processes of `vsekit search INDEX "a dog on the beach"` over the 152 everyday '
         "photos; CPU = user + system, the number a shared machine's load inflates least; "
         "`python bench/bench_cold_start.py --label LABEL`"
     )
