@@ -61,6 +61,39 @@ def run_meta(threads: Any = None, **extra: Any) -> dict[str, Any]:
     }
 
 
+def children_cpu_s() -> float:
+    """User + system seconds of this process's finished children (what a fresh-process timing reads)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_vsekit(argv: list[str], runs: int, env: dict[str, str], expect: str = "") -> dict[str, Any]:
+    """``python -m vsekit ARGV`` in ``runs`` fresh processes: median / min / max wall and median CPU seconds
+    (the number a shared machine's load inflates least) and the load before and after; stops with the
+    command's output when it fails or its stdout lacks ``expect``."""
+    import statistics
+    import time
+
+    times, cpu = [], []
+    load_before = load_now()["loadavg_1m"]
+    for _ in range(runs):
+        start, cpu_start = time.perf_counter(), children_cpu_s()
+        command = [sys.executable, "-m", "vsekit", *argv]
+        done = subprocess.run(command, capture_output=True, text=True, env=env)
+        times.append(time.perf_counter() - start)
+        cpu.append(children_cpu_s() - cpu_start)
+        if done.returncode != 0 or expect not in done.stdout:
+            raise SystemExit(f"{' '.join(argv)}: {done.stdout[-400:]} {done.stderr[-400:]}")
+    return {
+        "median_s": round(statistics.median(times), 3),
+        "min_s": round(min(times), 3),
+        "max_s": round(max(times), 3),
+        "median_cpu_s": round(statistics.median(cpu), 3),
+        "runs": runs,
+        "load_1min": [load_before, load_now()["loadavg_1m"]],
+    }
+
+
 def latency_ms(seconds: Iterable[float], percentiles: Iterable[int] = (50, 99)) -> dict[str, float]:
     """``{"p50_ms": ..., "p99_ms": ...}`` of durations given in seconds (unrounded)."""
     ms = 1000.0 * np.asarray(list(seconds), dtype=np.float64)

@@ -23,15 +23,13 @@ import argparse
 import json
 import os
 import re
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, load_now, run_meta, write_result
+from _common import REPO, run_meta, time_vsekit, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cold_start.json"
 EVERYDAY = REPO.parent / "shared" / "data" / "everyday" / "photos"
@@ -56,32 +54,6 @@ index.answer(sys.argv[2], k=10)
 mark("answer")
 print(json.dumps({n: round(b - a, 3) for n, a, b in zip(names, t, t[1:])}))
 """
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _search(index: Path, runs: int, env: dict[str, str]) -> dict:
-    times, cpu = [], []
-    load_before = load_now()["loadavg_1m"]
-    for _ in range(runs):
-        start, cpu_start = time.perf_counter(), _cpu()
-        done = subprocess.run(
-            [sys.executable, "-m", "vsekit", "search", str(index), QUERY], capture_output=True, env=env
-        )
-        times.append(time.perf_counter() - start)
-        cpu.append(_cpu() - cpu_start)
-        if done.returncode != 0:
-            raise SystemExit(done.stderr.decode(errors="replace")[-400:])
-    return {
-        "median_s": round(statistics.median(times), 3),
-        "min_s": round(min(times), 3),
-        "median_cpu_s": round(statistics.median(cpu), 3),
-        "runs": runs,
-        "load_1min": [load_before, load_now()["loadavg_1m"]],
-    }
 
 
 def _serve(index: Path, env: dict[str, str]) -> dict:
@@ -137,8 +109,8 @@ def main() -> None:
                 str(index),
             ]
             subprocess.run(build, check=True, env=env)
-        _search(index, 1, env)  # warm the page cache and the bytecode cache
-        search = _search(index, args.runs, env)
+        time_vsekit(["search", str(index), QUERY], 1, env)  # warm the page cache and the bytecode cache
+        search = time_vsekit(["search", str(index), QUERY], args.runs, env)
         stages = json.loads(
             subprocess.run(
                 [sys.executable, "-c", STAGES, str(index), QUERY], capture_output=True, text=True, env=env

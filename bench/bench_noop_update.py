@@ -19,18 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import REPO, load_now, run_meta, write_result
+from _common import REPO, run_meta, time_vsekit, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results" / "noop_update.json"
 EVERYDAY = REPO.parent / "shared" / "data" / "everyday" / "photos"
@@ -82,33 +79,10 @@ def make_index(root: Path, n: int) -> Path:
     return out
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _time(argv: list[str], runs: int, env: dict[str, str], expect: str) -> dict:
-    times, cpu = [], []
-    load_before = load_now()["loadavg_1m"]
-    for _ in range(runs):
-        start, cpu_start = time.perf_counter(), _cpu()
-        done = subprocess.run(
-            [sys.executable, "-m", "vsekit", *argv], capture_output=True, text=True, env=env
-        )
-        times.append(time.perf_counter() - start)
-        cpu.append(_cpu() - cpu_start)
-        if done.returncode != 0 or expect not in done.stdout:
-            raise SystemExit(f"{' '.join(argv)}: {done.stdout[-400:]} {done.stderr[-400:]}")
+    timed = time_vsekit(argv, runs, env, expect)
     probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env)
-    return {
-        "median_s": round(statistics.median(times), 3),
-        "min_s": round(min(times), 3),
-        "max_s": round(max(times), 3),
-        "median_cpu_s": round(statistics.median(cpu), 3),
-        "runs": runs,
-        "imports_torch": json.loads(probe.stdout.splitlines()[-1])["torch"],
-        "load_1min": [load_before, load_now()["loadavg_1m"]],
-    }
+    return {**timed, "imports_torch": json.loads(probe.stdout.splitlines()[-1])["torch"]}
 
 
 def main() -> None:
