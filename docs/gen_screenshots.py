@@ -30,7 +30,7 @@ from vsekit.serve.app import uvicorn_config
 
 logger = logging.getLogger("gen_screenshots")
 
-QUERY = "a dog runs through the grass"
+QUERY = "a black dog jumps over hay bales"
 DESKTOP = {"width": 1100, "height": 760}
 PHONE = {"width": 390, "height": 844}
 THUMBS_LOADED = (  # the thumbnails in view (those below it load lazily, when scrolled to)
