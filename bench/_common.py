@@ -67,10 +67,11 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def time_vsekit(argv: list[str], runs: int, env: dict[str, str], expect: str = "") -> dict[str, Any]:
-    """``python -m vsekit ARGV`` in ``runs`` fresh processes: median / min / max wall and median CPU seconds
-    (the number a shared machine's load inflates least) and the load before and after; stops with the
-    command's output when it fails or its stdout lacks ``expect``."""
+def time_command(command: list[str], runs: int, env: dict[str, str], expect: str = "") -> dict[str, Any]:
+    """``command`` in ``runs`` fresh processes: median / min / max wall (what a user waits; inflated by the
+    machine's load) and median CPU seconds (user + system: far less sensitive to other processes on a
+    shared machine), and the load before and after; stops with the command's output when it fails or its
+    stdout lacks ``expect``."""
     import statistics
     import time
 
@@ -78,12 +79,11 @@ def time_vsekit(argv: list[str], runs: int, env: dict[str, str], expect: str = "
     load_before = load_now()["loadavg_1m"]
     for _ in range(runs):
         start, cpu_start = time.perf_counter(), children_cpu_s()
-        command = [sys.executable, "-m", "vsekit", *argv]
         done = subprocess.run(command, capture_output=True, text=True, env=env)
         times.append(time.perf_counter() - start)
         cpu.append(children_cpu_s() - cpu_start)
         if done.returncode != 0 or expect not in done.stdout:
-            raise SystemExit(f"{' '.join(argv)}: {done.stdout[-400:]} {done.stderr[-400:]}")
+            raise SystemExit(f"{' '.join(command)}: {done.stdout[-400:]} {done.stderr[-400:]}")
     return {
         "median_s": round(statistics.median(times), 3),
         "min_s": round(min(times), 3),
@@ -92,6 +92,11 @@ def time_vsekit(argv: list[str], runs: int, env: dict[str, str], expect: str = "
         "runs": runs,
         "load_1min": [load_before, load_now()["loadavg_1m"]],
     }
+
+
+def time_vsekit(argv: list[str], runs: int, env: dict[str, str], expect: str = "") -> dict[str, Any]:
+    """:func:`time_command` of ``python -m vsekit ARGV``."""
+    return time_command([sys.executable, "-m", "vsekit", *argv], runs, env, expect)
 
 
 def latency_ms(seconds: Iterable[float], percentiles: Iterable[int] = (50, 99)) -> dict[str, float]:

@@ -16,14 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from _common import load_now, run_meta, write_result
+from _common import run_meta, time_command, write_result
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cli_startup.json"
 COMMANDS = (["--help"], ["search", "--help"], ["index", "build", "--help"], ["--version"])
@@ -32,33 +29,6 @@ COMMANDS = (["--help"], ["search", "--help"], ["index", "build", "--help"], ["--
 def _vsekit(src: Path | None) -> list[str]:
     script = Path(sys.executable).with_name("vsekit")
     return [str(script)] if script.is_file() and src is None else [sys.executable, "-m", "vsekit.cli"]
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _time(argv: list[str], runs: int, env: dict[str, str]) -> dict:
-    """Wall time (what a user waits; inflated by the machine's load) and CPU time of the process (user +
-    system: far less sensitive to other processes on a shared machine)."""
-    times, cpu = [], []
-    load_before = load_now()["loadavg_1m"]
-    for _ in range(runs):
-        start, cpu_start = time.perf_counter(), _cpu()
-        done = subprocess.run(argv, capture_output=True, check=False, env=env)
-        times.append(time.perf_counter() - start)
-        cpu.append(_cpu() - cpu_start)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode(errors='replace')[-400:]}")
-    return {
-        "median_s": round(statistics.median(times), 3),
-        "min_s": round(min(times), 3),
-        "max_s": round(max(times), 3),
-        "median_cpu_s": round(statistics.median(cpu), 3),
-        "runs": runs,
-        "load_1min": [load_before, load_now()["loadavg_1m"]],
-    }
 
 
 def _importtime(env: dict[str, str]) -> dict:
@@ -107,8 +77,10 @@ def main() -> None:
     if args.src is not None:
         env["PYTHONPATH"] = str(args.src.resolve())
     base = _vsekit(args.src)
-    _time([*base, "--help"], 1, env)  # warm the page cache: every run below reads the same files
-    commands = {" ".join(["vsekit", *argv]): _time([*base, *argv], args.runs, env) for argv in COMMANDS}
+    time_command([*base, "--help"], 1, env)  # warm the page cache: every run below reads the same files
+    commands = {
+        " ".join(["vsekit", *argv]): time_command([*base, *argv], args.runs, env) for argv in COMMANDS
+    }
     for name, row in commands.items():
         print(
             f"{name:<28} median {row['median_s']:.3f} s, cpu {row['median_cpu_s']:.3f} s "
