@@ -21,6 +21,7 @@ from search_helpers import SAMPLE_IMAGES, make_photo_folder
 from vsekit.retrieval.build import Builder, date_taken
 from vsekit.retrieval.index import Index
 from vsekit.retrieval.photos import PhotoEntry
+from vsekit.vision.preprocess import decode_photo
 
 WHEN = "2019:06:01 10:00:00"
 
@@ -164,3 +165,21 @@ def test_a_finished_chunk_of_an_older_vsekit_gets_its_dates_from_the_files(tmp_p
     new = Builder._entry(builder, ["dated.jpg", 1, 2, "ab", None])  # type: ignore[arg-type]
     assert old == PhotoEntry("dated.jpg", 1, 2, "ab", "2019-06-01T10:00:00")
     assert new == PhotoEntry("dated.jpg", 1, 2, "ab", None)
+
+
+@pytest.mark.parametrize("kind", ["JPEG", "PNG", "WEBP", "TIFF", "HEIF"])
+def test_the_date_from_the_one_decode_is_the_date_from_opening_the_file_again(tmp_path, kind):
+    """Whatever the format (HEIC through pillow-heif; a TIFF's EXIF IFD is read from the buffer while it is
+    open), the date taken read with the pixels is the one a second opening of the file read before; a
+    sideways photo is turned upright all the same."""
+    if kind == "HEIF":
+        pillow_heif = pytest.importorskip("pillow_heif")
+        pillow_heif.register_heif_opener()
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[36867] = WHEN
+    exif[0x0112] = 6
+    path = tmp_path / f"photo.{kind.lower()}"
+    Image.new("RGB", (40, 20), "red").save(path, format=kind, exif=exif.tobytes())
+    image, taken = decode_photo(path.read_bytes())
+    assert image.size == (20, 40) and taken == date_taken(path)
+    assert taken == "2019-06-01T10:00:00"
