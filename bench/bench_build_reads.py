@@ -1,17 +1,17 @@
 """Benchmark: `vsekit index build` over the everyday photos (152) before and after "a build scans once and
 reads each photo once" (issue 36 item 4), in the same run.
 
-``before`` is another commit's ``src/`` (``git archive REV src``, default ``main``), ``after`` this
-checkout's. For each, one probe build in-process counts the opens of every photo file (``os.open``,
-``open``: Pillow opens a path with ``builtins.open``) and the listings of the photo folder
-(``os.scandir``) during the CLI's build, and times the read step alone over every photo (before:
-``read_photo`` then ``date_taken``, the two reads; after: ``read_photo_dated``, one); then full
-``vsekit index build`` runs into a fresh ``--out`` each, in fresh processes, the two versions
-interleaved so that the load of the shared machine falls on both alike. A first build of each (not
-timed) fills the model caches (the ONNX graphs). Wall and CPU (user + system) times are kept with
-the load average before and after each run.
+``before`` is another commit's ``src/`` (``git archive REV src``; default: the commit where this branch
+left ``main``, so that nothing else differs), ``after`` this checkout's. For each, one probe build
+in-process counts the opens of every photo file (``os.open``, ``open``: Pillow opens a path with
+``builtins.open``) and the listings of the photo folder (``os.scandir``) during the CLI's build, and
+times the read step alone over every photo (before: ``read_photo`` then ``date_taken``, the two reads;
+after: ``read_photo_dated``, one); then full ``vsekit index build`` runs into a fresh ``--out`` each, in
+fresh processes, the two versions interleaved so that the load of the shared machine falls on both
+alike. A first build of each (not timed) fills the model caches (the ONNX graphs). Wall and CPU (user +
+system) times are kept with the load average before and after each run.
 
-    python bench/bench_build_reads.py [--before main] [--runs 3] [--photos FOLDER]
+    python bench/bench_build_reads.py [--before REV] [--runs 3] [--photos FOLDER]
 
 Writes bench/results/build_reads.json.
 """
@@ -126,13 +126,16 @@ def _shown(path: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--before", default="main", help="The commit whose src/ is 'before'.")
+    parser.add_argument(
+        "--before", help="The commit whose src/ is 'before' (default: where this branch left main)."
+    )
     parser.add_argument("--runs", type=int, default=3, help="Timed builds of each version.")
     parser.add_argument("--photos", type=Path, default=EVERYDAY)
     args = parser.parse_args()
-    rev = subprocess.run(
-        ["git", "rev-parse", "--short", args.before], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    git = (
+        ["git", "rev-parse", "--short", args.before] if args.before else ["git", "merge-base", "HEAD", "main"]
+    )
+    rev = subprocess.run(git, cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()[:7]
     with tempfile.TemporaryDirectory(prefix="vsekit-reads-") as tmp:
         root = Path(tmp)
         archive = subprocess.run(["git", "archive", rev, "src"], cwd=REPO, capture_output=True, check=True)
