@@ -32,7 +32,7 @@ from vsekit.serve.app import ServeSettings, create_app
 
 SAMPLE = sorted((sample_data_path() / "Images").glob("*.jpg"))
 QUERY = "a dog runs through the grass"
-READ = ("vsekit.retrieval.build", "read_photo")  # one call per photo an update reads
+READ = ("vsekit.retrieval.build", "read_photo_dated")  # one call per photo an update reads
 SCAN = ("vsekit.retrieval.watch", "scan_photos")  # a watcher's full look at the folder
 
 

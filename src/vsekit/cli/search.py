@@ -147,7 +147,7 @@ def build(
     With --captions, each photo's caption is stored too (resumable; only new and changed photos later).
     After a vsekit upgrade that ships a new model, --rebuild brings an index over to it."""
     with user_errors(interrupted="re-run the same command to resume"):
-        _scan(photos)
+        scan = _scan(photos)
         _check_out(out)
         if engine is not None and engine not in SEARCH_ENGINES:
             raise VsekitError(f"unknown --engine {engine!r}; choose one of {', '.join(SEARCH_ENGINES)}")
@@ -156,6 +156,7 @@ def build(
         settings: dict[str, Any] = dict(
             dtype=dtype, engine=engine, device=device, progress=show_progress(), rebuild=rebuild
         )
+        settings["photos"] = scan.photos  # the folder is not scanned twice
         if options is not None:
             from vsekit.distributed.index import ray_build_index
 

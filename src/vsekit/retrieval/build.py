@@ -36,7 +36,15 @@ from tqdm.auto import tqdm
 from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
 from vsekit.retrieval.legacy import migrate, read_manifest
-from vsekit.retrieval.photos import PhotoEntry, PhotoFile, UpdatePlan, plan_update, read_photo, scan_folder
+from vsekit.retrieval.photos import (
+    PhotoEntry,
+    PhotoFile,
+    UpdatePlan,
+    plan_update,
+    read_photo,
+    read_photo_dated,
+    scan_folder,
+)
 from vsekit.retrieval.search import (
     ANN_ENGINES,
     ANN_MIN_VECTORS,
@@ -63,6 +71,7 @@ from vsekit.retrieval.store import (
     plan_compaction,
     writer_lock,
 )
+from vsekit.vision.preprocess import exif_date
 
 if TYPE_CHECKING:  # the model (and torch) is imported where it loads: an update with nothing new needs none
     from vsekit.embedding.pipeline import VSEModel
@@ -126,7 +135,8 @@ def embed_chunk(
 ) -> ChunkResult:
     """Embed one chunk of photos, ``_EMBED_GROUP`` at a time; a photo whose bytes have the sha256 that
     ``previous`` records for it (touched, same bytes) keeps its old vector. The photos run through the
-    CNN also get their top ImageNet classes (the concept route), from the same features."""
+    CNN also get their top ImageNet classes (the concept route), from the same features. Each file is
+    opened and read once: its bytes give the sha256, the pixels and the EXIF date taken of its entry."""
     entries: list[PhotoEntry] = []
     failed: dict[str, dict] = {}
     rows: list[np.ndarray] = []
@@ -145,13 +155,13 @@ def embed_chunk(
             group.clear()
 
     for photo in chunk:
-        sha, image, error = read_photo(photo)
+        sha, image, error, taken = read_photo_dated(photo)
         if error is not None:  # reported once, in the build's report (BuildReport.failed)
             logger.debug("unreadable: %s", error)
             failed[photo.id] = {"size": photo.size, "mtime_ns": photo.mtime_ns, "error": error}
             continue
-        assert image is not None  # read_photo gives an image or an error
-        entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha))
+        assert image is not None  # read_photo_dated gives an image or an error
+        entries.append(PhotoEntry(photo.id, photo.size, photo.mtime_ns, sha, taken))
         old_sha, old_vector = previous.get(photo.id, ("", None))
         if old_vector is not None and old_sha == sha:
             flush()
@@ -166,17 +176,15 @@ def embed_chunk(
 
 
 def date_taken(path: Path) -> str | None:
-    """EXIF DateTimeOriginal (else DateTime) as ISO text ``YYYY-MM-DDTHH:MM:SS``, or None."""
+    """EXIF DateTimeOriginal (else DateTime) of the file at ``path`` as ISO text ``YYYY-MM-DDTHH:MM:SS``,
+    or None (:func:`~vsekit.vision.preprocess.exif_date`). A build takes it from the bytes it reads
+    anyway (:func:`~vsekit.retrieval.photos.read_photo_dated`); this opens the file again, for the
+    entries of a finished chunk an older vsekit recorded without it."""
     try:
         with Image.open(path) as img:
-            exif = img.getexif()
-            value = exif.get_ifd(0x8769).get(36867) or exif.get(306)
+            return exif_date(img.getexif())
     except Exception:  # noqa: BLE001 - a photo without readable EXIF simply has no date
         return None
-    if not isinstance(value, str) or len(value) < 19:
-        return None
-    text = value.strip()[:19].replace(":", "-", 2).replace(" ", "T", 1)
-    return text if text[:4].isdigit() and text[4] == "-" else None
 
 
 def _digest(*parts: Any) -> str:
@@ -326,8 +334,7 @@ class Builder:
             return self._rebuild(settings["model"])
         records, damaged = self._records()
         old_entries = {i: PhotoEntry(i, r[0], r[1], r[2]) for i, r in records.items()}
-        scan = self.scanned if self.scanned is not None else scan_folder(self.photos_dir)
-        plan = plan_update(scan, old_entries, self.store.failed())
+        plan = plan_update(self._scan(), old_entries, self.store.failed())
         if self.ready is not None:
             plan.todo = [p for p in plan.todo if self.ready(p)]
         chunks, keys = self._chunks(plan.todo)
@@ -360,6 +367,11 @@ class Builder:
             )
             return True
         return False
+
+    def _scan(self) -> list[PhotoFile]:
+        """The folder's photos: the caller's scan when it has just made one (the folder is walked once
+        per build or update), else a scan now."""
+        return self.scanned if self.scanned is not None else scan_folder(self.photos_dir)
 
     # -- settings and records ------------------------------------------------------------------
     def _settings(self) -> dict[str, Any]:
@@ -403,7 +415,7 @@ class Builder:
         old = self.store.photos()
         captions = self.store.captions()
         self.dim = int(self.identity["embed_dim"])
-        scan = scan_folder(self.photos_dir)
+        scan = self._scan()
         plan = plan_update(scan, {}, self.store.failed())
         chunks, keys = self._chunks(plan.todo)
         self._records_of = {}
@@ -527,7 +539,14 @@ class Builder:
             verify_file(self.store.segment_path(n), sha or "", self.store.out)
         except VsekitError:
             return None
-        return n, [PhotoEntry(*e) for e in entries], failed
+        return n, [self._entry(row) for row in entries], failed
+
+    def _entry(self, row: list) -> PhotoEntry:
+        """A finished chunk's photo: ``[id, size, mtime_ns, sha256, taken]`` (an older vsekit's chunk
+        recorded no ``taken``: the date is read from the file then)."""
+        photo_id, size, mtime_ns, sha256, *rest = row
+        taken = rest[0] if rest else date_taken(self.photos_dir / photo_id)
+        return PhotoEntry(photo_id, size, mtime_ns, sha256, taken)
 
     def _embed_chunks(self, chunks: list[list[PhotoFile]], keys: list[str]) -> list[tuple]:
         total = sum(len(c) for c in chunks)
@@ -563,7 +582,7 @@ class Builder:
         if vectors.shape != (len(entries), self.dim):
             raise VsekitError(f"chunk {key}: {vectors.shape} vectors for {len(entries)} photos")
         n, sha = self.store.write_segment(vectors.astype(self.dtype), len(entries), self.dim, self.dtype)
-        rows = [[e.id, e.size, e.mtime_ns, e.sha256] for e in entries]
+        rows = [[e.id, e.size, e.mtime_ns, e.sha256, e.taken] for e in entries]
         self.store.save_chunk(key, n, sha, rows, failed)
         return n, entries, failed
 
@@ -601,10 +620,7 @@ class Builder:
             return caption if sha == entry.sha256 else None
 
         if segments:
-            photos = [
-                PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, date_taken(self.photos_dir / e.id), kept(e))
-                for e in entries
-            ]
+            photos = [PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, e.taken, kept(e)) for e in entries]
             segment = NewSegment(n, photos, sha)
             total = len(plan.kept) + len(entries)
             engine = needs_ann(self.engine, total, len(entries))

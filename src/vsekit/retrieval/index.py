@@ -112,6 +112,7 @@ class Index(Searching):
         runner: ChunkRunner | None = None,
         ready: Callable[[PhotoFile], bool] | None = None,
         rebuild: bool = False,
+        photos: list[PhotoFile] | None = None,
     ) -> _IndexT:
         """Index every photo under ``photos_dir`` into ``out_dir`` (or bring an existing index up to date).
 
@@ -124,21 +125,23 @@ class Index(Searching):
         picks which new or changed files are read now (the others are neither added nor removed: see
         :mod:`vsekit.retrieval.watch`). An ``out_dir`` that holds other files and no index is refused
         before anything is written. ``rebuild``: an index built with another model (a retrained shipped
-        ``vse``, say) has every photo embedded again with this one, replaced in one commit.
+        ``vse``, say) has every photo embedded again with this one, replaced in one commit. ``photos``:
+        the folder's photos when the caller has just scanned it (not scanned again: ``vsekit index
+        build`` checks the folder before the model loads).
         """
-        out, photos = Path(out_dir), Path(photos_dir).expanduser().resolve()
+        out, folder = Path(out_dir), Path(photos_dir).expanduser().resolve()
         if dtype is not None and dtype not in DTYPES:
             raise VsekitError(f"unknown index dtype {dtype!r}; known: {', '.join(DTYPES)}")
         resolve_engine(engine or "auto", 0)
         if chunk_size < 1:
             raise VsekitError(f"chunk_size must be >= 1, got {chunk_size}")
-        if not photos.is_dir():
-            raise VsekitError(f"{photos}: not a folder of photos")
+        if not folder.is_dir():
+            raise VsekitError(f"{folder}: not a folder of photos")
         check_out_dir(out)  # before the model loads and before anything is written
         loaded, name = load_model(model, device)
         options: dict[str, Any] = dict(dtype=dtype, engine=engine, chunk_size=chunk_size, ready=ready)
-        options["progress"] = progress
-        report = _write(out, photos, model_identity(loaded, name), lambda: loaded, runner, rebuild, **options)
+        options |= dict(progress=progress, scanned=photos)
+        report = _write(out, folder, model_identity(loaded, name), lambda: loaded, runner, rebuild, **options)
         index = cls.open(out, model=loaded)
         index.report = report
         return index

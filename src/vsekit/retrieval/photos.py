@@ -1,7 +1,8 @@
 """A folder of photos as the index sees it: which files, their identity, what changed since last time.
 
 A photo's identity is its size and modification time (cheap, from ``stat``) and the sha256 of its bytes
-(read once, while it is decoded for embedding). :func:`plan_update` compares a scan of the folder with the
+(read once, while it is decoded for embedding: the same bytes give its EXIF orientation and date taken,
+:func:`read_photo_dated`). :func:`plan_update` compares a scan of the folder with the
 entries an index already holds: an entry whose size and mtime are unchanged is kept without reading the
 file; anything else is (re)read, and keeps its old embedding if its bytes turn out to be the same.
 
@@ -37,7 +38,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vsekit.data.images import OPTIONAL_PHOTO_EXTENSIONS, photo_extensions
 from vsekit.errors import CorpusError, ImageError, printable
-from vsekit.vision.preprocess import load_image
+from vsekit.vision.preprocess import decode_photo
 
 __all__ = [
     "DEFAULT_MAX_PHOTO_MB",
@@ -49,6 +50,7 @@ __all__ = [
     "plan_update",
     "printable",
     "read_photo",
+    "read_photo_dated",
     "scan_folder",
     "scan_photos",
 ]
@@ -72,12 +74,14 @@ class PhotoFile:
 
 @dataclass(frozen=True)
 class PhotoEntry:
-    """A photo as an index recorded it (``sha256`` of the bytes that were embedded)."""
+    """A photo as an index recorded it (``sha256`` of the bytes that were embedded); ``taken``: its EXIF
+    date taken as ISO text when it was read from those bytes (None: no date, or an entry not read here)."""
 
     id: str
     size: int
     mtime_ns: int
     sha256: str
+    taken: str | None = None
 
     def same_stat(self, photo: PhotoFile) -> bool:
         return (self.size, self.mtime_ns) == (photo.size, photo.mtime_ns)
@@ -350,13 +354,22 @@ def read_photo(photo: PhotoFile, max_bytes: int | None = None) -> tuple[str, Ima
     (default :func:`max_photo_bytes`). The bytes are read once: hashed, then decoded exactly as the
     feature path decodes a file (complete decode, upright by EXIF, first frame of a GIF, RGB).
     """
+    return read_photo_dated(photo, max_bytes)[:3]
+
+
+def read_photo_dated(
+    photo: PhotoFile, max_bytes: int | None = None
+) -> tuple[str, Image.Image | None, str | None, str | None]:
+    """:func:`read_photo` and the photo's EXIF date taken (ISO text, or None), from the same bytes: the
+    file is opened and read once for its sha256, its pixels, its orientation and its date."""
     name = printable(photo.id)
     try:
         data = _read_regular(photo.path, max_photo_bytes() if max_bytes is None else max_bytes)
     except ImageError as exc:
-        return "", None, f"{name}: {exc}"
+        return "", None, f"{name}: {exc}", None
     sha = hashlib.sha256(data).hexdigest()
     try:
-        return sha, load_image(io.BytesIO(data)), None
+        image, taken = decode_photo(io.BytesIO(data))
     except ImageError as exc:
-        return sha, None, f"{name}: cannot read image ({_decode_reason(exc)})"
+        return sha, None, f"{name}: cannot read image ({_decode_reason(exc)})", None
+    return sha, image, None, taken

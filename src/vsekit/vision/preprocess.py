@@ -35,6 +35,8 @@ __all__ = [
     "Preprocessing",
     "VIEWS",
     "decode_image",
+    "decode_photo",
+    "exif_date",
     "load_image",
     "readable_formats",
     "upright_rgb",
@@ -58,6 +60,10 @@ DEFAULT_MAX_BYTES = 1 << 30
 IMAGE_FORMATS = ("JPEG", "MPO", "PNG", "GIF", "WEBP", "BMP", "TIFF", "HEIF", "AVIF")
 
 EXIF_ORIENTATION = 0x0112
+#: The EXIF sub-IFD, its DateTimeOriginal (when the photo was taken) and IFD0's DateTime (last change).
+EXIF_IFD = 0x8769
+EXIF_DATE_TAKEN = 36867
+EXIF_DATE_TIME = 306
 
 #: The views of a photo the CNN can see (training-time augmentation, cached per view). ``centre`` is the
 #: evaluation crop, the only one models ever see at test time; ``centre-flip`` its mirror image; the
@@ -189,7 +195,49 @@ def decode_image(
     Raises:
         ImageError: one line ``NAME: cannot read image (REASON)``; ``reason`` and ``kind`` say why.
     """
-    name = _name_of(source, name)
+    return _decode(source, _name_of(source, name), max_pixels, max_bytes, draft, dated=False)[0]
+
+
+def decode_photo(
+    source: str | os.PathLike[str] | bytes | IO[bytes],
+    *,
+    name: str | None = None,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> tuple[Image.Image, str | None]:
+    """:func:`decode_image` and the photo's date taken (:func:`exif_date`), both from the one opening of
+    ``source``: the EXIF that turns the photo upright also gives its date (an index build reads each
+    photo's bytes once).
+
+    Raises:
+        ImageError: as :func:`decode_image`.
+    """
+    return _decode(source, _name_of(source, name), max_pixels, max_bytes, None, dated=True)
+
+
+def exif_date(exif: Image.Exif) -> str | None:
+    """EXIF DateTimeOriginal (else DateTime) as ISO text ``YYYY-MM-DDTHH:MM:SS``, or None (no date, or
+    EXIF that cannot be read: a photo without a readable date simply has none)."""
+    try:
+        value = exif.get_ifd(EXIF_IFD).get(EXIF_DATE_TAKEN) or exif.get(EXIF_DATE_TIME)
+    except Exception:  # noqa: BLE001 - damaged EXIF: no date, the photo itself decoded
+        return None
+    if not isinstance(value, str) or len(value) < 19:
+        return None
+    text = value.strip()[:19].replace(":", "-", 2).replace(" ", "T", 1)
+    return text if text[:4].isdigit() and text[4] == "-" else None
+
+
+def _decode(
+    source: str | os.PathLike[str] | bytes | IO[bytes],
+    name: str,
+    max_pixels: int,
+    max_bytes: int,
+    draft: tuple[int, int] | None,
+    dated: bool,
+) -> tuple[Image.Image, str | None]:
+    """:func:`decode_image`, and with ``dated`` the date its EXIF records (read from the image as opened,
+    not from the upright copy, while its source is still open: a TIFF's EXIF is read from the file)."""
     opened = _open_source(source, name, max_bytes)
     try:
         with Image.open(opened, formats=readable_formats()) as img:
@@ -201,7 +249,8 @@ def decode_image(
             # PIL decodes lazily: load() here makes a truncated file fail now, naming it, not deep
             # inside a batch loop later. An animation's first frame is the frame Image.open is on.
             img.load()
-            return upright_rgb(img)
+            upright = upright_rgb(img)
+            return upright, exif_date(img.getexif()) if dated else None
     except ImageError:
         raise
     except Image.DecompressionBombError as exc:  # over Pillow's own limit, refused while opening
