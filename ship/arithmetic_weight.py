@@ -46,15 +46,15 @@ def _row(result: dict) -> dict:
     return {
         "weight": result["weight"],
         "phrase": result["phrase"],
-        "right": round(s["right"], 4),
-        "mentions_b": round(s["mentions_b"], 4),
-        "closeness": round(s["cos_to_source"], 4),
+        "right": round(float(s["right"]), 4),
+        "mentions_b": round(float(s["mentions_b"]), 4),
+        "closeness": round(float(s["cos_to_source"]), 4),
     }
 
 
 def _baselines(result: dict) -> dict:
     return {
-        m: {"right": round(s["right"], 4), "closeness": round(s["cos_to_source"], 4)}
+        m: {"right": round(float(s["right"]), 4), "closeness": round(s["cos_to_source"], 4)}
         for m, s in result["summary"].items()
         if m != "arithmetic"
     }
