@@ -2,6 +2,7 @@
 
     python ship/arithmetic_weight.py --proxy PROXY.safetensors          # val1000 grid and the choice
     python ship/arithmetic_weight.py --proxy PROXY.safetensors --ship   # and pretrained/vse-arithmetic.json
+    python ship/arithmetic_weight.py --ship                             # the choice arithmetic.json holds
     python ship/arithmetic_weight.py --dev                              # dev, read once: before and after
 
 Candidates: ``q' = normalise(q + weight * (sum plus - sum minus))`` (each word unit-norm; weight 1 is the
@@ -157,16 +158,15 @@ def dev(result: dict, threads: int) -> dict:
 def ship(chosen: dict) -> None:
     from vsekit.resources import pretrained_path
 
-    if chosen["phrase"] != "{}":
-        raise SystemExit("the library embeds the words bare; a phrase rule needs the library to wrap them")
     path = pretrained_path("vse")
     data = {
         "format": FORMAT,
         "model": "vse",
         "model_sha256": _sha(path),
         "weight": chosen["weight"],
-        "rule": "q' = normalise(q + weight * (sum plus - sum minus)), each word unit-norm "
-        "(Kiros Eq. 15 at weight 1)",
+        "phrase": chosen["phrase"],
+        "rule": "q' = normalise(q + weight * (sum plus - sum minus)), each word put in the phrase, embedded "
+        "and unit-normed (Kiros Eq. 15: weight 1, bare words)",
         "made_with": {
             "script": "ship/arithmetic_weight.py",
             "data": f"{SLICE} photos embedded by the shipped vse recipe trained without them; "
@@ -191,6 +191,9 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     path = RESULTS / OUT
+    if args.ship and args.proxy is None and not args.dev:  # the choice already recorded
+        ship(json.loads(path.read_text())["val1000"]["vse"]["chosen"])
+        return
     if args.dev:
         result = json.loads(path.read_text())
         result["dev"] = dev(result, args.threads)
