@@ -47,6 +47,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -567,24 +569,59 @@ WORDS = {
 }
 
 
-def _mentions(dev) -> dict[str, dict[str, int]]:
+def _mentions(split) -> dict[str, dict[str, int]]:
     """Per photo, per word of WORDS: how many of its captions mention it (as a whole word)."""
-    out: dict[str, dict[str, int]] = {i: dict.fromkeys(WORDS, 0) for i in dev.image_ids()}
-    for c in dev.captions:
+    out: dict[str, dict[str, int]] = {i: dict.fromkeys(WORDS, 0) for i in split.image_ids()}
+    for c in split.captions:
         tokens = set(re.findall(r"[a-z]+", c.text.lower()))
         for word, forms in WORDS.items():
             out[c.image_id][word] += bool(tokens & set(forms))
     return out
 
 
-def arithmetic(index, reference=None, max_per_pair: int = 20) -> dict:
-    """Kiros et al. 2014, Eq. 15, measured on the 1,000 dev photos.
+@dataclass
+class Embedded:
+    """A split's photos embedded by one model, what :func:`arithmetic` searches: ``paths`` (the image
+    ids), their unit ``vectors`` and the model's ``embed_texts`` (an index has all three)."""
 
-    For each ordered pair (A, B) of scene words in WORDS: source photos are dev photos that at least 2 of
-    their 5 captions describe with A and none with B (the first ``max_per_pair`` in id order). For a
-    source photo, three queries, each answered by the top 10 of the dev index with the source excluded:
+    paths: list[str]
+    vectors: np.ndarray
+    embed_texts: Callable[[list[str]], np.ndarray]
 
-    * ``arithmetic``: the photo's embedding - "A" + "B" (Eq. 15, each term unit-norm, renormalised);
+
+def split_photos(name: str):
+    """Flickr8K's ``dev``, or a validation slice's photos (``flickr8k-val1000``), as a corpus split."""
+    from vsekit.data import load_corpus
+    from vsekit.data.splits import apply_validation_slice, load_validation_slice
+
+    corpus = load_corpus(SHARED)
+    if name in corpus.splits:
+        return corpus.split(name)
+    vslice = load_validation_slice(name)
+    return apply_validation_slice(corpus, vslice).split(vslice.name)
+
+
+def embed_split(model, split) -> Embedded:
+    """``split``'s photos embedded by ``model`` (a :class:`vsekit.VSEModel`) from the feature cache: the
+    vectors an index of those photos stores (``file_features`` computes the cache's numbers), without
+    writing one."""
+    ids = sorted(split.image_ids())
+    vectors = model.embed_features(model.corpus_features(split, ids, progress=False))
+    return Embedded(ids, np.asarray(vectors, dtype=np.float32), model.embed_texts)
+
+
+def arithmetic(
+    index, reference=None, max_per_pair: int = 20, split=None, weight: float = 1.0, phrase: str = "{}"
+) -> dict:
+    """Kiros et al. 2014, Eq. 15, measured on the photos of a split (default: the 1,000 dev photos).
+
+    For each ordered pair (A, B) of scene words in WORDS: source photos are photos of the split that at
+    least 2 of their 5 captions describe with A and none with B (the first ``max_per_pair`` in id order).
+    For a source photo, three queries, each answered by the top 10 of the split's photos with the source
+    excluded:
+
+    * ``arithmetic``: the photo's embedding + weight x ("B" - "A") (Eq. 15, each word unit-norm,
+      renormalised; weight 1 is the paper's; ``phrase`` wraps each word, e.g. "a photo of {}");
     * ``image``: the photo's embedding alone (more like this, no arithmetic);
     * ``text B``: the word B alone.
 
@@ -592,19 +629,20 @@ def arithmetic(index, reference=None, max_per_pair: int = 20) -> dict:
     hits (the protocol's number), the share mentioning B at all, and the mean cosine of the hits to the
     source photo (how much of the rest of the picture the query keeps: arithmetic should keep more of it
     than the bare word), measured between photo embeddings of ``reference`` (default: ``index``), one
-    yardstick for every model compared.
+    yardstick for every model compared. ``index``: an index of the split's photos, or :class:`Embedded`.
     """
     from vsekit.retrieval.arithmetic import arithmetic_query
     from vsekit.retrieval.search import exact_search
 
-    dev = _dev()
-    mentions = _mentions(dev)
+    split = split if split is not None else _dev()
+    mentions = _mentions(split)
     row_of = {p: i for i, p in enumerate(index.paths)}
     vectors = np.asarray(index.vectors, dtype=np.float32)
     reference = reference or index
     ref_row = {p: i for i, p in enumerate(reference.paths)}
     ref = np.asarray(reference.vectors, dtype=np.float32)
     word_vec = dict(zip(WORDS, index.embed_texts(list(WORDS)), strict=True))
+    term_vec = dict(zip(WORDS, index.embed_texts([phrase.format(w) for w in WORDS]), strict=True))
     modes = ("arithmetic", "image", "text")
     totals = {m: {"right": 0.0, "mentions_b": 0.0, "cos_to_source": 0.0} for m in modes}
     pairs, n_queries = [], 0
@@ -618,7 +656,9 @@ def arithmetic(index, reference=None, max_per_pair: int = 20) -> dict:
             for image_id in sources:
                 src = row_of[image_id]
                 queries = {
-                    "arithmetic": arithmetic_query(vectors[src], word_vec[b][None], word_vec[a][None]),
+                    "arithmetic": arithmetic_query(
+                        vectors[src], term_vec[b][None], term_vec[a][None], weight=weight
+                    ),
                     "image": vectors[src],
                     "text": word_vec[b],
                 }
@@ -638,7 +678,14 @@ def arithmetic(index, reference=None, max_per_pair: int = 20) -> dict:
                 | {f"right_{m}": pair[m] / max(1, len(sources)) for m in pair}
             )
     summary = {m: {k: v / n_queries for k, v in t.items()} for m, t in totals.items()}
-    return {"queries": n_queries, "words": list(WORDS), "summary": summary, "pairs": pairs}
+    return {
+        "queries": n_queries,
+        "words": list(WORDS),
+        "weight": weight,
+        "phrase": phrase,
+        "summary": summary,
+        "pairs": pairs,
+    }
 
 
 def print_arithmetic(rows: dict) -> None:

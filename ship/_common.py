@@ -41,6 +41,7 @@ write_result = _bench.write_result
 model_extra = _bench.model_extra
 read_run_log = _bench.read_run_log
 peak_rss_mb = _bench.peak_rss_mb
+latency_ms = _bench.latency_ms
 
 if str(REPO / "bench") not in sys.path:
     sys.path.append(str(REPO / "bench"))
@@ -56,6 +57,7 @@ __all__ = [
     "RESULTS",
     "SHARED",
     "git_commit",
+    "latency_ms",
     "load_now",
     "model_extra",
     "peak_rss_mb",

@@ -45,6 +45,7 @@ from vsekit.serve import create_app  # noqa: E402
 expect.set_options(timeout=30_000)  # a loaded 2-core CI machine: the first caption loads the captioner
 QUERY = "a dog runs on the grass"
 N_PHOTOS = 10  # make_photo_folder's 8 readable photos, the sideways phone photo, a re-saved copy
+RULE = " (words weighted 1.25, each read as \u201ca photo of \u2026\u201d)"  # the shipped vse's arithmetic
 
 
 SIDEWAYS_TAKEN = "2021:06:05 14:00:00"
@@ -337,7 +338,7 @@ def test_each_action_clears_the_other_panels(page, tmp_path, shots):
     page.get_by_role("button", name="Clear photo").click()
     page.get_by_role("button", name="Compute").click()
     expect(page.locator("#arith-used")).to_have_text(
-        "Used the sentence \u201ca dog in the snow\u201d \u2212 snow + grass"
+        "Used the sentence \u201ca dog in the snow\u201d \u2212 snow + grass" + RULE
     )
     expect(page.locator("#grid .hit")).to_have_count(N_PHOTOS)
     assert url_params(page) == {"mode": "arith", "q": "a dog in the snow", "minus": "snow", "plus": "grass"}
@@ -346,7 +347,7 @@ def test_each_action_clears_the_other_panels(page, tmp_path, shots):
     page.get_by_label("or photo").set_input_files(str(photo))
     page.get_by_role("button", name="Compute").click()
     expect(page.locator("#arith-used")).to_have_text(
-        "Used the photo \u201cstart.jpg\u201d \u2212 snow + grass"
+        "Used the photo \u201cstart.jpg\u201d \u2212 snow + grass" + RULE
     )
     expect(page.locator("#results-title")).to_have_text("start.jpg \u2212 snow + grass")
     page.screenshot(path=str(shots / "arith-photo.png"), full_page=True)

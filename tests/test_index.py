@@ -60,9 +60,14 @@ def test_build_skips_the_corrupt_file_and_searches(tmp_path, model):
     assert [h.path for h in index.search("a dog runs on the grass", k=12, min_score=0.1)] == [
         h.path for h in text_hits if h.score >= 0.1
     ]
-    # arithmetic and the re-sort go through the same code path as Eq. 15 by hand
+    # arithmetic and the re-sort go through the same code path as Eq. 15 by hand, by the shipped vse's rule
+    # (vse-arithmetic.json: the words' difference weighted 1.25, each word read as "a photo of WORD")
     q = index.query_vector(image=photos / index.paths[0], plus=["beach"], minus=["snow"])
-    by_hand = index.vectors[0] - model.embed_texts(["snow"])[0] + model.embed_texts(["beach"])[0]
+    snow, beach = model.embed_texts(["a photo of snow", "a photo of beach"])
+    by_hand = index.vectors[0] + 1.25 * (beach - snow)
+    np.testing.assert_allclose(q, by_hand / np.linalg.norm(by_hand), atol=1e-4)
+    q = index.query_vector(image=photos / index.paths[0], plus=["beach"], minus=["snow"], weight=1.0)
+    by_hand = index.vectors[0] + (beach - snow)
     np.testing.assert_allclose(q, by_hand / np.linalg.norm(by_hand), atol=1e-4)
     assert len(index.search("a dog", k=4, resort=8)) == 4
     with pytest.raises(VsekitError, match="empty query"):

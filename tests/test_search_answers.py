@@ -1,13 +1,16 @@
 """What a search answers, as a user of a photo tool expects (issue 34 items 3 and 4): a `--folder` the
 index does not have is an error naming its nearest folders (an absolute path inside the photo folder is
 taken), and "more like this" leaves out the photo searched by and its exact copies (`--keep-query`,
-`keep_query=true` keep them), in the library's answer policy, so the CLI, the API and Python agree."""
+`keep_query=true` keep them), in the library's answer policy, so the CLI, the API and Python agree; and
+photo arithmetic (item 5) takes the model's shipped rule everywhere, `--arith-weight` (`weight`) overriding
+its weight."""
 
 from __future__ import annotations
 
 import json
 import shutil
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
@@ -15,6 +18,7 @@ from typer.testing import CliRunner
 import vsekit
 from search_helpers import SAMPLE_IMAGES
 from vsekit.cli import app
+from vsekit.retrieval.arithmetic import ArithmeticRule, arithmetic_query
 from vsekit.serve.app import create_app
 
 pytest.importorskip(
@@ -144,3 +148,36 @@ def test_the_api_and_python_leave_out_the_query_photo_too(built):
     in_trip = client.post("/api/arithmetic", data=form | {"folder": "trip"}).json()
     assert [r["path"] for r in in_trip["results"]] == ["trip/c.jpg"] and in_trip["left_out"] == [CAT, COPY]
     assert len(opened.search(image=photos / CAT, k=2, resort=4)) == 2
+
+
+# ----------------------------------------------------------------------------- item 5: photo arithmetic
+def test_arithmetic_takes_the_models_rule_everywhere_and_arith_weight_overrides_it(built):
+    photos, index = built
+    opened = vsekit.Index.open(index)
+    assert opened.arithmetic_rule() == ArithmeticRule(1.25, "a photo of {}")  # the shipped vse's
+    words = {"minus": ["cat"], "plus": ["dog"]}
+    by_hand = arithmetic_query(
+        opened.embed_image(photos / CAT),
+        opened.embed_texts(["a photo of dog"]),
+        opened.embed_texts(["a photo of cat"]),
+        weight=1.25,
+    )
+    np.testing.assert_allclose(opened.query_vector(image=photos / CAT, **words), by_hand, atol=1e-5)
+    arith = ["--image", str(photos / CAT), "--minus", "cat", "--plus", "dog"]
+    for weight, flag in ((1.25, []), (4.0, ["--arith-weight", "4"])):
+        found, row = _paths(index, *arith, *flag)
+        assert row["arithmetic"] == {"weight": weight, "phrase": "a photo of {}"}
+        hits = opened.search(image=photos / CAT, **words, weight=None if not flag else weight, k=5)
+        assert found == [h.path for h in hits]
+        client = TestClient(create_app(opened), base_url="http://127.0.0.1")
+        form = {"id": str(list(opened.paths).index(CAT)), "minus": "cat", "plus": "dog", "k": "5"}
+        body = client.post("/api/arithmetic", data=form | ({"weight": str(weight)} if flag else {})).json()
+        assert [r["path"] for r in body["results"]] == found and body["arithmetic"]["weight"] == weight
+    heavy = opened.query_vector(image=photos / CAT, **words, weight=4.0)
+    assert float(heavy @ opened.embed_texts(["a photo of dog"])[0]) > float(
+        by_hand @ opened.embed_texts(["a photo of dog"])[0]
+    )
+    said = runner.invoke(app, ["search", str(index), *arith]).output
+    assert "- 'cat' + 'dog' (words weighted 1.25, each read as 'a photo of WORD')" in said
+    assert "--arith-weight applies with --plus/--minus" in _error(str(index), "a cat", "--arith-weight", "2")
+    assert "weight must be a number above 0, got 0.0" in _error(str(index), *arith, "--arith-weight", "0")

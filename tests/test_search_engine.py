@@ -1,10 +1,19 @@
 """Nearest-neighbour engines against brute force, and Eq. 15 arithmetic against hand-computed vectors."""
 
+import hashlib
+
 import numpy as np
 import pytest
 
 from vsekit.errors import VsekitError
-from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.resources import pretrained_path
+from vsekit.retrieval.arithmetic import (
+    PAPER_RULE,
+    ArithmeticRule,
+    arithmetic_query,
+    load_arithmetic_rule,
+    resort_by_mean,
+)
 from vsekit.retrieval.search import (
     build_ann,
     calibrate,
@@ -82,6 +91,54 @@ def test_eq15_by_hand():
     np.testing.assert_allclose(arithmetic_query(q), [1.0, 0.0, 0.0])
     with pytest.raises(VsekitError, match="cancels"):
         arithmetic_query(np.array([1.0, 0.0]), None, np.array([[1.0, 0.0]]))
+
+
+def test_the_words_weight_by_hand():
+    # q = (2, 0) -> (1, 0); plus (0, 1); weight 2: (1, 0) + 2 (0, 1) = (1, 2), norm sqrt(5)
+    q = np.array([2.0, 0.0])
+    np.testing.assert_allclose(
+        arithmetic_query(q, np.array([[0.0, 1.0]]), weight=2.0), np.array([1.0, 2.0]) / np.sqrt(5), rtol=1e-6
+    )
+    # minus (0, -3) -> (0, -1), plus (0, 4) -> (0, 1); weight 1.5: (1, 0) + 1.5 ((0, 1) - (0, -1)) = (1, 3)
+    got = arithmetic_query(q, np.array([[0.0, 4.0]]), np.array([[0.0, -3.0]]), weight=1.5)
+    np.testing.assert_allclose(got, np.array([1.0, 3.0]) / np.sqrt(10), rtol=1e-6)
+    # weight 1 is Eq. 15 as it was: (1, 0) - (0, -1) + (0, 1) = (1, 2)
+    np.testing.assert_allclose(
+        arithmetic_query(q, np.array([[0.0, 4.0]]), np.array([[0.0, -3.0]])),
+        np.array([1.0, 2.0]) / np.sqrt(5),
+    )
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(VsekitError, match="weight must be a number above 0"):
+            arithmetic_query(q, np.array([[0.0, 1.0]]), weight=bad)
+
+
+def test_a_weight_above_one_brings_the_plus_word_photo_to_the_top():
+    # a tiny index: the source photo's own scene ("the cat again") and a photo of the plus word ("a dog"),
+    # the query photo at (1, 0, 0), minus "cat" (0, 1, 0), plus "dog" (0, 0, 1)
+    cat_again = np.array([0.8, 0.0, 0.6])
+    dog = np.array([0.3, 0.0, np.sqrt(1 - 0.09)])
+    photos = np.stack([cat_again, dog]).astype(np.float32)
+    q, minus, plus = np.array([1.0, 0.0, 0.0]), np.array([[0.0, 1.0, 0.0]]), np.array([[0.0, 0.0, 1.0]])
+    # weight 1: (1, -1, 1) / sqrt(3): cat 1.4 / sqrt(3) = 0.81 > dog 1.25 / sqrt(3) = 0.72
+    _, rows = exact_search(photos, arithmetic_query(q, plus, minus)[None], 1)
+    assert rows[0].tolist() == [0]
+    # weight 2: (1, -2, 2) / 3: cat 2.0 / 3 = 0.67 < dog 2.21 / 3 = 0.74
+    _, rows = exact_search(photos, arithmetic_query(q, plus, minus, weight=2.0)[None], 1)
+    assert rows[0].tolist() == [1]
+
+
+def test_the_shipped_vse_has_its_rule_and_other_models_the_papers():
+    sha256 = hashlib.sha256(pretrained_path("vse").read_bytes()).hexdigest()
+    rule = load_arithmetic_rule("vse", sha256)
+    assert rule == ArithmeticRule(1.25, "a photo of {}")  # chosen on flickr8k-val1000 (arithmetic.json)
+    assert rule.texts(["dog", "red car"]) == ["a photo of dog", "a photo of red car"]
+    assert rule.with_weight(3.0) == ArithmeticRule(3.0, "a photo of {}") and rule.with_weight(None) is rule
+    assert load_arithmetic_rule("vse", "0" * 64) == PAPER_RULE  # another vse file: not its rule
+    assert load_arithmetic_rule("bow", sha256) == PAPER_RULE  # bow ships none: weight 1, bare words
+    assert load_arithmetic_rule("/some/model.safetensors", sha256) == PAPER_RULE
+    assert PAPER_RULE.texts(["dog"]) == ["dog"] and PAPER_RULE.weight == 1.0
+    with pytest.raises(VsekitError, match="one '{}'"):
+        ArithmeticRule(1.0, "a photo")
 
 
 def test_resort_by_mean_by_hand():

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vsekit.errors import VsekitError
-from vsekit.retrieval.arithmetic import arithmetic_query, resort_by_mean
+from vsekit.retrieval.arithmetic import ArithmeticRule, arithmetic_query, load_arithmetic_rule, resort_by_mean
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
 from vsekit.retrieval.store import DB, damaged, reader
@@ -94,8 +94,18 @@ class Searching:
     def model(self) -> VSEModel:
         raise NotImplementedError  # Index's property
 
+    @property
+    def manifest(self) -> dict[str, Any]:
+        raise NotImplementedError  # Index's property
+
     def text_side(self) -> TextTower | VSEModel:
         raise NotImplementedError  # Index's method
+
+    def arithmetic_rule(self, weight: float | None = None) -> ArithmeticRule:
+        """How this index's model weighs and reads the ``plus`` / ``minus`` words (the rule shipped for the
+        model file, else Kiros Eq. 15's), with ``weight`` instead of its weight when one is given."""
+        model = self.manifest["model"]
+        return load_arithmetic_rule(str(model["name"]), str(model["sha256"])).with_weight(weight)
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """Unit query vectors of sentences (the model's text side, :meth:`text_side`)."""
@@ -118,8 +128,10 @@ class Searching:
         vector: np.ndarray | None = None,
         plus: Sequence[str] = (),
         minus: Sequence[str] = (),
+        weight: float | None = None,
     ) -> np.ndarray:
-        """The unit query vector: a sentence, a photo or a given vector, with Eq. 15 arithmetic applied."""
+        """The unit query vector: a sentence, a photo or a given vector, with Eq. 15 arithmetic applied by
+        the model's rule (:meth:`arithmetic_rule`; ``weight``: the words' weight instead of its)."""
         given = [x is not None for x in (text, image, vector)]
         if sum(given) != 1:
             raise VsekitError("give exactly one of text, image or vector as the query")
@@ -131,9 +143,10 @@ class Searching:
             base = np.asarray(vector, dtype=np.float32).reshape(-1)
         if not plus and not minus:
             return base
-        plus_v = self.embed_texts(list(plus)) if plus else None
-        minus_v = self.embed_texts(list(minus)) if minus else None
-        return arithmetic_query(base, plus_v, minus_v)
+        rule = self.arithmetic_rule(weight)
+        plus_v = self.embed_texts(rule.texts(plus)) if plus else None
+        minus_v = self.embed_texts(rule.texts(minus)) if minus else None
+        return arithmetic_query(base, plus_v, minus_v, rule.weight)
 
     def search(
         self,
@@ -143,6 +156,7 @@ class Searching:
         vector: np.ndarray | None = None,
         plus: Sequence[str] = (),
         minus: Sequence[str] = (),
+        weight: float | None = None,
         k: int = 10,
         min_score: float | None = None,
         resort: int = 0,
@@ -153,13 +167,14 @@ class Searching:
         leave_out: str | None = None,
     ) -> list[SearchHit]:
         """The ``k`` photos nearest a sentence, a photo (path or PIL image) or a vector, with optional
-        ``minus`` / ``plus`` words (Kiros et al. 2014, Eq. 15) and the paper's re-sort of the top
+        ``minus`` / ``plus`` words (Kiros et al. 2014, Eq. 15, by the model's rule: :meth:`arithmetic_rule`;
+        ``weight`` overrides its words' weight) and the paper's re-sort of the top
         ``resort`` results by distance to their mean (0: off). Hits below ``min_score`` are dropped.
         Filters: ``folder`` (a folder relative to the photo folder, with its subfolders), and the EXIF
         date taken, ``taken_after <= taken < taken_before`` (dates or ISO text; photos without a date
         are left out when either is given); ``leave_out``: the photos whose bytes have this sha256 (the
         photo searched by and its exact copies) are not searched."""
-        query = self.query_vector(text, image, vector=vector, plus=plus, minus=minus)
+        query = self.query_vector(text, image, vector=vector, plus=plus, minus=minus, weight=weight)
         return self.search_vectors(
             query[None], k, min_score=min_score, resort=resort, engine=engine,
             folder=folder, taken_after=taken_after, taken_before=taken_before, leave_out=leave_out,

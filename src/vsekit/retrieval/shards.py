@@ -127,6 +127,7 @@ class ShardedIndex:
         vector: np.ndarray | None = None,
         plus: Sequence[str] = (),
         minus: Sequence[str] = (),
+        weight: float | None = None,
         k: int = 10,
         min_score: float | None = None,
         resort: int = 0,
@@ -134,7 +135,7 @@ class ShardedIndex:
         leave_out: str | None = None,
     ) -> list[SearchHit]:
         """As :meth:`Index.search`; the query is embedded once, by the first shard's model."""
-        query = self.shards[0].query_vector(text, image, vector=vector, plus=plus, minus=minus)
+        query = self.shards[0].query_vector(text, image, vector=vector, plus=plus, minus=minus, weight=weight)
         options: dict[str, Any] = dict(min_score=min_score, resort=resort, engine=engine, leave_out=leave_out)
         return self.search_vectors(query[None], k, **options)[0]
 

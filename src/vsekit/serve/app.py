@@ -2,7 +2,8 @@
 
 ``GET /`` the page; ``GET /api/search?q=&k=`` (and ``rerank``, ``folder``, ``taken_after``, ``taken_before``);
 ``POST /api/search/image`` (multipart ``file``, query ``k``, ``keep_query`` and the filters); ``POST
-/api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``k``, ``resort``, ``keep_query``);
+/api/arithmetic`` (form: ``q`` or ``file`` or ``id``, ``minus``, ``plus``, ``weight``, ``k``, ``resort``,
+``keep_query``);
 ``GET /api/similar/{id}`` (``k``, ``keep_query`` and the filters; a photo query leaves the photo searched by
 and its exact copies out unless ``keep_query=true``, and says which in ``left_out``); ``POST /api/caption``
 (multipart ``file``); ``GET /api/caption/{id}``; ``GET /api/thumb/{id}``; ``GET /api/info``; for the page:
@@ -160,8 +161,11 @@ def _results(hits: list[SearchHit], index: Index | None = None) -> dict[str, Any
 
 
 def _answered(found: Answer, index: Index) -> dict[str, Any]:
-    """A photo query's answer as JSON: its hits and what it left out (``left_out``)."""
-    return {**_results(found.hits, index), "left_out": found.to_json()["left_out"] or []}
+    """A photo query's answer as JSON: its hits and what it left out (``left_out``); with plus/minus words,
+    the rule the arithmetic used (``arithmetic``: its weight and phrase)."""
+    body = found.to_json()
+    out = {**_results(found.hits, index), "left_out": body["left_out"] or []}
+    return out if body["arithmetic"] is None else out | {"arithmetic": body["arithmetic"]}
 
 
 def _words(value: str | None) -> list[str]:
@@ -459,18 +463,22 @@ def _add_search_routes(
         photo_id: int | None = Form(None, alias="id"),
         minus: str | None = Form(None, max_length=1000),
         plus: str | None = Form(None, max_length=1000),
+        weight: float | None = Form(None, gt=0, le=100),
         k: int = Form(10, ge=1, le=settings.max_k),
         resort: int = Form(0, ge=0, le=settings.max_k),
         file: UploadFile | None = File(None),
         keep_query: bool = Form(False),
         filters: dict[str, Any] = Depends(_form_filters),
     ) -> dict[str, Any]:
-        """Kiros et al. 2014, Eq. 15: (query - minus words + plus words), normalised, by cosine; a photo
+        """Kiros et al. 2014, Eq. 15: (query + weight x (plus words - minus words)), normalised, by cosine
+        (``weight``: default the model's shipped rule, which ``arithmetic`` in the answer gives); a photo
         query leaves the photo and its exact copies out, as ``/api/similar`` does (``keep_query``); the
         filters as for ``/api/search``."""
         data = await _upload_bytes(file, settings) if file is not None and file.filename else None
         index = current()
         options = {"minus": _words(minus), "plus": _words(plus), "k": k, "resort": resort}
+        if weight is not None:
+            options["weight"] = weight
         options |= filters
 
         def answer() -> dict[str, Any]:
