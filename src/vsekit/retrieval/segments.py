@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -176,7 +176,8 @@ class _CheckedFile:
             self._raise_if(self.check.check(self._mapped))
 
     def header(self) -> None:
-        self._raise_if(self.check.check(self._mapped, 0, self.offset))
+        """Check the blocks of the header (block 0 at least: the magic and the header's length)."""
+        self._raise_if(self.check.check(self._mapped, 0, max(1, self.offset)))
 
     def rows(self, rows: np.ndarray) -> None:
         """Check the blocks that hold ``rows`` (row numbers)."""
@@ -258,23 +259,27 @@ def _map_segment(
         raise exc if isinstance(exc, VsekitError) else damaged(path, str(exc), out) from None
     if vectors.shape != (rows, dim) or vectors.dtype != np.dtype(dtype):
         raise damaged(path, f"{vectors.shape} {vectors.dtype}, the index says {(rows, dim)} {dtype}", out)
-    if checked is not None and checked.offset + vectors.nbytes != checked.check.sums.size:
-        raise damaged(path, f"a header of {checked.offset} bytes and {vectors.nbytes} of vectors", out)
     return vectors, checked
 
 
 def _map_checked(path: Path, checksum: str, out: Path) -> tuple[np.ndarray, _CheckedFile]:
-    """The vectors' map and the file's own map, with the blocks that hold the header checked."""
+    """The vectors, an array over the file's one read-only map (the bytes checked are the bytes
+    searched), with the blocks that hold the header checked first."""
     with open(path, "rb") as f:
         st = os.fstat(f.fileno())
         check = _block_check(path, st, checksum, out)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    vectors = map_npy(path)
-    offset = int(getattr(vectors, "offset", 0))
-    row_bytes = vectors.itemsize * int(np.prod(vectors.shape[1:]))
-    checked = _CheckedFile(path, out, check, mapped, offset, row_bytes)
+    checked = _CheckedFile(path, out, check, mapped, 0, 0)
+    checked.header()  # (offset 0: block 0, the magic, the header's length and its start)
+    header = map_npy(path)  # parses the header (the map it makes is let go)
+    shape, dtype, offset = header.shape, header.dtype, int(getattr(header, "offset", 0))
+    order: Literal["C", "F"] = "F" if header.flags.f_contiguous and not header.flags.c_contiguous else "C"
+    del header
+    checked.offset, checked.row_bytes = offset, dtype.itemsize * int(np.prod(shape[1:]))
     checked.header()
-    return vectors, checked
+    if offset + dtype.itemsize * int(np.prod(shape)) != st.st_size:
+        raise damaged(path, f"a header of {offset} bytes and {shape} {dtype} in {st.st_size} bytes", out)
+    return np.ndarray(shape, dtype=dtype, buffer=mapped, offset=offset, order=order), checked
 
 
 def check_segment_file(out: Path, name: str, checksum: str, rows: int, dim: int, dtype: str) -> None:
