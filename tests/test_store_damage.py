@@ -640,6 +640,14 @@ def test_index_check_reads_every_file_whole_and_says_one_line_per_damaged_file(t
     assert reference[-1] == 60
 
 
+def test_index_check_of_an_index_whose_database_was_deleted_says_so_with_rc_1(tmp_path):
+    """(Found by bench/fault_campaign.py's `check` action: it said the line with rc 2, as for no index.)"""
+    out = make_store(tmp_path / "i", 0)
+    (out / "store.sqlite").unlink()
+    found = cli("index", "check", out)
+    assert found.exit_code == 1 and "store.sqlite: damaged index file (missing)" in found.output
+
+
 def test_index_check_of_a_folder_that_is_no_index_is_one_line_and_rc_2(tmp_path):
     found = cli("index", "check", tmp_path / "nothing")
     assert found.exit_code == 2 and "not a vsekit photo index" in found.output

@@ -16,6 +16,7 @@ from vsekit.retrieval.opening import open_for_reading
 from vsekit.retrieval.segments import check_segment_file
 from vsekit.retrieval.store import (
     DB,
+    GENERATION_MARK,
     check_generation,
     check_row,
     committed_mark,
@@ -54,6 +55,10 @@ def check_index(out: Path) -> IndexCheck:
     out = Path(out)
     report = IndexCheck(out)
     if not (out / DB).is_file():
+        if (out / GENERATION_MARK).is_file():  # a store whose database was deleted
+            report.files = 1
+            report.damaged.append(str(damaged(out / DB, "missing", out)))
+            return report
         open_for_reading(out).close()  # not an index, or the old format: its own line
         report.note = "an index in the old format (no checksums to check until its next update converts it)"
         return report
