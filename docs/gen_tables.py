@@ -1431,10 +1431,11 @@ def t_fault_campaign() -> str:
     body += [row(f"index `{k[4:]}`", v) for k, v in counts.items() if k.startswith("kit ")]
     body += [row(f"action `{k[7:]}`", v) for k, v in counts.items() if k.startswith("action ")]
     floats = Counter()
-    for fault in ("flip-data", "flip-keep-mtime"):
+    for fault in ("flip-data", "flip-keep-mtime", "flip-late"):
         floats.update(counts.get(f"cell {fault} x segment .npy", {}))
     if floats:
-        body.append(row("one bit in a segment's floats (`flip-data`, `flip-keep-mtime` of a `.npy`)", floats))
+        label = "one bit in a segment's floats (`flip-data`, `flip-keep-mtime`, `flip-late` of a `.npy`)"
+        body.append(row(label, floats))
     body.append(row("**all trials**", counts["all"]))
     if (RESULTS / "fault_campaign_seed22.json").is_file():
         other = load("fault_campaign_seed22.json")

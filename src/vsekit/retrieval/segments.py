@@ -160,8 +160,8 @@ def _mapping(f: Any, size: int) -> Any:
 
 
 class _CheckedFile:
-    """A segment file's own read-only map and the blocks checked of it: rows are checked here before
-    a search reads them from the vectors' map (the same pages)."""
+    """A segment file's read-only map (its vectors are an array over it) and the blocks this process
+    has checked of it: a block is checked here before the first read of a row in it."""
 
     def __init__(self, path: Path, out: Path, check: BlockCheck, mapped: mmap.mmap, offset: int, row: int):
         self.path, self.out, self.check = path, out, check
