@@ -20,20 +20,27 @@ mtime put back with ``os.utime``), ``delete``, ``swap``, ``flip-record`` (one bi
 record of ``store.sqlite``, flipped through SQLite: a record SQLite reads without complaint, its
 checksum, if it has one, untouched; issue 36 item 10 found ``{"efSearch": 32}`` read as 12 this way),
 ``plant`` (synthetic indexes: a user's file at the name the next segment, its temp file or its ANN
-file would get; the trial is ``overwrote`` if the file is not intact after the action). Actions:
+file would get; the trial is ``overwrote`` if the file is not intact after the action), ``flip-late``
+(issue 36 item 9: the index is opened first, which checks only sizes, headers and the blocks that hold
+them, then one bit is flipped in the last block of a segment, which the open index reads later). The
+campaign gives new files 256-byte checksum blocks (``--block-bytes``), so the kits' small segments have
+several blocks, as a 2 GB one has 32,768 of 64 KiB. Actions:
 ``search`` (open, 3 vector queries, a folder-filtered query, the count, the model's recorded name),
 ``update`` (``add_vectors`` of 2 photos and 1 removal, then ``search``; compared with the same update
 on the undamaged index), ``build`` (``Index.build`` over the damaged index with the loaded model, then
 ``search``), ``cli-update`` (``vsekit index update INDEX`` through typer's runner, then ``search``),
 ``advice`` (``search``; when it fails with a clear error, the command the error advises is run as
-printed through the CLI, PHOTOS being the photo folder, then ``search`` again).
+printed through the CLI, PHOTOS being the photo folder, then ``search`` again), ``check`` (``vsekit index
+check INDEX`` through the CLI: exit code 1 with one clear line per damaged file is ``clear_error``; when it
+finds nothing, ``search``, which must then give the undamaged answers: else ``check_missed``).
 
 Outcomes: ``identical`` (the undamaged answers), ``clear_error`` (one ``VsekitError`` line naming the
 damaged index and saying ``vsekit index build`` rebuilds it), ``repaired`` (a clear error whose advised
 command, run as printed, brought the undamaged answers back), ``unclear_error`` (a ``VsekitError``
 without both), ``advice_failed`` (the advised command failed, or left an error or other answers),
 ``traceback`` (any other exception, or the child died), ``wrong`` (other answers, no error),
-``overwrote`` (a planted file was changed or deleted), ``hang`` (over the time limit). Nothing is
+``overwrote`` (a planted file was changed or deleted), ``check_missed`` (``index check`` found nothing,
+and a search then failed or answered otherwise), ``hang`` (over the time limit). Nothing is
 asserted: the counts go to bench/results/fault_campaign.json.
 
     nice -n 10 python bench/fault_campaign.py [--trials 420] [--seed 21] [--photos-trials 60]
@@ -71,7 +78,7 @@ from _common import run_meta, write_result  # noqa: E402
 from vsekit.errors import VsekitError  # noqa: E402
 from vsekit.retrieval.build import add_vectors, new_store  # noqa: E402
 from vsekit.retrieval.index import Index  # noqa: E402
-from vsekit.retrieval.store import PhotoRecord  # noqa: E402
+from vsekit.retrieval.store import PhotoRecord, blocks  # noqa: E402
 
 DIM = 16
 TIME_LIMIT_S = 90.0
@@ -84,10 +91,21 @@ OUTCOMES = (
     "traceback",
     "wrong",
     "overwrote",
+    "check_missed",
     "hang",
 )
-FAULTS = ("truncate", "flip", "flip-data", "flip-keep-mtime", "delete", "swap", "flip-record", "plant")
-FAULT_WEIGHTS = (1, 2, 2, 1, 1, 1, 2, 1)
+FAULTS = (
+    "truncate",
+    "flip",
+    "flip-data",
+    "flip-keep-mtime",
+    "delete",
+    "swap",
+    "flip-record",
+    "plant",
+    "flip-late",
+)
+FAULT_WEIGHTS = (1, 2, 2, 1, 1, 1, 2, 1, 2)
 #: What a user put in the index folder (``plant``): it must survive every action byte for byte.
 PLANTED = b"a user's own file, at the name the index's next file would get"
 
@@ -151,10 +169,11 @@ def photo_index(out: Path, photos: Path, sample: list[Path], engine: str) -> Pat
 QUERY_SEEDS = (900, 901, 902)
 
 
-def answers(out: Path, dim: int) -> list:
+def answers(out: Path, dim: int, index: Index | None = None) -> list:
     """What a user sees: 3 queries' top 10 (path, score), a folder-filtered top 10, the count, and the
-    model's recorded name (the shipped confidence calibration is found by it)."""
-    index = Index.open(out)
+    model's recorded name (the shipped confidence calibration is found by it). ``index``: an index
+    already open on ``out`` (opened before the damage)."""
+    index = index or Index.open(out)
     try:
         queries = np.stack([vector(s, dim) for s in QUERY_SEEDS])
         found: list = [
@@ -237,6 +256,10 @@ def damage(path: Path, fault: str, rng: random.Random, other: Path) -> str:
     start = 0
     if fault == "flip-data" and path.suffix == ".npy":
         start = min(data_offset(path), len(data) - 1)
+    if fault == "flip-late":  # the last checksum block, past the header's
+        start = max(
+            min(data_offset(path), len(data) - 1), (len(data) - 1) // blocks.BLOCK_BYTES * blocks.BLOCK_BYTES
+        )
     st = os.stat(path)
     bit = rng.randrange(8 * start, 8 * len(data))
     data[bit // 8] ^= 1 << (bit % 8)
@@ -341,6 +364,7 @@ def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
     name, fault, action = plan["file"], plan["fault"], plan["action"]
     if fault == "flip-keep-mtime":
         answers(out, kit["dim"])  # a process that already opened and searched this index
+    held = Index.open(out) if fault == "flip-late" and action == "search" else None
     target = out / name
     if fault == "plant":
         target.write_bytes(PLANTED)
@@ -352,7 +376,7 @@ def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
     else:
         done = damage(target, fault, rng, Path(kit["other"]) / name)
     try:
-        outcome, detail = _act(out, kit, action, done)
+        outcome, detail = _act(out, kit, action, done, held)
     except Exception:  # noqa: BLE001 - counted as a traceback, with the damage that caused it
         outcome, detail = "traceback", f"{done}: {traceback.format_exc()[-600:]}"
     if fault == "plant" and not (target.is_file() and target.read_bytes() == PLANTED):
@@ -360,9 +384,14 @@ def _trial(plan: dict[str, Any], kit: dict[str, Any]) -> tuple[str, str]:
     return outcome, detail
 
 
-def _act(out: Path, kit: dict[str, Any], action: str, done: str) -> tuple[str, str]:
-    """Run ``action`` over the damaged index ``out``; the outcome and what it showed."""
+def _act(
+    out: Path, kit: dict[str, Any], action: str, done: str, held: Index | None = None
+) -> tuple[str, str]:
+    """Run ``action`` over the damaged index ``out`` (``held``: an index opened before the damage, which
+    the search then uses); the outcome and what it showed."""
     expected = kit["reference"]
+    if action == "check":
+        return _check(out, kit, done)
     try:
         if action == "update":
             update(out)
@@ -373,13 +402,41 @@ def _act(out: Path, kit: dict[str, Any], action: str, done: str) -> tuple[str, s
             cli(["index", "update", out])
         elif action == "advice":
             return _advice(out, kit, done)
-        got = answers(out, kit["dim"])
+        got = answers(out, kit["dim"], held)
     except VsekitError as exc:
         message = str(exc)
         return ("clear_error" if _clear(message, out) else "unclear_error"), f"{done}: {message}"
     if got == expected:
         return "identical", done
     return "wrong", f"{done}: {_diff(expected, got)}"
+
+
+def _check(out: Path, kit: dict[str, Any], done: str) -> tuple[str, str]:
+    """``vsekit index check``: damage found is one clear line per damaged file (and a count); none
+    found, a search must give the undamaged answers."""
+    from typer.testing import CliRunner
+
+    from vsekit.cli import app
+
+    result = CliRunner().invoke(app, ["index", "check", str(out)])
+    lines = result.output.strip().splitlines()
+    if result.exit_code == 1:
+        damaged, summary = lines[:-1], lines[-1] if lines else ""
+        clear = (
+            bool(damaged)
+            and all(_clear(line, out) for line in damaged)
+            and f"{len(damaged)} damaged" in summary
+        )
+        return ("clear_error" if clear else "unclear_error"), f"{done}: {result.output.strip()[-600:]}"
+    if result.exit_code != 0:
+        return "unclear_error", f"{done}: rc {result.exit_code}: {result.output.strip()[-600:]}"
+    try:
+        got = answers(out, kit["dim"])
+    except VsekitError as exc:
+        return "check_missed", f"{done}: index check found nothing, then {exc}"
+    if got != kit["reference"]:
+        return "check_missed", f"{done}: index check found nothing, then {_diff(kit['reference'], got)}"
+    return "identical", done
 
 
 def _clear(message: str, out: Path) -> bool:
@@ -454,7 +511,7 @@ def make_kits(tmp: Path, photos_trials: int) -> dict[str, dict[str, Any]]:
                 "base": base,
                 "other": other,
                 "dim": DIM,
-                "actions": ("search", "search", "search", "update"),
+                "actions": ("search", "search", "search", "update", "check"),
                 "faults": FAULTS,
                 "plant": plant_targets(base, engine),
             }
@@ -488,7 +545,7 @@ def photo_kits(tmp: Path) -> dict[str, dict[str, Any]]:
             "dim": model.embed_dim,
             "photos": tmp / "P0",
             "model": model,
-            "actions": ("search", "build", "cli-update", "advice"),
+            "actions": ("search", "build", "cli-update", "advice", "check"),
             "faults": tuple(f for f in FAULTS if f != "plant"),
         }
     return kits
@@ -509,6 +566,8 @@ def plans(
             fault == "flip-keep-mtime"
         ):  # files that stay while the index is open (the WAL is folded in on close)
             files = [f for f in files if "-wal" not in f and "-shm" not in f]
+        if fault == "flip-late":  # segments only, read late by the index opened before the flip
+            files = [f for f in files if f.endswith(".npy")]
         if fault == "plant":
             file, action = rng.choice(kits[kit]["plant"]), "update"  # (only a write can overwrite it)
         elif fault == "flip-record":
@@ -549,8 +608,11 @@ def main() -> int:
     parser.add_argument(
         "--baseline", help="a result of this campaign run over an older src/ (kept as `baseline`)"
     )
+    parser.add_argument("--baseline-note", help="what the baseline run was (the docs' table says it)")
     parser.add_argument("--only", type=int, nargs="*", help="run only these trial numbers (to look at one)")
+    parser.add_argument("--block-bytes", type=int, default=256, help="checksum block of the files written")
     args = parser.parse_args()
+    blocks.BLOCK_BYTES = args.block_bytes  # (forked trials inherit it)
     import torch
 
     torch.set_num_threads(1)
@@ -597,10 +659,13 @@ def main() -> int:
         "examples": dict(examples),
         "kits": kit_notes,
         "command": "nice -n 10 python bench/fault_campaign.py " + " ".join(sys.argv[1:]),
+        "block_bytes": args.block_bytes,
     }
     if args.baseline:
         before = json.loads(Path(args.baseline).read_text(encoding="utf-8"))
         result["baseline"] = {k: before[k] for k in ("meta", "trials", "counts", "examples")}
+        if args.baseline_note:
+            result["baseline_note"] = args.baseline_note
     path = write_result(args.out, result)
     print(path, result["counts"]["all"])
     return 0

@@ -1513,6 +1513,7 @@ FAULT_OUTCOMES = [
     "traceback",
     "wrong",
     "overwrote",
+    "check_missed",
     "hang",
 ]
 
@@ -1529,10 +1530,11 @@ def t_fault_campaign() -> str:
     body += [row(f"index `{k[4:]}`", v) for k, v in counts.items() if k.startswith("kit ")]
     body += [row(f"action `{k[7:]}`", v) for k, v in counts.items() if k.startswith("action ")]
     floats = Counter()
-    for fault in ("flip-data", "flip-keep-mtime"):
+    for fault in ("flip-data", "flip-keep-mtime", "flip-late"):
         floats.update(counts.get(f"cell {fault} x segment .npy", {}))
     if floats:
-        body.append(row("one bit in a segment's floats (`flip-data`, `flip-keep-mtime` of a `.npy`)", floats))
+        label = "one bit in a segment's floats (`flip-data`, `flip-keep-mtime`, `flip-late` of a `.npy`)"
+        body.append(row(label, floats))
     body.append(row("**all trials**", counts["all"]))
     if (RESULTS / "fault_campaign_seed22.json").is_file():
         other = load("fault_campaign_seed22.json")
@@ -1545,12 +1547,48 @@ def t_fault_campaign() -> str:
         body.append(row(label, other["counts"]["all"]))
     if "baseline" in d:
         base = d["baseline"]
-        body.append(
-            row(f"all, the store before these fixes (commit {base['meta']['commit']})", base["counts"]["all"])
-        )
+        what = d.get("baseline_note", "the store before these fixes")
+        body.append(row(f"all, {what} (commit {base['meta']['commit']})", base["counts"]["all"]))
     header = ["trials by", "trials", *(o.replace("_", " ") for o in FAULT_OUTCOMES)]
     note = f"seed {d['seed']}, {d['minutes']} minutes; `{d['command']}`"
     return table(header, body) + "\n\n" + _meta_source("fault_campaign.json", d, "counts", note)
+
+
+def _store_1m_row(label: str, r: dict[str, Any]) -> list[Any]:
+    """One run of bench/bench_store.py at 1M: open (first in a process / again), cold searches."""
+    cold = [r.get("cold_ivfpq"), r.get("cold_exact")]
+    first = [f"{c['open_s'] + c['first_search_s']:.2f} s" if c else "-" for c in cold]
+    return [
+        label,
+        f"{r['open_first_s']:.3f} s / {r['open_again_s'] * 1000:.0f} ms",
+        *first,
+        f"{r['exact_p50_ms_one_segment'] / 1000:.2f} s",
+        f"{r['compact_s']:.0f} s",
+        f"{r['add_1_s'] * 1000:.0f} ms",
+    ]
+
+
+def t_store_1m() -> str:
+    d = load("store.json")
+    body = [_store_1m_row("block CRC-32s, checked as read (format 3)", d["size_1m"])]
+    if "size_1m_sha256" in d:
+        old = d["meta_1m_sha256"]
+        label = f"sha256 of every file on open (format 2, commit {old['commit']}, load {old['loadavg'][0]})"
+        body.append(_store_1m_row(label, d["size_1m_sha256"]))
+    header = [
+        "1M photos",
+        "open: first in a process / again",
+        "fresh process: open + first IVF-PQ search",
+        "fresh process: open + first exact search",
+        "exact search p50 (warm)",
+        "compaction",
+        "add 1 photo",
+    ]
+    meta = d["meta_1m"]
+    load_text = (
+        f"load average {meta['loadavg'][0]} (1 min) at the end, {meta['loadavg_at_start'][0]} at the start"
+    )
+    return table(header, body) + "\n\n" + source("store.json", meta | {"load": load_text}, "size_1m", "")
 
 
 def _runs(updates: list[dict[str, Any]]) -> str:
@@ -1798,6 +1836,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "joint-space": t_joint_space,
     "int8": t_int8,
     "fault-campaign": t_fault_campaign,
+    "store-1m": t_store_1m,
     "live-update": t_live_update,
     "paper-kiros": t_paper_kiros,
     "paper-vilalta": t_paper_vilalta,

@@ -182,7 +182,7 @@ def test_a_flip_that_keeps_size_and_mtime_is_found_by_the_same_process(tmp_path)
         f.write(bytes([byte[0] ^ 0x40]))
     os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert segment.stat().st_mtime_ns == st.st_mtime_ns and segment.stat().st_size == st.st_size
-    with pytest.raises(VsekitError, match=r"\.npy: damaged index file \(sha256"):
+    with pytest.raises(VsekitError, match=r"\.npy: damaged index file \(block \d+ of \d+ does not match"):
         answers(out)
     assert reference[-1] == 47
 
@@ -415,7 +415,7 @@ def test_a_store_of_format_1_is_read_as_it_is_and_its_next_writer_checksums_its_
     version = conn.execute("SELECT value FROM settings WHERE key = 'format_version'").fetchone()[0]
     crcs = conn.execute("SELECT crc FROM ann").fetchall()
     conn.close()
-    assert version == "2" and len(crcs) == 2 and None not in {c for (c,) in crcs}
+    assert version == "3" and len(crcs) == 2 and None not in {c for (c,) in crcs}
     flip_a_digit(out, "ann", "params")
     with pytest.raises(VsekitError, match=r"store.sqlite: damaged index file \(the ANN settings of segment"):
         Index.open(out)
@@ -549,3 +549,180 @@ def test_the_advice_for_a_deleted_database_runs_as_printed(tmp_path, photo_store
     assert "store.sqlite: damaged index file (missing)" in failed.output
     run_the_advice(failed, photos, out, recorded=False)  # no database is left to say which folder
     assert searched(out, tmp_path) == reference
+
+
+# ----------------------------------------------------------------------------- block checksums (issue 36)
+def flip_bit(path: Path, byte: int, bit: int = 3) -> None:
+    """Flip one bit of ``path`` in place (``byte`` < 0 counts from the end)."""
+    with open(path, "r+b") as f:
+        f.seek(byte, os.SEEK_END if byte < 0 else os.SEEK_SET)
+        where = f.tell()
+        old = f.read(1)
+        f.seek(where)
+        f.write(bytes([old[0] ^ (1 << bit)]))
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """256-byte blocks (8 rows of 16-d float16): the test stores' segments get several."""
+    from vsekit.retrieval.segments import forget_checks
+
+    monkeypatch.setattr("vsekit.retrieval.store.blocks.BLOCK_BYTES", 256)
+    forget_checks()
+    yield
+    forget_checks()
+
+
+def test_open_checks_the_header_only_and_a_flip_in_a_late_block_fails_the_search_that_reads_it(
+    tmp_path, small_blocks
+):
+    """Opening no longer reads every segment whole (11 s at 1M photos): it checks sizes, the header and
+    its block. A bit flipped in the last block of a segment is then found by the first read of that block:
+    an exact search (it reads every block), or the vector of a photo in it; rows of good blocks read fine."""
+    from vsekit.retrieval.segments import forget_checks
+
+    out = make_store(tmp_path / "i", 0)
+    reference = answers(out)
+    segment = out / "segments" / "1.npy"
+    flip_bit(segment, -5)
+    forget_checks()
+    index = Index.open(out)  # the late block is not read on open
+    first = index._view.segments[0]
+    assert first.checked is not None and not first.checked.check.complete
+    assert np.array_equal(index._view.vector(0), first.mapped[5])  # (rows 0-4 tombstoned; block 0: no error)
+    with pytest.raises(VsekitError, match=r"1\.npy: damaged index file \(block 5 of 6 does not match"):
+        index._view.vector(39 - 5)  # the last live row of segment 1 (5 tombstoned rows before it)
+    with pytest.raises(VsekitError, match=r"1\.npy: damaged index file \(block 5 of 6 does not match"):
+        index.search_vectors(vector(900, DIM)[None], k=3)
+    flip_bit(segment, -5)  # put back: the same answers
+    assert answers(out) == reference
+
+
+def test_an_ivfpq_search_checks_the_blocks_of_its_candidates(tmp_path, small_blocks):
+    """IVF-PQ re-ranks its candidates from the segment: the blocks of those rows are checked first, so a
+    flipped bit in a candidate's block fails the search instead of changing its score."""
+    out = tmp_path / "i"
+    new_store(out, DIM, dtype="float16", engine="ivfpq")
+    ids = range(2000)
+    add_vectors(out, [record(f"p{i:04d}.jpg", i) for i in ids], np.stack([vector(i, DIM) for i in ids]))
+    index = Index.open(out)
+    (segment,) = index._view.segments
+    assert segment.ann is not None and segment.ann[0] == "ivfpq" and not segment.checked.check.complete
+    index.search_vectors(vector(7, DIM)[None], k=5, engine="ivfpq")
+    assert not segment.checked.check.complete  # only the candidates' blocks were read
+    flip_bit(out / "segments" / "1.npy", -20)  # the photo p1999.jpg's row (the last one)
+    with pytest.raises(VsekitError, match=r"1\.npy: damaged index file \(block \d+ of \d+ does not match"):
+        Index.open(out).search_vectors(vector(1999, DIM)[None], k=5, engine="ivfpq")
+
+
+def test_index_check_reads_every_file_whole_and_says_one_line_per_damaged_file(tmp_path, small_blocks):
+    """`vsekit index check`: rc 0 and a summary for a sound index; a bit flipped in a late block of a
+    segment (which no search has read) and one in the ANN file: rc 1, one line naming each file."""
+    out = tmp_path / "i"
+    new_store(out, DIM, dtype="float16", engine="hnsw")
+    add_vectors(
+        out, [record(f"p{i:02d}.jpg", i) for i in range(60)], np.stack([vector(i, DIM) for i in range(60)])
+    )
+    sound = cli("index", "check", out)
+    assert sound.exit_code == 0 and "60 photos; 3 files" in sound.output and "no damage" in sound.output
+    (ann,) = (out / "segments").glob("ann-*.faiss")
+    flip_bit(out / "segments" / "1.npy", -3)
+    reference = answers(out)  # HNSW answers from its own file: the segment's damage changes nothing
+    flip_bit(ann, -100)
+    found = cli("index", "check", out)
+    lines = found.output.strip().splitlines()
+    assert found.exit_code == 1 and len(lines) == 3, found.output
+    assert lines[0].startswith(f"{out / 'segments' / '1.npy'}: damaged index file (block 7 of 8")
+    assert lines[1].startswith(f"{ann}: damaged index file (block") and "vsekit index build" in lines[1]
+    assert lines[2] == f"{out}: 2 damaged of 3 files, 0.1 MB checked"
+    with pytest.raises(VsekitError, match=rf"{ann.name}: damaged index file \(block"):
+        answers(out)  # the ANN file is checked whole when a search loads it
+    assert reference[-1] == 60
+
+
+def test_index_check_of_an_index_whose_database_was_deleted_says_so_with_rc_1(tmp_path):
+    """(Found by bench/fault_campaign.py's `check` action: it said the line with rc 2, as for no index.)"""
+    out = make_store(tmp_path / "i", 0)
+    (out / "store.sqlite").unlink()
+    found = cli("index", "check", out)
+    assert found.exit_code == 1 and "store.sqlite: damaged index file (missing)" in found.output
+
+
+def test_index_check_of_a_folder_that_is_no_index_is_one_line_and_rc_2(tmp_path):
+    found = cli("index", "check", tmp_path / "nothing")
+    assert found.exit_code == 2 and "not a vsekit photo index" in found.output
+
+
+def downgrade_to_version_2(out: Path) -> None:
+    """The store as format version 2 wrote it: a sha256 of each whole file, not block CRCs."""
+    from vsekit.fileio import file_sha256
+    from vsekit.retrieval.store import settings_check
+
+    conn = sqlite3.connect(out / "store.sqlite", isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        for (name,) in conn.execute("SELECT name FROM files WHERE state = 'live'").fetchall():
+            sha = file_sha256(out / name)
+            conn.execute("UPDATE files SET sha256 = ? WHERE name = ?", (sha, name))
+            conn.execute("UPDATE segments SET sha256 = ? WHERE file = ?", (sha, name))
+        conn.execute("UPDATE settings SET value = '2' WHERE key = 'format_version'")
+        stored = dict(
+            conn.execute("SELECT key, value FROM settings WHERE key NOT IN ('check', 'next_segment')")
+        )
+        conn.execute("UPDATE settings SET value = ? WHERE key = 'check'", (settings_check(stored),))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def checksums(out: Path) -> tuple[str, dict[str, str]]:
+    """The format version and ``{file: checksum}`` of every live file (segments' records included)."""
+    conn = sqlite3.connect(out / "store.sqlite")
+    try:
+        version = conn.execute("SELECT value FROM settings WHERE key = 'format_version'").fetchone()[0]
+        files = dict(conn.execute("SELECT name, sha256 FROM files WHERE state = 'live'"))
+        assert all(files[f] == s for f, s in conn.execute("SELECT file, sha256 FROM segments"))
+        return version, files
+    finally:
+        conn.close()
+
+
+def test_a_store_of_format_2_is_checked_by_sha256_and_its_next_writer_converts_it(tmp_path):
+    """An index written before block checksums opens and answers the same, its files checked whole against
+    their sha256 (a flipped bit is still found); its next writer replaces every sha256 by block CRCs
+    after checking it, and the index answers as a twin that never had sha256s."""
+    from vsekit.retrieval.segments import forget_checks
+
+    out, twin = make_store(tmp_path / "i", 0), make_store(tmp_path / "twin", 0)
+    reference = answers(out)
+    downgrade_to_version_2(out)
+    forget_checks()
+    assert checksums(out)[0] == "2" and answers(out) == reference
+    flipped = shutil.copytree(out, tmp_path / "flipped")
+    flip_bit(flipped / "segments" / "1.npy", -5)
+    with pytest.raises(VsekitError, match=r"1\.npy: damaged index file \(sha256"):
+        answers(flipped)
+    for store in (out, twin):
+        add_vectors(store, [record("late.jpg", 777)], vector(777, DIM)[None], auto_compact=False)
+    version, files = checksums(out)
+    assert version == "3" and all(c.startswith("crc32:") for c in files.values()), files
+    assert answers(out) == answers(twin) and cli("index", "check", out).exit_code == 0
+
+
+def test_a_damaged_file_of_a_format_2_store_keeps_its_sha256(tmp_path):
+    """No silent mix: the upgrade computes block CRCs only of a file that still matches its sha256; a
+    damaged one keeps its sha256 (CRCs of its damaged bytes would make the damage look sound), and is
+    still refused."""
+    out = make_store(tmp_path / "i", 0)
+    downgrade_to_version_2(out)
+    flip_bit(out / "segments" / "1.npy", -5)
+    sha = checksums(out)[1]["segments/1.npy"]
+    try:
+        add_vectors(out, [record("late.jpg", 777)], vector(777, DIM)[None], auto_compact=False)
+    except VsekitError as exc:
+        assert "1.npy: damaged index file" in str(exc)
+    version, files = checksums(out)
+    assert version == "3" and files["segments/1.npy"] == sha
+    assert all(c.startswith("crc32:") for f, c in files.items() if f != "segments/1.npy")
+    with pytest.raises(VsekitError, match=r"1\.npy: damaged index file \(sha256"):
+        answers(out)

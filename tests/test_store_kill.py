@@ -20,7 +20,7 @@ from vsekit.retrieval.build import add_vectors, compact_store, new_store
 from vsekit.retrieval.index import Index
 
 WHERE = ("vsekit.retrieval.store", "Store.transaction")  # every write to the database starts here
-WRITTEN = ("vsekit.retrieval.store.writer", "file_sha256")  # a segment file just written, not yet committed
+WRITTEN = ("vsekit.retrieval.store.writer", "file_checksum")  # a segment file just written, not yet committed
 
 JOB = """
 import sys

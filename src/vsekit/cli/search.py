@@ -362,6 +362,26 @@ def compact(index: Path = typer.Argument(..., help="Index directory.")) -> None:
         console.print(f"{index}: {len(opened)} photos; {what}", highlight=False)
 
 
+@index_app.command("check")
+def check(index: Path = typer.Argument(..., help="Index directory.")) -> None:
+    """Read every file of an index whole and check it: the database's pages and records, every segment's
+    block checksums, every ANN file. One line per damaged file; exit code 1 when one is damaged.
+    (Opening an index checks only sizes and headers; a search checks the blocks it reads.)"""
+    from vsekit.retrieval.check import check_index
+
+    with user_errors():
+        report = check_index(index)
+    for line in report.damaged:
+        err_console.print(plain(line), highlight=False, soft_wrap=True)
+    size = f"{report.files} files, {report.bytes / 1e6:,.1f} MB"
+    if not report.ok:
+        summary = f"{index}: {len(report.damaged)} damaged of {size} checked"
+        err_console.print(plain(summary), highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    said = report.note or f"{report.photos} photos; {size} checked: no damage"
+    console.print(plain(f"{index}: {said}"), highlight=False, soft_wrap=True)
+
+
 @index_app.command("info")
 def info(index: Path = typer.Argument(..., help="Index directory.")) -> None:
     """What an index holds: photo folder, count, unreadable files, model, storage."""

@@ -16,7 +16,6 @@ that serialises the model's forward passes and the FAISS cache.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from vsekit.retrieval.arithmetic import ArithmeticRule, arithmetic_query, load_a
 from vsekit.retrieval.search import deserialize_ann, resolve_engine
 from vsekit.retrieval.segments import LivePaths, Segment, Snapshot
 from vsekit.retrieval.store import DB, damaged, reader
+from vsekit.retrieval.store.blocks import mismatch
 
 if TYPE_CHECKING:
     from vsekit.embedding.pipeline import ImageInput, VSEModel
@@ -305,7 +305,7 @@ class Searching:
 
     def _read_ann(self, segment: Segment, name: str, params: dict[str, int], sha: str | None) -> Any:
         """The FAISS structure in the file ``name`` of ``segment``, refused when its bytes differ from
-        the sha256 the store recorded (a damaged file must not answer queries), or when the store
+        the checksum the store recorded (a damaged file must not answer queries), or when the store
         records none (only an index in the old format has none)."""
         path = self.path / name
         try:
@@ -317,9 +317,10 @@ class Searching:
         except OSError as exc:
             raise damaged(path, exc.strerror or str(exc), self.path) from None
         if not sha and self._view.generation:
-            raise damaged(path, "the index records no sha256 for it", self.path)
-        if sha and hashlib.sha256(data).hexdigest() != sha:
-            raise damaged(path, "sha256 differs from the one the index recorded", self.path)
+            raise damaged(path, "the index records no checksum for it", self.path)
+        why = mismatch(data, sha) if sha else None  # every block: the whole file was read to load it
+        if why is not None:
+            raise damaged(path, why, self.path)
         try:
             return deserialize_ann(data, params)
         except RuntimeError as exc:

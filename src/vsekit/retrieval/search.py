@@ -36,6 +36,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -342,8 +343,18 @@ def faiss_search(index, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     return scores, rows.astype(np.int64)
 
 
+class StoredRows(Protocol):
+    """What re-ranking reads the stored vectors through: a shape, and rows by number (a memory-mapped
+    array, or a segment that checks the blocks of the rows read: :mod:`vsekit.retrieval.segments`)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def __getitem__(self, rows: Any) -> np.ndarray: ...
+
+
 def rerank_search(
-    index, vectors: np.ndarray, queries: np.ndarray, k: int, candidates: int | None = None
+    index, vectors: np.ndarray | StoredRows, queries: np.ndarray, k: int, candidates: int | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The best ``k`` of ``index``'s ``candidates`` per query (default ``max(100, 10 k)``), re-ranked by
     their exact float32 cosine from the stored ``vectors`` (float16 or float32, may be a memmap: each
@@ -365,7 +376,7 @@ def rerank_search(
 
 
 def ann_search(
-    index, vectors: np.ndarray, queries: np.ndarray, k: int, params: dict[str, int] | None = None
+    index, vectors: np.ndarray | StoredRows, queries: np.ndarray, k: int, params: dict[str, int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """A FAISS index's top ``k``: IVF-PQ re-ranked from ``vectors`` (:func:`rerank_search`, with the
     calibrated ``params["candidates"]`` when given), any other as FAISS answers (:func:`faiss_search`)."""

@@ -1,11 +1,16 @@
 """A reader's view of the photo index store: one committed generation, searched over its segments.
 
 :func:`open_snapshot` begins a read transaction on its own SQLite connection (WAL: it keeps seeing the
-generation it opened while writers commit newer ones) and memory-maps the generation's segments. A
-segment file is checked against the sha256 the database records the first time this process maps that
-file version (cached by path, size, mtime and inode); the segments are immutable, so a newer snapshot
-reuses the maps of the segments it shares with an older one, and a deleted file stays readable through
-an open map.
+generation it opened while writers commit newer ones) and memory-maps the generation's segments. Opening
+checks what is cheap (each file's size against the database, the ``.npy`` header and the blocks that hold
+it, the shape); the rest of a segment file is checked block by block against the CRC-32s the database
+records when a search first reads that block (:mod:`vsekit.retrieval.store.blocks`): an exact search
+reads, and checks, every block of the segments it scans, an IVF-PQ search only the blocks of its
+candidate rows; :attr:`Segment.vectors` checks the whole file before handing out the map. What this
+process has checked is remembered per file version (path, size, mtime, inode and ctime). A store written
+before format version 3 records a sha256 per file: such a file is checked whole, once per process, the
+first time it is mapped. The segments are immutable, so a newer snapshot reuses the maps (and checks) of
+the segments it shares with an older one, and a deleted file stays readable through an open map.
 
 Rows: the live rows of the segments in segment order, then row order, are the positions ``0..n-1`` a
 search answers with (``SearchHit.id``). Exact search runs per segment (tombstoned rows and filtered-out
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import sqlite3
 import threading
@@ -24,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from tokenize import TokenError
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -47,12 +53,24 @@ from vsekit.retrieval.store import (
     reader,
     unpack_concepts,
 )
+from vsekit.retrieval.store.blocks import BlockCheck, is_sha256, parse_checksum
 from vsekit.retrieval.store.schema import quick_check
 
-__all__ = ["LivePaths", "LiveVectors", "Segment", "Snapshot", "open_snapshot", "verify_file"]
+__all__ = [
+    "LivePaths",
+    "LiveVectors",
+    "Segment",
+    "Snapshot",
+    "check_segment_file",
+    "forget_checks",
+    "open_snapshot",
+    "verify_file",
+]
 
 _T = TypeVar("_T")
-_VERIFIED: dict[tuple[str, int, int, int, int], str] = {}
+_Version = tuple[str, int, int, int, int]
+_VERIFIED: dict[_Version, str] = {}  # files checked whole against a sha256 (stores before format 3)
+_BLOCK_CHECKS: dict[tuple[_Version, str], BlockCheck] = {}  # the blocks checked of each file version
 _VERIFIED_LOCK = threading.Lock()
 #: Exclusions (tombstones, filters) up to this many rows are answered by a search for k + excluded
 #: and a filter; more by searching the kept rows only.
@@ -68,12 +86,42 @@ def _version(path: Path, st: os.stat_result) -> tuple[str, int, int, int, int]:
     return (str(path), st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns)
 
 
-def verify_file(path: Path, sha256: str, out: Path) -> None:
-    """Check ``path`` against its recorded sha256, once per file version in this process."""
+def forget_checks() -> None:
+    """Forget what this process has checked (a benchmark's "first open in a process")."""
+    with _VERIFIED_LOCK:
+        _VERIFIED.clear()
+        _BLOCK_CHECKS.clear()
+        _QUICK_CHECKED.clear()
+
+
+def _stat(path: Path, out: Path) -> os.stat_result:
     try:
-        st = os.stat(path)
+        return os.stat(path)
     except OSError as exc:
         raise damaged(path, exc.strerror or "missing", out) from None
+
+
+def verify_file(path: Path, checksum: str, out: Path) -> None:
+    """Check all of ``path`` against its recorded checksum (block CRCs, or a sha256 in a store before
+    format version 3), once per file version in this process: a writer's check before it copies or
+    keeps a file, ``vsekit index check``."""
+    st = _stat(path, out)
+    if is_sha256(checksum):
+        _verify_sha256(path, st, checksum, out)
+        return
+    check = _block_check(path, st, checksum, out)
+    if check.complete:
+        return
+    try:
+        with open(path, "rb") as f, _mapping(f, st.st_size) as mapped:
+            why = check.check(mapped)
+    except OSError as exc:
+        raise damaged(path, exc.strerror or str(exc), out) from None
+    if why is not None:
+        raise damaged(path, why, out)
+
+
+def _verify_sha256(path: Path, st: os.stat_result, sha256: str, out: Path) -> None:
     key = _version(path, st)
     with _VERIFIED_LOCK:
         if _VERIFIED.get(key) == sha256:
@@ -88,19 +136,93 @@ def verify_file(path: Path, sha256: str, out: Path) -> None:
         _VERIFIED[key] = sha256
 
 
+def _block_check(path: Path, st: os.stat_result, checksum: str, out: Path) -> BlockCheck:
+    """This process's record of the checked blocks of ``path`` (this version of it), after the cheap
+    checks: a readable checksum, and the file's size the one it records."""
+    key = (_version(path, st), checksum)
+    with _VERIFIED_LOCK:
+        found = _BLOCK_CHECKS.get(key)
+    if found is not None:
+        return found
+    try:
+        sums = parse_checksum(checksum)
+    except ValueError as exc:
+        raise damaged(path, str(exc), out) from None
+    if sums.size != st.st_size:
+        raise damaged(path, f"{st.st_size} bytes, the index recorded {sums.size}", out)
+    with _VERIFIED_LOCK:
+        return _BLOCK_CHECKS.setdefault(key, BlockCheck(sums))
+
+
+def _mapping(f: Any, size: int) -> Any:
+    """A read-only map of the open file ``f`` (empty bytes for an empty file: mmap refuses those)."""
+    return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else contextlib.nullcontext(b"")
+
+
+class _CheckedFile:
+    """A segment file's read-only map (its vectors are an array over it) and the blocks this process
+    has checked of it: a block is checked here before the first read of a row in it."""
+
+    def __init__(self, path: Path, out: Path, check: BlockCheck, mapped: mmap.mmap, offset: int, row: int):
+        self.path, self.out, self.check = path, out, check
+        self._mapped, self.offset, self.row_bytes = mapped, offset, row
+
+    def _raise_if(self, why: str | None) -> None:
+        if why is not None:
+            raise damaged(self.path, why, self.out)
+
+    def whole(self) -> None:
+        if not self.check.complete:
+            self._raise_if(self.check.check(self._mapped))
+
+    def header(self) -> None:
+        """Check the blocks of the header (block 0 at least: the magic and the header's length)."""
+        self._raise_if(self.check.check(self._mapped, 0, max(1, self.offset)))
+
+    def rows(self, rows: np.ndarray) -> None:
+        """Check the blocks that hold ``rows`` (row numbers)."""
+        if self.check.complete or not len(rows):
+            return
+        first = self.offset + np.unique(rows).astype(np.int64) * self.row_bytes
+        block = self.check.sums.block
+        starts, ends = first // block, (first + self.row_bytes - 1) // block
+        if self.row_bytes <= block:  # a row spans one block or two
+            wanted = np.unique(np.concatenate([starts, ends])).tolist()
+        else:
+            wanted = sorted({b for s, e in zip(starts, ends, strict=True) for b in range(s, e + 1)})
+        self._raise_if(self.check.check_blocks(self._mapped, wanted))
+
+
 @dataclass
 class Segment:
-    """One segment of a snapshot: its vectors (memory-mapped), its tombstoned rows (sorted), its ANN."""
+    """One segment of a snapshot: its vectors (memory-mapped), its tombstoned rows (sorted), its ANN.
+    ``mapped`` is the raw map: read it through :attr:`vectors` (the whole file checked first) or
+    :meth:`take` (the blocks of those rows checked first)."""
 
     n: int
-    vectors: np.ndarray
+    mapped: np.ndarray
     dead: np.ndarray
     ann: tuple[str, str, dict[str, int]] | None = None  # (engine, file, params)
     ann_file: Any = None  # the ANN file, opened with the snapshot (a later compaction may delete it)
+    checked: _CheckedFile | None = None  # None: checked whole on open (a sha256 store, the old format)
+
+    @property
+    def vectors(self) -> np.ndarray:
+        """Every row, the whole file checked against its block CRCs first (once per process)."""
+        if self.checked is not None:
+            self.checked.whole()
+        return self.mapped
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of ``rows``, the blocks that hold them checked first."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.checked is not None:
+            self.checked.rows(rows.ravel())
+        return self.mapped[rows]
 
     @property
     def rows(self) -> int:
-        return len(self.vectors)
+        return len(self.mapped)
 
     @property
     def live(self) -> int:
@@ -119,18 +241,52 @@ class _Gone(Exception):
     """A file of the generation being opened was deleted (a newer generation dropped it)."""
 
 
-def _map_segment(out: Path, name: str, sha: str, rows: int, dim: int, dtype: str) -> np.ndarray:
+def _map_segment(
+    out: Path, name: str, checksum: str, rows: int, dim: int, dtype: str
+) -> tuple[np.ndarray, _CheckedFile | None]:
+    """Map a segment file after the cheap checks (size, header and its blocks, shape); a file of a
+    store before format version 3 is checked whole against its sha256 instead."""
     path = out / name
     try:
-        verify_file(path, sha, out)
-        vectors = map_npy(path) if rows else np.zeros((0, dim), dtype=dtype)
+        if is_sha256(checksum) or not rows:
+            verify_file(path, checksum, out)
+            vectors, checked = (map_npy(path) if rows else np.zeros((0, dim), dtype=dtype)), None
+        else:
+            vectors, checked = _map_checked(path, checksum, out)
     except (VsekitError, OSError, ValueError, SyntaxError, TokenError) as exc:  # np.load of a bad header
         if not path.exists():  # collected by a writer between our snapshot and here: not damage
             raise _Gone(path) from None
         raise exc if isinstance(exc, VsekitError) else damaged(path, str(exc), out) from None
     if vectors.shape != (rows, dim) or vectors.dtype != np.dtype(dtype):
         raise damaged(path, f"{vectors.shape} {vectors.dtype}, the index says {(rows, dim)} {dtype}", out)
-    return vectors
+    return vectors, checked
+
+
+def _map_checked(path: Path, checksum: str, out: Path) -> tuple[np.ndarray, _CheckedFile]:
+    """The vectors, an array over the file's one read-only map (the bytes checked are the bytes
+    searched), with the blocks that hold the header checked first."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        check = _block_check(path, st, checksum, out)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    checked = _CheckedFile(path, out, check, mapped, 0, 0)
+    checked.header()  # (offset 0: block 0, the magic, the header's length and its start)
+    header = map_npy(path)  # parses the header (the map it makes is let go)
+    shape, dtype, offset = header.shape, header.dtype, int(getattr(header, "offset", 0))
+    order: Literal["C", "F"] = "F" if header.flags.f_contiguous and not header.flags.c_contiguous else "C"
+    del header
+    checked.offset, checked.row_bytes = offset, dtype.itemsize * int(np.prod(shape[1:]))
+    checked.header()
+    if offset + dtype.itemsize * int(np.prod(shape)) != st.st_size:
+        raise damaged(path, f"a header of {offset} bytes and {shape} {dtype} in {st.st_size} bytes", out)
+    return np.ndarray(shape, dtype=dtype, buffer=mapped, offset=offset, order=order), checked
+
+
+def check_segment_file(out: Path, name: str, checksum: str, rows: int, dim: int, dtype: str) -> None:
+    """Check a segment file whole (its structure, then every block): ``vsekit index check``."""
+    vectors, checked = _map_segment(out, name, checksum, rows, dim, dtype)
+    if checked is not None:
+        checked.whole()
 
 
 _QUICK_CHECKED: set[tuple[str, int, int, int, int]] = set()
@@ -174,7 +330,7 @@ class Snapshot:
 
     def vector(self, position: int) -> np.ndarray:
         segment, row = self.place(position)
-        return segment.vectors[row]
+        return segment.take(np.asarray([row]))[0]
 
     def read(self, question: Callable[..., _T], *args: Any) -> _T:
         """``question(conn, *args)``, one of :mod:`vsekit.retrieval.store.reader`'s reads, asked of this
@@ -306,7 +462,7 @@ class Snapshot:
                 and segment.ann[0] == engine
             ):
                 ann = ann_of(segment, engine)
-            scores, rows = _segment_top(segment.vectors, queries, k, mask, ann)
+            scores, rows = _segment_top(segment, queries, k, mask, ann)
             parts_s.append(scores)
             parts_r.append(np.where(rows >= 0, segment.positions(rows) + offset, -1))
         if not parts_s:
@@ -315,17 +471,18 @@ class Snapshot:
 
 
 def _segment_top(
-    vectors: np.ndarray, queries: np.ndarray, k: int, mask: np.ndarray | None, ann: tuple[Any, dict] | None
+    segment: Segment, queries: np.ndarray, k: int, mask: np.ndarray | None, ann: tuple[Any, dict] | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One segment's best ``k`` rows among those ``mask`` keeps (exact, or through ``ann``)."""
-    rows = len(vectors)
+    """One segment's best ``k`` rows among those ``mask`` keeps (exact, or through ``ann``). An exact
+    search reads (and so checks) every block; an ANN search only the rows it re-ranks (IVF-PQ), if any."""
+    rows = segment.rows
     excluded = 0 if mask is None else rows - int(mask.sum())
 
     def search(want: int) -> tuple[np.ndarray, np.ndarray]:
         want = max(1, min(want, rows))
         if ann is not None:
-            return ann_search(ann[0], vectors, queries, want, ann[1])
-        return exact_search(vectors, queries, want)
+            return ann_search(ann[0], _CheckedRows(segment), queries, want, ann[1])
+        return exact_search(segment.vectors, queries, want)
 
     if excluded == 0:
         return search(k)
@@ -335,8 +492,23 @@ def _segment_top(
         ok = (found >= 0) & mask[np.maximum(found, 0)]
         return _best_first(np.where(ok, scores, -np.inf), np.where(ok, found, -1), min(k, rows))
     kept = np.flatnonzero(mask)
-    scores, found = exact_search(vectors[kept], queries, min(k, len(kept)))
+    scores, found = exact_search(segment.vectors[kept], queries, min(k, len(kept)))
     return scores, np.where(found >= 0, kept[np.maximum(found, 0)], -1)
+
+
+class _CheckedRows:
+    """A segment's vectors as :func:`~vsekit.retrieval.search.rerank_search` reads them: ``rows[i]``
+    checks the blocks of those rows first."""
+
+    def __init__(self, segment: Segment) -> None:
+        self._segment = segment
+        self.shape, self.dtype = segment.mapped.shape, segment.mapped.dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        return self._segment.take(np.asarray(rows))
 
 
 def open_snapshot(out: Path, previous: Snapshot | None = None) -> Snapshot:
@@ -397,7 +569,10 @@ def _load_segments(
     segments = []
     for n, rows, name, sha in reader.segment_files(conn):
         old = shared.get(n)
-        vectors = old.vectors if old is not None else _map_segment(out, name, sha, rows, dim, dtype)
+        if old is not None:
+            vectors, checked = old.mapped, old.checked
+        else:
+            vectors, checked = _map_segment(out, name, sha, rows, dim, dtype)
         ann, ann_file = anns.get(n), None
         if ann is not None:
             if old is not None and old.ann is not None and old.ann[1] == ann[1]:
@@ -410,7 +585,7 @@ def _load_segments(
                 except OSError as exc:
                     raise damaged(out / ann[1], exc.strerror or str(exc), out) from None
         dead_rows = np.asarray(dead.get(n, []), dtype=np.int64)
-        segments.append(Segment(n, vectors, dead_rows, ann, ann_file))
+        segments.append(Segment(n, vectors, dead_rows, ann, ann_file, checked))
     return segments
 
 

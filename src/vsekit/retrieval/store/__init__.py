@@ -15,8 +15,9 @@ writes new segment files first (temp file, fsync, rename), then commits one tran
 them, tombstones the rows they replace and records a generation; a kill at any moment leaves the old
 generation or the new one. Every file the store creates is first recorded in ``files`` (state
 ``pending``), so a killed writer's leftovers are known and removed by the next writer; a file is
-deleted only when ``files`` lists it as ``dead`` (never by name pattern). Each file's sha256 is in
-``files`` and is checked when a reader first maps it (:mod:`vsekit.retrieval.segments`).
+deleted only when ``files`` lists it as ``dead`` (never by name pattern). Each file's checksum (a
+CRC-32 per block, :mod:`.blocks`) is in ``files``; a reader checks a block when it first reads it
+(:mod:`vsekit.retrieval.segments`), writers and ``vsekit index check`` whole files.
 
 Deletion or change of a photo is a tombstone on its old (segment, row) plus, for a change, a row in a
 new segment. :func:`plan_compaction` decides when segments are merged (see ``docs/index-store.md``).
@@ -25,7 +26,7 @@ The modules, by job: :mod:`.layout` (the directory: file names, generation mark,
 (named rows and their checksums), :mod:`.settings` (the settings table), :mod:`.damage` (the damaged-index
 error and its checks), :mod:`.schema` (tables, connections, version ladder), :mod:`.reader` (every read),
 :mod:`.ledger` (the file ledger and a build's chunks), :mod:`.compaction` (the policy), :mod:`.writer`
-(:class:`Store`: writes and the commit).
+(:class:`Store`: writes and the commit), :mod:`.blocks` (file checksums; no SQL).
 """
 
 from vsekit.retrieval.store.compaction import MAX_SEGMENTS, TOMBSTONE_SHARE, plan_compaction

@@ -30,6 +30,7 @@ __all__ = [
     "pending_names",
     "put_chunk",
     "record_sha",
+    "replace_checksums",
     "reserve",
     "salvage_names",
     "sweep",
@@ -58,6 +59,13 @@ def record_sha(c: sqlite3.Connection, name: str, sha256: str, size: int | None =
         c.execute("UPDATE files SET sha256 = ? WHERE name = ?", (sha256, name))
     else:
         c.execute("UPDATE files SET sha256 = ?, size = ? WHERE name = ?", (sha256, size, name))
+
+
+def replace_checksums(c: sqlite3.Connection, checksums: dict[str, str]) -> None:
+    """Record new checksums of files (``{name: checksum}``), in ``files`` and, for a segment, ``segments``
+    (a format upgrade: the same bytes, checked the new way)."""
+    c.executemany("UPDATE files SET sha256 = ? WHERE name = ?", [(v, k) for k, v in checksums.items()])
+    c.executemany("UPDATE segments SET sha256 = ? WHERE file = ?", [(v, k) for k, v in checksums.items()])
 
 
 def make_live(c: sqlite3.Connection, name: str, sha256: str | None = None, size: int | None = None) -> None:

@@ -37,6 +37,7 @@ __all__ = [
     "failed_reasons",
     "file_sha",
     "folders",
+    "live_checksums",
     "live_files",
     "newest_generation",
     "photo_at",
@@ -316,8 +317,14 @@ def live_files(conn: sqlite3.Connection) -> list[str]:
     return [n for (n,) in conn.execute("SELECT name FROM files WHERE state = 'live'")]
 
 
+def live_checksums(conn: sqlite3.Connection) -> list[tuple[str, str | None]]:
+    """``(name, checksum)`` of every live file (what a format upgrade converts)."""
+    return conn.execute("SELECT name, sha256 FROM files WHERE state = 'live' ORDER BY name").fetchall()
+
+
 def file_sha(conn: sqlite3.Connection, name: str) -> str | None:
-    """The sha256 the ledger records for the file ``name`` (None: not listed, or not written yet)."""
+    """The checksum the ledger records for the file ``name`` (block CRCs, or a sha256 in a store before
+    format version 3; None: not listed, or not written yet)."""
     row = conn.execute("SELECT sha256 FROM files WHERE name = ?", (name,)).fetchone()
     return row[0] if row else None
 

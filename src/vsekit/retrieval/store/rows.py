@@ -112,7 +112,8 @@ def photo_values(photo: PhotoRecord, segment: int, row: int, caption: str | None
 
 @dataclass
 class NewSegment:
-    """A written segment file: number, its photos in row order, its sha256 (and an ANN over it)."""
+    """A written segment file: number, its photos in row order, its checksum (block CRCs in the field
+    named ``sha256``, like the column; :mod:`.blocks`) and an ANN over it."""
 
     n: int
     photos: list[PhotoRecord]

@@ -127,4 +127,4 @@ def upgrade_to_2(c: sqlite3.Connection, missing: list[str], settings: dict[str, 
     for n, engine, file, params in c.execute(f"SELECT {ANN_COLUMNS} FROM ann").fetchall():
         c.execute("UPDATE ann SET crc = ? WHERE segment = ?", (ann_crc(n, engine, file, params), n))
     if settings:  # (a store with none yet gets them from its first writer)
-        write_settings(c, {"format_version": STORE_VERSION})
+        write_settings(c, {"format_version": 2})

@@ -24,9 +24,10 @@ __all__ = [
 ]
 
 #: The ``format`` and ``format_version`` settings. Version 2: the ``ann`` and ``chunks`` records carry a
-#: CRC like the photo records (version 1 stores are upgraded by their next writer:
-#: :func:`vsekit.retrieval.store.schema.upgrade`).
-STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 2
+#: CRC like the photo records. Version 3: files are checksummed by block (CRC-32s,
+#: :mod:`vsekit.retrieval.store.blocks`), not by a sha256 of the whole file. Older stores are read as
+#: they are and upgraded by their next writer (:meth:`vsekit.retrieval.store.writer.Store.open`).
+STORE_FORMAT, STORE_VERSION = "vsekit.photo-store", 3
 
 
 def stored_settings(conn: sqlite3.Connection) -> dict[str, str]:

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from vsekit.errors import VsekitError
-from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes, file_sha256
+from vsekit.fileio import _tmp_for, atomic_npy_memmap, atomic_write_bytes
 from vsekit.retrieval.store import ledger, reader, schema
+from vsekit.retrieval.store.blocks import file_checksum, is_sha256, upgrade_checksum
 from vsekit.retrieval.store.damage import check_generation, check_row, damaged
 from vsekit.retrieval.store.layout import DB, SEGMENTS, committed_mark, segment_name, write_generation_mark
 from vsekit.retrieval.store.rows import (
@@ -94,18 +95,39 @@ class Store:
         return store
 
     def _upgrade(self) -> None:
-        """Climb the version ladder (:mod:`~vsekit.retrieval.store.schema`) in one transaction."""
+        """Climb the version ladder (:mod:`~vsekit.retrieval.store.schema`), a transaction a step."""
         try:
             missing = schema.crc_columns_missing(self.conn)
             settings = self.settings()
-            if not schema.needs_upgrade(settings, missing):
-                return
-            with self.transaction() as c:
-                schema.upgrade_to_2(c, missing, settings)
+            if schema.needs_upgrade(settings, missing):
+                with self.transaction() as c:
+                    schema.upgrade_to_2(c, missing, settings)
+                logger.info("%s: upgraded to index store format 2 (checksummed ANN records)", self.out)
+                settings = self.settings()
+            if settings and int(settings.get("format_version", STORE_VERSION)) < 3:
+                self._upgrade_checksums()
         except (sqlite3.DatabaseError, ValueError) as exc:
             raise damaged(self.out / DB, str(exc), self.out) from None
+
+    def _upgrade_checksums(self) -> None:
+        """Format version 2 to 3: every live file's sha256 replaced by its block CRCs, computed in the
+        same read that checks the sha256 (a file that fails it keeps its sha256: the build that repairs
+        it reads it as damaged); one read of the whole index, once."""
+        started, upgraded = time.perf_counter(), {}
+        for name, sha in reader.live_checksums(self.conn):
+            if sha is not None and is_sha256(sha):
+                found = upgrade_checksum(self.out / name, sha)
+                if found is not None:
+                    upgraded[name] = found
+        with self.transaction() as c:
+            ledger.replace_checksums(c, upgraded)
+            write_settings(c, {"format_version": STORE_VERSION})
         logger.info(
-            "%s: upgraded to index store format %d (checksummed ANN records)", self.out, STORE_VERSION
+            "%s: upgraded to index store format %d (block checksums: %d files in %.1f s)",
+            self.out,
+            STORE_VERSION,
+            len(upgraded),
+            time.perf_counter() - started,
         )
 
     def close(self) -> None:
@@ -233,7 +255,8 @@ class Store:
         self, vectors: np.ndarray | Iterable[np.ndarray], rows: int, dim: int, dtype: str
     ) -> tuple[int, str]:
         """Write a new segment (``rows`` vectors, an array or blocks of rows) atomically; returns its
-        number and sha256 (recorded in ``files``; the segment is live once a commit names it)."""
+        number and checksum (block CRCs, :mod:`~vsekit.retrieval.store.blocks`; recorded in ``files``;
+        the segment is live once a commit names it)."""
         rows, dim = int(rows), int(dim)  # a NumPy integer would write an unreadable .npy header
         n = self.new_segment_number()
         path = self.segment_path(n)
@@ -247,14 +270,14 @@ class Store:
                 start += len(block)
             if start != rows:
                 raise VsekitError(f"{path}: {start} vectors written for {rows} rows")
-        return n, file_sha256(path)  # recorded with the commit (or the chunk) that names the segment
+        return n, file_checksum(path)  # recorded with the commit (or the chunk) that names the segment
 
     def write_file(self, name: str, data: bytes) -> str:
         """Write an owned file (an ANN structure) that :meth:`reserve_free` recorded, atomically and
-        exclusively; returns its sha256."""
+        exclusively; returns its checksum (read back from the file)."""
         with self._creating(name):
             atomic_write_bytes(self.out / name, data, exclusive=True)
-        sha = file_sha256(self.out / name)
+        sha = file_checksum(self.out / name)
         with self.transaction() as c:
             ledger.record_sha(c, name, sha, len(data))
         return sha
