@@ -319,7 +319,31 @@ def card_vse() -> dict[str, Any]:
                 "pin_matches": conf["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
             },
             _routes_attachment(path),
+            _arithmetic_attachment(path),
         ],
+    }
+
+
+def _arithmetic_attachment(path: Path) -> dict[str, Any]:
+    """The arithmetic rule shipped with vse (docs/photo-search.md, "Which model")."""
+    rule_path = PRETRAINED / "vse-arithmetic.json"
+    rule = json.loads(rule_path.read_text(encoding="utf-8"))
+    bench = load("arithmetic.json")
+    chosen = bench["dev"]["vse"]["after"]
+    same("vse-arithmetic weight", rule["weight"], chosen["weight"], 1e-9)
+    phrase = rule["phrase"].format("WORD")
+    return {
+        **file_facts(rule_path),
+        "short": f'arithmetic: words weighed {rule["weight"]:g}, each as "{phrase}"',
+        "what": f"vector arithmetic (--minus/--plus) weighs the words {rule['weight']:g} and embeds each as "
+        f'"{phrase}" (Eq. 15: weight 1, bare words)',
+        "made_with": rule["made_with"]["data"],
+        "validation": {
+            "val1000_rule": bench["rule"],
+            "dev": {"before": bench["dev"]["vse"]["before"], "after": chosen},
+        },
+        "pins": {"vse": rule["model_sha256"]},
+        "pin_matches": rule["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
     }
 
 
