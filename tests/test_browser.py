@@ -615,6 +615,61 @@ def test_the_open_page_finds_a_photo_added_under_it(browser, tmp_path):
         page.context.close()
 
 
+def _holder(routes: list):
+    def hold(route) -> None:  # Playwright passes the request too when a handler takes two arguments
+        routes.append(route)
+
+    return hold
+
+
+def _held_page(browser, server: str, paths: tuple[str, ...]):
+    """A page whose requests to ``paths`` wait until the test continues them (``held[path]``)."""
+    context = browser.new_context(viewport={"width": 1100, "height": 800})
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    held: dict[str, list] = {path: [] for path in paths}
+    for path in paths:
+        page.route(f"**{path}*", _holder(held[path]))
+    page.goto(server)
+    return page, held
+
+
+def _wait_for(page, held: dict[str, list], path: str) -> None:
+    deadline = time.monotonic() + 30
+    while not held[path] and time.monotonic() < deadline:
+        page.wait_for_timeout(50)
+    assert held[path], f"the page asked for {path}"
+
+
+def test_words_typed_before_the_header_loads_are_not_wiped_by_the_browse_view(browser, server):
+    """A bare address shows every photo once the header's /api/info answers; a query the user typed
+    meanwhile stays in the field (CI once pressed Enter on an emptied field), and searches."""
+    page, held = _held_page(browser, server, ("/api/info",))
+    page.get_by_label("Describe the photos to find").fill(QUERY)
+    _wait_for(page, held, "/api/info")
+    for route in held["/api/info"]:
+        route.continue_()
+    expect(page.locator("#results-title")).to_contain_text("All photos")
+    expect(page.get_by_label("Describe the photos to find")).to_have_value(QUERY)
+    page.get_by_label("Describe the photos to find").press("Enter")
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    page.context.close()
+
+
+def test_a_search_sent_before_the_header_loads_is_not_replaced(browser, server):
+    page, held = _held_page(browser, server, ("/api/info", "/api/search"))
+    search_field = page.get_by_label("Describe the photos to find")
+    search_field.fill(QUERY)
+    search_field.press("Enter")
+    _wait_for(page, held, "/api/search")
+    for route in held["/api/info"] + held["/api/search"]:
+        route.continue_()
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    page.wait_for_timeout(500)  # nothing replaces it afterwards
+    expect(page.locator("#results-title")).to_have_text(f"Results for \u201c{QUERY}\u201d")
+    page.context.close()
+
+
 # --- issue 34 item 8: browse view, originals, scores explained, the upload field, a phone's layout ---
 TYPES = {".jpg": "image/jpeg", ".png": "image/png", ".gif": "image/gif"}
 
