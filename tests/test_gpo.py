@@ -125,8 +125,49 @@ def test_the_image_side_projects_every_cell_then_pools_them_with_gpo():
         model.embed_images(torch.randn(3, CELL_DIM))
 
 
+def test_channel_dropout_with_uniform_gpo_weights_is_the_one_vector_model():
+    """``grid_dropout="channel"``: one mask per image over the channels, shared by the cells. With GPO
+    at uniform weights (a scoring layer of zeros) the projected cells' mean is the projection of the
+    masked mean: the one-vector model trained with its dropout on the cells' mean, mask for mask."""
+    vocab = Vocabulary(WORDS)
+    torch.manual_seed(0)
+    text = build_text_encoder("gru", vocab, word_dim=8, hidden_dim=16)
+    grid = JointEmbedding(
+        text, CELLS * CELL_DIM, "mobilenet_v2", "grid", vocab, image_dropout=0.4, pool="gpo",
+        cells=CELLS, grid_dropout="channel",
+    )  # fmt: skip
+    one = JointEmbedding(text, CELL_DIM, "mobilenet_v2", "one-layer", vocab, image_dropout=0.4)
+    one.image_proj.load_state_dict(grid.image_proj.state_dict())
+    assert grid.image_pool is not None
+    with torch.no_grad():
+        grid.image_pool.score.weight.zero_()
+    assert grid.config["image"]["grid_dropout"] == "channel"
+    rows = torch.randn(6, CELLS * CELL_DIM)
+    grid.train(), one.train()
+    torch.manual_seed(1)
+    a = grid.encode_images(rows)
+    torch.manual_seed(1)
+    b = one.encode_images(rows.reshape(6, CELLS, CELL_DIM).mean(dim=1))
+    torch.testing.assert_close(a, b)
+    # per-cell masks ("cell", the default) are another regulariser: averaged over the cells they cancel
+    cell = JointEmbedding(
+        text, CELLS * CELL_DIM, "mobilenet_v2", "grid", vocab, image_dropout=0.4, pool="gpo", cells=CELLS
+    ).train()
+    cell.load_state_dict(grid.state_dict())
+    torch.manual_seed(1)
+    assert not torch.allclose(cell.encode_images(rows), b)
+    with pytest.raises(VsekitError, match="field 'grid_dropout'"):
+        TrainConfig.from_dict({"grid_dropout": "channel"}, source="r.json").validate("r.json")
+
+
 def test_a_gpo_model_saves_and_loads_exactly(tmp_path):
-    model = _gpo_model()
+    torch.manual_seed(0)
+    vocab = Vocabulary(WORDS)
+    text = build_text_encoder("gru", vocab, word_dim=8, hidden_dim=16)
+    model = JointEmbedding(
+        text, CELLS * CELL_DIM, "mobilenet_v2", "grid", vocab, pool="gpo", cells=CELLS, grid_dropout="channel"
+    )
+    assert model.image_pool is not None
     with torch.no_grad():
         for p in model.image_pool.parameters():
             p.add_(0.1)
@@ -174,7 +215,14 @@ def corpus(tmp_path_factory):
     return tiny_corpus(tmp_path_factory.mktemp("corpus"))
 
 
-GPO_CONFIG = tiny_train_config(image_features="grid", image_pool="gpo", epochs=4, lr_decay_epochs=2)
+GPO_CONFIG = tiny_train_config(
+    image_features="grid",
+    image_pool="gpo",
+    grid_dropout="channel",
+    image_dropout=0.4,
+    epochs=4,
+    lr_decay_epochs=2,
+)
 
 
 def _run(corpus, config, out, calls=None, **kw):

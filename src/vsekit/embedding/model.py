@@ -43,6 +43,7 @@ from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretra
 from vsekit.vision.fne import FullNetworkEmbedding
 
 __all__ = [
+    "GRID_DROPOUTS",
     "HEADS",
     "IMAGE_POOLS",
     "MODEL_FORMAT",
@@ -66,6 +67,12 @@ HEADS: tuple[str, ...] = ("linear", "twin")
 #: the Generalized Pooling Operator of VSE-infinity over the projected cells. Pooled kinds (one-layer, FNE)
 #: have no pool of their own (the CNN averaged them already).
 IMAGE_POOLS: tuple[str, ...] = ("gpo",)
+
+#: How ``image_dropout`` drops values of a grid row (training only): ``cell`` (each value of each cell on
+#: its own) or ``channel`` (one mask per image over the channels, shared by all its cells). Averaged over
+#: 49 cells, independent masks mostly cancel; a shared mask does not: with uniform GPO weights it is
+#: exactly the one-vector model's dropout (the mean of the masked cells is the masked mean).
+GRID_DROPOUTS: tuple[str, ...] = ("cell", "channel")
 
 
 def _twin_layer(dim: int) -> nn.Sequential:
@@ -169,6 +176,7 @@ class JointEmbedding(_JointSpace):
         pool: for ``grid`` features, one of :data:`IMAGE_POOLS` (``"gpo"``: ``image_proj`` maps every
             cell to K, then GPO pools the M projected cells, VSE-infinity sec. 3); None for pooled kinds.
         cells: M, the number of vectors in a ``grid`` feature row (49 for a 7 x 7 map).
+        grid_dropout: one of :data:`GRID_DROPOUTS`, how ``image_dropout`` masks a grid row.
     """
 
     def __init__(
@@ -184,6 +192,7 @@ class JointEmbedding(_JointSpace):
         embed_dim: int | None = None,
         pool: str | None = None,
         cells: int | None = None,
+        grid_dropout: str = "cell",
     ) -> None:
         super().__init__()
         if (kind == "grid") != (pool is not None) or (pool is not None and pool not in IMAGE_POOLS):
@@ -193,6 +202,11 @@ class JointEmbedding(_JointSpace):
             )
         if pool is not None and (not cells or cells < 1 or image_dim % cells):
             raise ValueError(f"a {image_dim}-wide grid row does not split into {cells} cells")
+        if grid_dropout not in GRID_DROPOUTS or (pool is None and grid_dropout != "cell"):
+            raise ValueError(
+                f"grid_dropout must be one of {', '.join(GRID_DROPOUTS)} (and 'cell' without a grid)"
+            )
+        self.grid_dropout = grid_dropout
         if head not in HEADS:
             raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
         if head == "linear" and embed_dim not in (None, text_encoder.output_dim):
@@ -253,6 +267,8 @@ class JointEmbedding(_JointSpace):
             self.config["head"] = head
         if pool is not None:  # absent for pooled kinds: their configs read as they always did
             self.config["image"].update(pool=pool, cells=self.cells)
+            if grid_dropout != "cell":
+                self.config["image"]["grid_dropout"] = grid_dropout
 
     # -- training path -------------------------------------------------------------------------------
 
@@ -264,7 +280,11 @@ class JointEmbedding(_JointSpace):
         if self.image_pool is not None:
             assert self.cells is not None  # set with the pool
             cells = features.to(dtype).reshape(features.shape[0], self.cells, -1)
-            x = self.image_pool(self.image_proj(self.image_dropout(cells)))
+            if self.grid_dropout == "channel":  # one mask per image, shared by its cells
+                cells = cells * self.image_dropout(cells.new_ones(cells.shape[0], 1, cells.shape[2]))
+            else:
+                cells = self.image_dropout(cells)
+            x = self.image_pool(self.image_proj(cells))
         else:
             x = self.image_proj(self.image_dropout(features.to(dtype)))
         if self.image_twin is not None:
@@ -451,6 +471,7 @@ def load_model(
             embed_dim=member_config["embed_dim"],
             pool=image.get("pool"),
             cells=image.get("cells"),
+            grid_dropout=image.get("grid_dropout", "cell"),
         )
 
     if n_members is None:

@@ -321,6 +321,7 @@ def _build_model(
         head=config.head,
         embed_dim=config.embed_dim,
         pool=config.image_pool,
+        grid_dropout=config.grid_dropout,
         cells=FeatureSpec(config.backbone, "grid").grid_cells if config.image_pool else None,
     ).to(device)
 
