@@ -39,10 +39,16 @@ ROWS = [
         "time_log": RUNS / "gpo-baseline" / "train.log",
     },
     {
-        "name": "GPO over the 7 x 7 grid",
+        "name": "GPO over the 7 x 7 grid, dropout per cell",
         "recipe": "bench/recipes/joint-gpo-seed1.json",
         "run": RUNS / "gpo-seed1",
         "time_log": RUNS / "gpo-seed1.log",
+    },
+    {
+        "name": "GPO over the 7 x 7 grid, dropout per channel",
+        "recipe": "bench/recipes/joint-gpo-channel-seed1.json",
+        "run": RUNS / "gpo-channel-seed1",
+        "time_log": RUNS / "gpo-channel-seed1.log",
     },
 ]
 
@@ -65,6 +71,11 @@ def peak_rss_mb(time_log: Path) -> float | None:
         return None
     m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_log.read_text(errors="replace"))
     return round(int(m.group(1)) / 1024, 1) if m else None
+
+
+def stopped_early(time_log: Path) -> bool:
+    """The trainer said it stopped on patience (no better val1000 rsum in ``patience`` evaluations)."""
+    return time_log.is_file() and "early stopping" in time_log.read_text(errors="replace")
 
 
 def load_during(samples: list[tuple[float, float]], start: float, end: float) -> dict | None:
@@ -98,11 +109,16 @@ def row(spec: dict[str, Any], samples: list[tuple[float, float]]) -> dict[str, A
         "recipe": spec["recipe"],
         "run": str(spec["run"]),
         "seed": recipe["seed"],
-        "image": {"features": recipe["image_features"], "pool": recipe.get("image_pool")},
+        "image": {
+            "features": recipe["image_features"],
+            "pool": recipe.get("image_pool"),
+            "grid_dropout": recipe.get("grid_dropout"),
+        },
         "threads": recipe.get("num_threads"),
         "epochs_done": len(log),
         "epochs": recipe["epochs"],
-        "finished": len(log) == recipe["epochs"],
+        "stopped_early": stopped_early(spec["time_log"]),
+        "finished": len(log) == recipe["epochs"] or stopped_early(spec["time_log"]),
         "val1000": curve,
         "best": best,
         "training_s": round(sum(times), 1),
@@ -115,6 +131,19 @@ def row(spec: dict[str, Any], samples: list[tuple[float, float]]) -> dict[str, A
         end = log_path.stat().st_mtime
         out["load_during_run"] = load_during(samples, end - sum(times), end)
     return out
+
+
+def learned_weights(model_path: Path) -> dict[str, Any] | None:
+    """GPO's weights theta_1..theta_49 in the selected model, and how much of them the top ranks hold."""
+    if not model_path.is_file():
+        return None
+    from vsekit.embedding.model import JointEmbedding, load_model
+
+    model = load_model(model_path)[0]
+    assert isinstance(model, JointEmbedding) and model.image_pool is not None and model.cells
+    theta = model.image_pool.weights(model.cells).detach()
+    top = {f"top_{k}": round(float(theta[:k].sum()), 3) for k in (1, 5, 10, 25)}
+    return {"theta": [round(float(t), 4) for t in theta], **top, "argmax_rank": int(theta.argmax()) + 1}
 
 
 def context() -> dict[str, Any]:
@@ -140,11 +169,13 @@ def main() -> None:
         for line in args.load_log.read_text().splitlines():
             t, l1, *_ = line.split()
             samples.append((float(t), float(l1)))
-    base, gpo = (row(spec, samples) for spec in ROWS)
-    if base["best"] and gpo["best"]:
-        gpo["vs_one_vector_best"] = {
-            k: round(gpo["best"][k] - base["best"][k], 2) for k in ("rsum", "i2t_r1", "t2i_r1")
-        }
+    base, *gpos = (row(spec, samples) for spec in ROWS)
+    for gpo in gpos:
+        if base["best"] and gpo["best"]:
+            gpo["vs_one_vector_best"] = {
+                k: round(gpo["best"][k] - base["best"][k], 2) for k in ("rsum", "i2t_r1", "t2i_r1")
+            }
+        gpo["theta"] = learned_weights(Path(gpo["run"]) / "model.safetensors")
     extraction = None
     if args.extract_log.is_file():
         lines = [line for line in args.extract_log.read_text().splitlines() if line.endswith("s")]
@@ -153,20 +184,21 @@ def main() -> None:
         "benchmark": "GPO over the CNN's grid features against the one-vector image, alone, on val1000",
         "meta": run_meta(
             threads="1 (one vector) / 2 (GPO), as each recipe's num_threads",
-            note="one training at a time, nice 10, 2-core machine shared with other sessions' jobs",
+            note="one training at a time (the one-vector run beside the grid extraction), nice 10, "
+            "2-core machine shared with other sessions' jobs",
         ),
         "load_now": load_now(),
         "protocol": "train-minus-val1000 / val1000 (flickr8k-val1000 slice); dev not read; seed 1; "
-        "15 epochs; no training views (centre crop only) on both rows",
+        "15 epochs; no training views (centre crop only) on any row",
         "backbone": "efficientnet_lite0 (224 centre crop; grid: its last conv map, 7 x 7 x 1280, "
         "float16 cache)",
         "grid_extraction": extraction,
         "grid_cache_gb": round(6000 * 49 * 1280 * 2 / 1e9, 2),
-        "rows": [base, gpo],
+        "rows": [base, *gpos],
         "context": context(),
     }
     write_result("gpo.json", payload)
-    for r in (base, gpo):
+    for r in (base, *gpos):
         b = r["best"]
         best = (
             f"best epoch {b['epoch']}: rsum {b['rsum']:.1f}, R@1 {b['i2t_r1']:.1f} / {b['t2i_r1']:.1f}"
