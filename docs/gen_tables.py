@@ -1435,6 +1435,26 @@ def t_joint_space() -> str:
     return table(header, rows) + "\n\n" + source("joint_space.json", d["meta"], None, note)
 
 
+def t_gpo() -> str:
+    """GPO over the grid against the one-vector image, same seed and schedule, on val1000."""
+    d = load("gpo.json")
+
+    def cells(r: dict[str, Any]) -> list[str]:
+        b = r["best"]
+        recalls = [f1(b[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
+        status = " (early stop)" if r["stopped_early"] else "" if r["finished"] else " (running)"
+        done = f"{r['epochs_done']}/{r['epochs']}{status}"
+        per_epoch = f"{r['later_epoch_mean_s']:.0f}" if r["later_epoch_mean_s"] is not None else "-"
+        rss = f"{r['peak_rss_mb'] / 1024:.1f}" if r["peak_rss_mb"] else "-"
+        return [done, str(b["epoch"]), *recalls, f1(b["rsum"]), per_epoch, rss]
+
+    rows = [[f"{r['name']} (`{Path(r['recipe']).stem}`)", *cells(r)] for r in d["rows"] if r["best"]]
+    header = ["image side", "epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10",
+              "val1000 rsum", "s / epoch (2-15)", "peak RSS (GiB)"]  # fmt: skip
+    note = f"{d['protocol']}; `python bench/gpo.py`"
+    return table(header, rows) + "\n\n" + source("gpo.json", d["meta"], None, note)
+
+
 def t_vse_views_candidate() -> str:
     """The six-crop views recipe retrained on all of train with val1000's choices; dev read once."""
     d = load("vse_views_candidate.json")
@@ -1834,6 +1854,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
     "joint-space": t_joint_space,
+    "gpo": t_gpo,
     "int8": t_int8,
     "fault-campaign": t_fault_campaign,
     "store-1m": t_store_1m,

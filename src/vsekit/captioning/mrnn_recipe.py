@@ -93,8 +93,9 @@ class CaptionTrainConfig(Recipe):
             raise bad("method", "names a method this trainer does not train (only 'mrnn')")
         if self.cell not in CELLS:
             raise bad("cell", f"must be one of {', '.join(CELLS)}")
-        if self.image_features not in FEATURE_KINDS:
-            raise bad("image_features", f"must be one of {', '.join(FEATURE_KINDS)}")
+        pooled = [k for k in FEATURE_KINDS if k != "grid"]  # the m-RNN reads one vector per image
+        if self.image_features not in pooled:
+            raise bad("image_features", f"must be one of {', '.join(pooled)}")
         if self.optimizer not in ("adam", "rmsprop"):
             raise bad("optimizer", "must be 'adam' or 'rmsprop'")
         for name in (

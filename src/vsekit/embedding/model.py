@@ -5,10 +5,15 @@
     score s(x, v) = x . v   (the cosine, since both have unit norm)
 
 The image side is one affine layer over fixed CNN features: one-layer features (CNN-MME) or the ternary
-Full-Network Embedding (FN-MME, whose {-1, 0, 1} int8 codes are cast to float). The text side is any
-:class:`~vsekit.text.TextEncoder`. Everything needed to rebuild the model (encoder config, vocabulary,
-image feature spec) travels with it, and ``save_model`` writes one safetensors file: weights as tensors,
-the rest as JSON in the header metadata. Nothing is pickled.
+Full-Network Embedding (FN-MME, whose {-1, 0, 1} int8 codes are cast to float). With ``grid`` features
+(the cells of the CNN's last conv map) the same affine layer projects every cell, and GPO (VSE-infinity,
+:mod:`vsekit.embedding.gpo`) pools the projected cells into one vector before the norm:
+
+    cells phi_1..phi_M [D]  --W_I per cell-->  W_I phi_m  --GPO over m-->  x  --L2 norm-->  x / |x|
+
+The text side is any :class:`~vsekit.text.TextEncoder`. Everything needed to rebuild the model (encoder
+config, vocabulary, image feature spec, the pool) travels with it, and ``save_model`` writes one
+safetensors file: weights as tensors, the rest as JSON in the header metadata. Nothing is pickled.
 
 :class:`EnsembleEmbedding` packs M such models (independently seeded) as one joint embedding of dimension
 M*K: each member's unit-norm embedding, concatenated and scaled by 1/sqrt(M). The packed vectors are
@@ -31,12 +36,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from vsekit.data.vocab import Vocabulary
+from vsekit.embedding.gpo import GPO
 from vsekit.errors import CorpusError, VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.text import TextEncoder, build_text_encoder, encoder_spec, no_pretrained_init
 from vsekit.vision.fne import FullNetworkEmbedding
 
-__all__ = ["HEADS", "MODEL_FORMAT", "EnsembleEmbedding", "JointEmbedding", "load_model", "save_model"]
+__all__ = [
+    "GRID_DROPOUTS",
+    "HEADS",
+    "IMAGE_POOLS",
+    "MODEL_FORMAT",
+    "EnsembleEmbedding",
+    "JointEmbedding",
+    "load_model",
+    "save_model",
+]
 
 MODEL_FORMAT = "vsekit.JointEmbedding"
 #: Version 1: one JointEmbedding. Version 2 adds ensembles (single models are still written as version 1,
@@ -47,6 +62,17 @@ MODEL_FORMAT_VERSION = 2
 #: Heads over the image features and the sentence vector: ``linear`` (Kiros: one affine map of the image
 #: features, the sentence vector as it is) or ``twin`` (the T-LSTM seed's two-layer columns, sec. 3.2).
 HEADS: tuple[str, ...] = ("linear", "twin")
+
+#: How a set of image vectors (``grid`` features: the cells of the last conv map) becomes one: ``gpo``,
+#: the Generalized Pooling Operator of VSE-infinity over the projected cells. Pooled kinds (one-layer, FNE)
+#: have no pool of their own (the CNN averaged them already).
+IMAGE_POOLS: tuple[str, ...] = ("gpo",)
+
+#: How ``image_dropout`` drops values of a grid row (training only): ``cell`` (each value of each cell on
+#: its own) or ``channel`` (one mask per image over the channels, shared by all its cells). Averaged over
+#: 49 cells, independent masks mostly cancel; a shared mask does not: with uniform GPO weights it is
+#: exactly the one-vector model's dropout (the mean of the masked cells is the masked mean).
+GRID_DROPOUTS: tuple[str, ...] = ("cell", "channel")
 
 
 def _twin_layer(dim: int) -> nn.Sequential:
@@ -139,13 +165,18 @@ class JointEmbedding(_JointSpace):
         text_encoder: the sentence encoder; its ``output_dim`` is K.
         image_dim: D, the size of the image feature vectors (1280 one-layer / 18056 FNE for MobileNetV2).
         backbone: the CNN the features come from (recorded, so evaluation extracts the same features).
-        kind: "one-layer" or "fne".
+        kind: "one-layer", "fne" or "grid" (then ``image_dim`` is the width of a feature row, ``cells``
+            vectors of ``image_dim // cells`` values each, and ``pool`` says how they become one).
         vocab: the training vocabulary of a word-based encoder (None for a pretrained tokenizer).
         head: ``"linear"`` (the image projection above; the sentence vector as the encoder gives it) or
             ``"twin"`` (the T-LSTM seed's twin network, sec. 3.2: each column a projection into the
             shared dimension K, then an affine layer with leaky ReLU 0.01). Available to every encoder.
         embed_dim: K; only the twin head may differ from the encoder's ``output_dim`` (its sentence
             column projects into K).
+        pool: for ``grid`` features, one of :data:`IMAGE_POOLS` (``"gpo"``: ``image_proj`` maps every
+            cell to K, then GPO pools the M projected cells, VSE-infinity sec. 3); None for pooled kinds.
+        cells: M, the number of vectors in a ``grid`` feature row (49 for a 7 x 7 map).
+        grid_dropout: one of :data:`GRID_DROPOUTS`, how ``image_dropout`` masks a grid row.
     """
 
     def __init__(
@@ -159,8 +190,23 @@ class JointEmbedding(_JointSpace):
         image_rank: int | None = None,
         head: str = "linear",
         embed_dim: int | None = None,
+        pool: str | None = None,
+        cells: int | None = None,
+        grid_dropout: str = "cell",
     ) -> None:
         super().__init__()
+        if (kind == "grid") != (pool is not None) or (pool is not None and pool not in IMAGE_POOLS):
+            raise ValueError(
+                f"grid features need a pool ({', '.join(IMAGE_POOLS)}) and pooled ones none; "
+                f"got kind {kind!r} with pool {pool!r}"
+            )
+        if pool is not None and (not cells or cells < 1 or image_dim % cells):
+            raise ValueError(f"a {image_dim}-wide grid row does not split into {cells} cells")
+        if grid_dropout not in GRID_DROPOUTS or (pool is None and grid_dropout != "cell"):
+            raise ValueError(
+                f"grid_dropout must be one of {', '.join(GRID_DROPOUTS)} (and 'cell' without a grid)"
+            )
+        self.grid_dropout = grid_dropout
         if head not in HEADS:
             raise ValueError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
         if head == "linear" and embed_dim not in (None, text_encoder.output_dim):
@@ -170,7 +216,10 @@ class JointEmbedding(_JointSpace):
             )
         self.head = head
         self.embed_dim = int(embed_dim or text_encoder.output_dim)
-        self.image_dim = int(image_dim)
+        self.image_dim = int(image_dim)  # the width of a feature row
+        self.cells = int(cells) if pool is not None and cells else None
+        # what W_I reads: the whole row, or one cell of a grid row
+        proj_dim = self.image_dim // self.cells if self.cells else self.image_dim
         if not 0.0 <= image_dropout < 1.0:
             raise ValueError(f"image_dropout must be in [0, 1), got {image_dropout}")
         # W_I in R^{K x D} (Kiros sec. 2.2): x = W_I q. The bias makes it the affine map of Vilalta sec. 3.2.
@@ -179,11 +228,13 @@ class JointEmbedding(_JointSpace):
         self.image_proj: nn.Module
         if image_rank:
             self.image_proj = nn.Sequential(
-                nn.Linear(self.image_dim, int(image_rank), bias=False),
+                nn.Linear(proj_dim, int(image_rank), bias=False),
                 nn.Linear(int(image_rank), self.embed_dim),
             )
         else:
-            self.image_proj = nn.Linear(self.image_dim, self.embed_dim)
+            self.image_proj = nn.Linear(proj_dim, self.embed_dim)
+        # VSE-infinity (sec. 3) pools after the projection: GPO over the M projected cells
+        self.image_pool = GPO() if pool == "gpo" else None
         # The twin network of the T-LSTM seed (sec. 3.2): on top of each column's projection into the
         # shared dimension, an affine layer with a leaky ReLU (leakiness 0.01, sec. 4); the sentence
         # column gets the same two layers. Scored by cosine here (the joint model normalises), not the
@@ -214,13 +265,28 @@ class JointEmbedding(_JointSpace):
         }
         if head != "linear":  # absent means linear: files written before the twin head read unchanged
             self.config["head"] = head
+        if pool is not None:  # absent for pooled kinds: their configs read as they always did
+            self.config["image"].update(pool=pool, cells=self.cells)
+            if grid_dropout != "cell":
+                self.config["image"]["grid_dropout"] = grid_dropout
 
     # -- training path -------------------------------------------------------------------------------
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
-        """Unit-norm image embeddings ``[n, K]`` with autograd (FNE int8 codes are cast to float)."""
+        """Unit-norm image embeddings ``[n, K]`` with autograd (FNE int8 codes are cast to float).
+
+        Grid rows ``[n, M*D]`` are seen as M cells of D values: each cell projected, then pooled."""
         dtype = next(self.image_proj.parameters()).dtype
-        x = self.image_proj(self.image_dropout(features.to(dtype)))
+        if self.image_pool is not None:
+            assert self.cells is not None  # set with the pool
+            cells = features.to(dtype).reshape(features.shape[0], self.cells, -1)
+            if self.grid_dropout == "channel":  # one mask per image, shared by its cells
+                cells = cells * self.image_dropout(cells.new_ones(cells.shape[0], 1, cells.shape[2]))
+            else:
+                cells = self.image_dropout(cells)
+            x = self.image_pool(self.image_proj(cells))
+        else:
+            x = self.image_proj(self.image_dropout(features.to(dtype)))
         if self.image_twin is not None:
             x = self.image_twin(x)
         return F.normalize(x, dim=-1)
@@ -403,6 +469,9 @@ def load_model(
             image_rank=image.get("rank"),
             head=member_config.get("head", "linear"),
             embed_dim=member_config["embed_dim"],
+            pool=image.get("pool"),
+            cells=image.get("cells"),
+            grid_dropout=image.get("grid_dropout", "cell"),
         )
 
     if n_members is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from vsekit.embedding.model import HEADS
+from vsekit.embedding.model import GRID_DROPOUTS, HEADS, IMAGE_POOLS
 from vsekit.errors import VsekitError
 from vsekit.resources import RECIPES_DIR
 from vsekit.text import EMBED_DIM_KWARG, TEXT_ENCODERS
@@ -49,6 +49,13 @@ class TrainConfig(Recipe):
     that set per epoch, drawn from the run's seeded batch-order generator (so resume stays exact), its
     features cached per view. ``"centre"`` (the default) is the evaluation crop only, as before.
 
+    ``image_pool``: how the cells of ``image_features="grid"`` (the last conv map, 7 x 7 at 224 pixels)
+    become one image vector: ``"gpo"`` projects each cell and pools them with VSE-infinity's learned
+    Generalized Pooling Operator (:mod:`vsekit.embedding.gpo`); null for the pooled kinds.
+    ``grid_dropout``: how ``image_dropout`` masks a grid row: ``"cell"`` (every value on its own) or
+    ``"channel"`` (one mask per image over the channels, shared by its cells: with uniform GPO weights
+    the one-vector model's dropout exactly).
+
     ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
     the module docstring); None trains the single model of ``seed``.
 
@@ -65,6 +72,8 @@ class TrainConfig(Recipe):
     embed_dim: int = 1024
     backbone: str = "mobilenet_v2"
     image_features: str = "one-layer"
+    image_pool: str | None = None
+    grid_dropout: str = "cell"
     image_dropout: float = 0.0
     image_rank: int | None = None
     head: str = "linear"
@@ -107,6 +116,14 @@ class TrainConfig(Recipe):
             raise bad("loss", f"must be one of {', '.join(LOSSES)}")
         if not 0.01 <= self.temperature <= 1.0:
             raise bad("temperature", "must be in [0.01, 1] (InfoNCE's clamp range)")
+        if self.image_features == "grid" and self.image_pool not in IMAGE_POOLS:
+            raise bad("image_pool", f"must be one of {', '.join(IMAGE_POOLS)} for grid features")
+        if self.image_features != "grid" and self.image_pool is not None:
+            raise bad("image_pool", "pools the cells of grid features; set it to null for pooled ones")
+        if self.grid_dropout not in GRID_DROPOUTS:
+            raise bad("grid_dropout", f"must be one of {', '.join(GRID_DROPOUTS)}")
+        if self.image_features != "grid" and self.grid_dropout != "cell":
+            raise bad("grid_dropout", "masks the cells of grid features; leave it 'cell' for pooled ones")
         if self.train_views not in TRAIN_VIEW_SETS:
             raise bad("train_views", f"must be one of {', '.join(TRAIN_VIEW_SETS)}")
         if self.train_views != "centre" and self.image_features != "one-layer":

@@ -69,7 +69,7 @@ from vsekit.training import (
     step_lr,
     sync_gradients,
 )
-from vsekit.vision.features import image_features
+from vsekit.vision.features import FeatureSpec, image_features
 
 __all__ = [
     "CHECKPOINT_NAME",
@@ -320,6 +320,9 @@ def _build_model(
         image_rank=config.image_rank,
         head=config.head,
         embed_dim=config.embed_dim,
+        pool=config.image_pool,
+        grid_dropout=config.grid_dropout,
+        cells=FeatureSpec(config.backbone, "grid").grid_cells if config.image_pool else None,
     ).to(device)
 
 

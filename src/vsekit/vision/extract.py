@@ -72,7 +72,12 @@ class _CNN:
         self.full = spec.layers == "full"
         assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         self.preprocessing: Preprocessing = spec.preprocessing
+        self.grid = spec.layers == "grid"
         requested = engine if engine is not None else default_engine()
+        if self.grid:  # the exported graph gives pooled vectors only: the map comes from PyTorch
+            if requested == INT8:
+                raise VsekitError(f"grid features have no {INT8} engine; use --engine torch")
+            requested = "torch"
         self.engine = resolve_engine(requested, self.device)
         self.onnx: OnnxCNN | None = None
         if self.engine == INT8:  # asked for by name: no silent fallback to other numbers
@@ -87,6 +92,8 @@ class _CNN:
                 self.engine = "torch"
         model = load_backbone(spec.backbone, spec.weights, device=self.device)
         self.dims: dict[str, Any] = {"dim": sum(model.tap_dims()) if self.full else model.pooled_dim}
+        if self.grid:  # every cell of the last conv map, each a pooled_dim vector
+            self.dims["dim"] = spec.grid_cells * model.pooled_dim
         if self.full:
             self.dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
         self.model = prepare_for_inference(model) if self.onnx is None else None
@@ -96,14 +103,22 @@ class _CNN:
         return int(self.dims["dim"])
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
-        """Pooled activations (one-layer) or all taps concatenated (full) of uint8 crops [n, h, w, 3],
-        float16 [n, dim]."""
+        """Pooled activations (one-layer), all taps concatenated (full) or the last conv map's cells
+        (grid: row-major cells, channels last) of uint8 crops [n, h, w, 3], float16 [n, dim]."""
         if self.onnx is not None:
             return self.onnx(pixels).astype(np.float16)
         assert self.model is not None  # built whenever there is no ONNX session
         # NHWC floats seen as NCHW: already the channels-last layout the network runs in, no copy.
         x = torch.from_numpy(self.preprocessing.normalise(pixels)).permute(0, 3, 1, 2)
         with torch.inference_mode():
+            if self.grid:  # [n, C, h, w] -> [n, h, w, C] -> [n, h*w*C]: the mean of the cells is pooled
+                fmap = self.model.forward_map(x.to(self.device, memory_format=torch.channels_last))
+                cells = fmap.float().permute(0, 2, 3, 1).reshape(len(fmap), -1)
+                if cells.shape[1] != self.dim:
+                    raise VsekitError(
+                        f"the {self.spec.backbone} map has {cells.shape[1]} values, not {self.dim}"
+                    )
+                return cells.cpu().numpy().astype(np.float16)
             pooled, taps = self.model.forward_features(
                 x.to(self.device, memory_format=torch.channels_last), taps=self.full
             )

@@ -14,6 +14,10 @@ Two kinds of features come out of one CNN pass:
 * ``full``: the spatially averaged activations of every conv layer plus the FC layer, the raw input of the
   Full-Network Embedding (Vilalta et al. 2017, section 3.1). Its fitted, ternary form lives next to it.
 
+A third kind, ``grid``, keeps the last conv map unpooled (7 x 7 cells of 1280 at 224 pixels, the same crop,
+so the mean of its cells is the ``one-layer`` vector up to float16 rounding): the set of vectors a learned
+pooling (GPO, :mod:`vsekit.embedding.gpo`) reads. One row per image of ``cells * C`` floats, cell-major.
+
 Where the rows live: :mod:`vsekit.vision.store` (the on-disk store, its layout and its lock). How a store
 is filled: :mod:`vsekit.vision.extract`. This module keeps the routes callers use, and hands on the
 names it always exported.
@@ -290,7 +294,7 @@ def image_features(
             raise VsekitError(f"view {view!r}: views of a photo exist for one-layer features only")
         assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         spec = dataclasses.replace(spec, preprocessing=spec.preprocessing.with_view(view))
-    if kind == "one-layer":
+    if kind in ("one-layer", "grid"):
         return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None
     if fne is not None:
         return compute_features(corpus, spec, fne, image_ids=ids, cache=True, **kwargs), fne

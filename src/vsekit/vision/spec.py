@@ -1,8 +1,9 @@
 """Which image features: one frozen description shared by extraction, the cache, models and captioners.
 
-A :class:`FeatureSpec` names the backbone, the kind of features (``one-layer`` pooled activations, or
-``fne`` Full-Network Embedding codes), the weights (None: the installed weights package; else a file)
-and the preprocessing. A model records the first two in its ``config["image"]``;
+A :class:`FeatureSpec` names the backbone, the kind of features (``one-layer`` pooled activations,
+``fne`` Full-Network Embedding codes, or ``grid``: the cells of the last conv map, unpooled), the
+weights (None: the installed weights package; else a file) and the preprocessing. A model records the
+first two in its ``config["image"]``;
 :meth:`FeatureSpec.from_config` turns that back into a spec. The fitted FNE statistics are not part of the
 spec: they are state that travels with a model (see :class:`~vsekit.vision.fne.FullNetworkEmbedding`).
 """
@@ -19,9 +20,13 @@ from vsekit.errors import VsekitError
 from vsekit.vision.backbones import BACKBONES
 from vsekit.vision.preprocess import Preprocessing
 
-__all__ = ["FEATURE_KINDS", "FeatureSpec"]
+__all__ = ["FEATURE_KINDS", "GRID_STRIDE", "FeatureSpec"]
 
-FEATURE_KINDS = ("one-layer", "fne")
+FEATURE_KINDS = ("one-layer", "fne", "grid")
+
+#: The total stride of the backbones' last conv map (MobileNetV2 and EfficientNet-Lite): a ``crop``-sided
+#: input gives a ``ceil(crop / 32)``-sided map (7 x 7 at 224 pixels).
+GRID_STRIDE = 32
 
 
 @dataclass(frozen=True)
@@ -30,8 +35,10 @@ class FeatureSpec:
 
     Attributes:
         backbone: a name in :data:`~vsekit.vision.backbones.BACKBONES`.
-        kind: ``"one-layer"`` (float32 pooled penultimate activations) or ``"fne"`` (int8 {-1, 0, 1}
-            Full-Network Embedding codes, computed from all layers' activations).
+        kind: ``"one-layer"`` (float32 pooled penultimate activations), ``"fne"`` (int8 {-1, 0, 1}
+            Full-Network Embedding codes, computed from all layers' activations) or ``"grid"`` (the
+            ``h x w`` cells of the last conv map of the same crop, each a ``C``-vector, one row of
+            ``h*w*C`` floats per image, cell-major: their mean is the ``one-layer`` vector).
         weights: None for the backbone's installed weights package, else the path of a weights file.
         preprocessing: None for the backbone's own (what its weights were trained with).
     """
@@ -64,8 +71,15 @@ class FeatureSpec:
 
     @property
     def layers(self) -> str:
-        """The layer set the CNN taps: ``"one-layer"``, or ``"full"`` (every layer) for FNE."""
-        return "one-layer" if self.kind == "one-layer" else "full"
+        """The layer set the CNN taps: ``"one-layer"``, ``"full"`` (every layer) for FNE, or ``"grid"``."""
+        return {"one-layer": "one-layer", "fne": "full", "grid": "grid"}[self.kind]
+
+    @property
+    def grid_cells(self) -> int:
+        """The number of cells of the last conv map on this spec's crop (49 at 224 pixels)."""
+        assert self.preprocessing is not None  # __post_init__ fills it in
+        side = -(-self.preprocessing.crop // GRID_STRIDE)
+        return side * side
 
     @property
     def needs_fne(self) -> bool:

@@ -13,7 +13,8 @@ directory and copies its rows out. Filling a store through the CNN is :mod:`vsek
 Layout of a cache directory::
 
     meta.json         configuration, image ids and file identities, dims, failed images, generation
-    raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims)
+    raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims;
+                      grid: cells x pooled_dim, the last conv map's cells row-major, channels last)
     done.npy          bool [n_images]: rows that hold finished features
                       (generation g > 0, after the image set changed: raw.g.f16 and done.g.npy; the new
                       generation's files are written beside the old ones and meta.json swaps them in)
@@ -59,7 +60,7 @@ __all__ = [
 
 FORMAT_VERSION = 1
 
-LAYER_SETS = ("one-layer", "full")
+LAYER_SETS = ("one-layer", "full", "grid")
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ def _spec_for_layers(backbone: str, layers: str, weights: str | Path | None) -> 
         raise VsekitError(f"unknown backbone {backbone!r}; known: {', '.join(sorted(BACKBONES))}")
     if layers not in LAYER_SETS:
         raise VsekitError(f"unknown layer set {layers!r}; known: {', '.join(LAYER_SETS)}")
-    return FeatureSpec(backbone, "one-layer" if layers == "one-layer" else "fne", weights=weights)
+    kind = {"one-layer": "one-layer", "full": "fne", "grid": "grid"}[layers]
+    return FeatureSpec(backbone, kind, weights=weights)
 
 
 def cache_config(spec: FeatureSpec, engine: str | None = None) -> FeatureConfig:
