@@ -139,6 +139,16 @@ def write_result(name: str | Path, result: dict[str, Any], indent: int = 1, defa
     return path
 
 
+def write_labelled(path: Path, label: str, result: dict[str, Any], benchmark: str, target: str) -> Path:
+    """Put ``result`` under ``label`` in the JSON at ``path`` (before/after runs of one benchmark side by
+    side), keeping the other labels; ``benchmark`` and ``target`` name the file's contents."""
+    previous = json.loads(path.read_text()) if path.is_file() else {}
+    previous.setdefault("benchmark", benchmark)
+    previous.setdefault("target", target)
+    previous[label] = result
+    return write_result(path, previous)
+
+
 def model_extra(path: str | Path) -> dict[str, Any]:
     """The ``extra`` header of a vsekit model file (recipe, epoch, dev numbers), read without loading it."""
     from safetensors import safe_open

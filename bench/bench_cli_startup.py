@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import run_meta, time_command, write_result
+from _common import run_meta, time_command, write_labelled
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cli_startup.json"
 COMMANDS = (["--help"], ["search", "--help"], ["index", "build", "--help"], ["--version"])
@@ -97,11 +97,8 @@ def main() -> None:
         "importtime": _importtime(env),
     }
     print(json.dumps(result["importtime"], indent=1))
-    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    previous.setdefault("benchmark", "cli_startup")
-    previous.setdefault("target", "vsekit --help and vsekit search --help under 0.5 s (issue 22 item 9)")
-    previous[args.label] = result
-    write_result(RESULTS, previous)
+    target = "vsekit --help and vsekit search --help under 0.5 s (issue 22 item 9)"
+    write_labelled(RESULTS, args.label, result, "cli_startup", target)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, run_meta, time_vsekit, write_result
+from _common import REPO, run_meta, time_vsekit, write_labelled
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cold_start.json"
 EVERYDAY = REPO.parent / "shared" / "data" / "everyday" / "photos"
@@ -124,13 +124,8 @@ def main() -> None:
     print("serve", serve)
     timed = {"commit": args.src_commit or "unknown"} if args.src is not None else {}
     result = {**run_meta(threads="default", **timed), "search": search, "stages_s": stages, "serve": serve}
-    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    previous.setdefault("benchmark", "cold_start")
-    previous.setdefault(
-        "target", "vsekit search cold <= 2 s p50; serve's first query <= 1 s (issue 34 item 7)"
-    )
-    previous[args.label] = result
-    write_result(RESULTS, previous)
+    target = "vsekit search cold <= 2 s p50; serve's first query <= 1 s (issue 34 item 7)"
+    write_labelled(RESULTS, args.label, result, "cold_start", target)
 
 
 if __name__ == "__main__":

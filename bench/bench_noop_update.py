@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import REPO, run_meta, time_vsekit, write_result
+from _common import REPO, run_meta, time_vsekit, write_labelled
 
 RESULTS = Path(__file__).resolve().parent / "results" / "noop_update.json"
 EVERYDAY = REPO.parent / "shared" / "data" / "everyday" / "photos"
@@ -115,13 +115,8 @@ def main() -> None:
         )
     timed = {"commit": args.src_commit or "unknown"} if args.src is not None else {}
     result = {**run_meta(threads="one process per run", photos=args.photos, **timed), "commands": commands}
-    previous = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-    previous.setdefault("benchmark", "noop_update")
-    previous.setdefault(
-        "target", "a no-op `vsekit index update` loads no model, <= 1 s at 10K photos (issue 34 item 7)"
-    )
-    previous[args.label] = result
-    write_result(RESULTS, previous)
+    target = "a no-op `vsekit index update` loads no model, <= 1 s at 10K photos (issue 34 item 7)"
+    write_labelled(RESULTS, args.label, result, "noop_update", target)
 
 
 if __name__ == "__main__":

@@ -315,8 +315,7 @@ def card_vse() -> dict[str, Any]:
                 "flagged weak (`vsekit search`, the page)",
                 "made_with": conf["made_with"]["data"],
                 **_confidence_on_dev(bench_conf),
-                "pins": {"vse": conf["model_sha256"]},
-                "pin_matches": conf["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
+                **_vse_pin(conf["model_sha256"], path),
             },
             _routes_attachment(path),
             _arithmetic_attachment(path),
@@ -342,9 +341,14 @@ def _arithmetic_attachment(path: Path) -> dict[str, Any]:
             "val1000_rule": bench["rule"],
             "dev": {"before": bench["dev"]["vse"]["before"], "after": chosen},
         },
-        "pins": {"vse": rule["model_sha256"]},
-        "pin_matches": rule["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
+        **_vse_pin(rule["model_sha256"], path),
     }
+
+
+def _vse_pin(pinned: str, path: Path) -> dict[str, Any]:
+    """What a vse sidecar is pinned to, and whether that is the shipped vse file at ``path`` (its sha256,
+    or its content fingerprint)."""
+    return {"pins": {"vse": pinned}, "pin_matches": pinned in (file_sha256(path), content_fingerprint(path))}
 
 
 def _routes_attachment(path: Path) -> dict[str, Any]:
@@ -364,8 +368,7 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
         f"{weak['joint_below']} and the best concept score < {weak['concept_below']}",
         "made_with": routes["made_with"]["data"],
         "validation": {"everyday": bench["after"]["everyday"], "val1000": bench["after"]["val1000"]},
-        "pins": {"vse": routes["model_sha256"]},
-        "pin_matches": routes["model_sha256"] in (file_sha256(path), content_fingerprint(path)),
+        **_vse_pin(routes["model_sha256"], path),
     }
 
 

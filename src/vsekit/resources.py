@@ -157,6 +157,20 @@ def pretrained_path(name: str) -> Path:
     return PACKAGE_DIR / "pretrained" / PRETRAINED[name][0]
 
 
+def pinned_sidecar(model: str, model_sha256: str, kind: str, file_format: str) -> dict[str, Any] | None:
+    """The shipped ``<model>-<kind>.json`` beside model ``model`` (a shipped name), if it is in format
+    ``file_format`` and was made for exactly the file with ``model_sha256``; else None (not a shipped name,
+    no such file, not JSON, or made for another file: a setting chosen for another model is noise)."""
+    try:
+        path = pretrained_path(model).with_name(f"{model}-{kind}.json")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (VsekitError, OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != file_format:
+        return None
+    return data if data.get("model_sha256") == model_sha256 else None
+
+
 def resolve_model_path(name_or_path: str | os.PathLike[str] | None, default: str) -> Path:
     """A model file from a shipped name (``"vse"``), a path, or None (the shipped ``default``).
 

@@ -34,7 +34,6 @@ built before the concept route searches the joint space only and says how to add
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -45,7 +44,7 @@ import numpy as np
 
 from vsekit.errors import VsekitError, command, printable
 from vsekit.fileio import file_sha256
-from vsekit.resources import pretrained_path
+from vsekit.resources import pinned_sidecar
 from vsekit.retrieval.arithmetic import ArithmeticRule
 from vsekit.retrieval.concepts import ConceptRoute, concepts_setting
 from vsekit.retrieval.confidence import is_weak, language_warning, load_confidence
@@ -113,12 +112,8 @@ def fuse(scores: RouteScores, policy: RoutePolicy) -> tuple[np.ndarray, np.ndarr
 @functools.lru_cache(maxsize=16)  # read once per model file, not on every search
 def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
     """The routes policy shipped for model ``model`` (a shipped name) and exactly that file, or None."""
-    try:
-        path = pretrained_path(model).with_name(f"{model}-routes.json")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (VsekitError, OSError, ValueError):
-        return None
-    if data.get("format") != ROUTES_FORMAT or data.get("model_sha256") != model_sha256:
+    data = pinned_sidecar(model, model_sha256, "routes", ROUTES_FORMAT)
+    if data is None:
         return None
     weak, fusion = data["weak"], data["fusion"]
     return RoutePolicy(

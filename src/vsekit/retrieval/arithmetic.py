@@ -25,7 +25,6 @@ poor result among good ones (sec. 3.2, "we found a simple strategy ..."): :func:
 from __future__ import annotations
 
 import functools
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vsekit.errors import VsekitError
-from vsekit.resources import pretrained_path
+from vsekit.resources import pinned_sidecar
 
 __all__ = [
     "ARITHMETIC_FORMAT",
@@ -123,12 +122,8 @@ PAPER_RULE = ArithmeticRule()
 def load_arithmetic_rule(model: str, model_sha256: str) -> ArithmeticRule:
     """The rule shipped for model ``model`` (a shipped name) and exactly that file
     (``<model>-arithmetic.json``), else :data:`PAPER_RULE`."""
-    try:
-        path = pretrained_path(model).with_name(f"{model}-arithmetic.json")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (VsekitError, OSError, ValueError):
-        return PAPER_RULE
-    if data.get("format") != ARITHMETIC_FORMAT or data.get("model_sha256") != model_sha256:
+    data = pinned_sidecar(model, model_sha256, "arithmetic", ARITHMETIC_FORMAT)
+    if data is None:
         return PAPER_RULE
     return ArithmeticRule(float(data["weight"]), str(data.get("phrase", "{}")))
 

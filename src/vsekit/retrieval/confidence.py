@@ -12,7 +12,6 @@ script, or whose words are mostly not among the English words of the training ca
 from __future__ import annotations
 
 import functools
-import json
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -20,8 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vsekit.errors import VsekitError
-from vsekit.resources import pretrained_path
+from vsekit.resources import pinned_sidecar
 
 __all__ = ["CONFIDENCE_FORMAT", "Confidence", "is_weak", "language_warning", "load_confidence"]
 
@@ -45,12 +43,8 @@ def load_confidence(model: str, model_sha256: str) -> Confidence | None:
     """The shipped calibration of model ``model`` (a shipped name such as ``vse``), or None when there is
     none or it was made for another file than the one with ``model_sha256`` (then no search is called
     weak: an uncalibrated threshold would be noise)."""
-    try:
-        path = pretrained_path(model).with_name(f"{model}-confidence.json")
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (VsekitError, OSError, ValueError):  # not a shipped name, no file, not JSON
-        return None
-    if data.get("format") != CONFIDENCE_FORMAT or data.get("model_sha256") != model_sha256:
+    data = pinned_sidecar(model, model_sha256, "confidence", CONFIDENCE_FORMAT)
+    if data is None:
         return None
     return Confidence(float(data["weak_below"]), frozenset(data.get("english_words", ())))
 

@@ -412,8 +412,9 @@ class Index(Searching):
     def prepare_text_graph(self) -> bool:
         """Export the model's text side for searches without torch (once per machine and model file; a
         few seconds), if it can be (a frozen MiniLM text encoder); True when the graph is there."""
-        try:
-            return prepare_tower(self.model, self._view.settings["model"]["sha256"]) is not None
+        sha256 = self._view.settings["model"]["sha256"]
+        try:  # a graph already here: no model to load (a distributed build's driver has none loaded)
+            return TextTower.cached(sha256) or prepare_tower(self.model, sha256) is not None
         except (VsekitError, OSError) as exc:  # the searches go on with PyTorch
             logger.warning("no ONNX graph of the text side (%s); searches load PyTorch", exc)
             return False

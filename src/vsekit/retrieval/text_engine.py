@@ -135,6 +135,15 @@ class TextTower:
             return None
         return cls(_Graph(data, path), _Tokenizer(), record)
 
+    @staticmethod
+    def cached(model_sha256: str, cache_root: str | Path | None = None) -> bool:
+        """Whether this machine holds a graph for the model file with ``model_sha256`` that passed its
+        check (its bytes are checked by :meth:`open`, when it is run)."""
+        path = tower_path(model_sha256, cache_root)
+        record = read_json_record(path.with_suffix(".json"))
+        config_ok = record.get("config") == _graph_config(model_sha256)
+        return config_ok and _passed(record.get("check", {})) and path.is_file()
+
     @property
     def sentence_identity(self) -> dict[str, Any]:
         """The identity of the PyTorch sentence encoder this graph was checked against: its sentence
