@@ -199,3 +199,29 @@ def test_exact_search_float16_many_queries_in_groups():
     np.testing.assert_array_equal(rows[-3:], one_r)
     exact = queries.astype(np.float64) @ vectors.astype(np.float64).T
     np.testing.assert_allclose(scores, -np.sort(-exact, axis=1)[:, :5], atol=1e-6)
+
+
+def test_float16_search_without_torch_answers_as_with_it(monkeypatch):
+    # a process that has not imported torch scores a small float16 index in NumPy (no 2 s torch import
+    # for a cold `vsekit search`); the candidates are rescored exactly either way, so the answers,
+    # near ties included, are the same bits
+    import vsekit.retrieval.search as search
+
+    base = unit_vectors(1, 64, 5)[0]
+    near = base + 1e-3 * np.random.default_rng(6).standard_normal((300, 64)).astype(np.float32)
+    vectors = np.vstack([near / np.linalg.norm(near, axis=1, keepdims=True), unit_vectors(300, 64, 13)])
+    vectors = vectors.astype(np.float16)
+    queries = np.vstack([base, unit_vectors(5, 64, 14)])
+    with_torch = exact_search(vectors, queries, 10, chunk_rows=128)
+    calls = []
+    real = search._f16_scores_numpy
+    monkeypatch.setattr(search, "_f16_scores_numpy", lambda q, b: calls.append(len(b)) or real(q, b))
+    monkeypatch.setattr(search, "_torch_loaded", lambda: False)
+    without = exact_search(vectors, queries, 10, chunk_rows=128)
+    assert calls == [128, 128, 128, 128, 88]  # every block went through NumPy
+    np.testing.assert_array_equal(without[0], with_torch[0])
+    np.testing.assert_array_equal(without[1], with_torch[1])
+    monkeypatch.setattr(search, "F16_NUMPY_MAX", 600 * 64 - 1)  # a larger index imports torch
+    calls.clear()
+    exact_search(vectors, queries, 10, chunk_rows=128)
+    assert calls == []

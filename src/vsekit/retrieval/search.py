@@ -8,7 +8,8 @@ Engines and the rules ``engine="auto"`` follows (:func:`resolve_engine`):
 
 * ``exact``: matrix products over the stored matrix, ``chunk_rows`` rows at a time, keeping a running
   top-k, so a memory-mapped collection larger than RAM still searches (it streams from disk); float16
-  storage is scored in float16 (by torch) and its candidates rescored in float32, still exact. Equal
+  storage is scored approximately (by torch's float16 product, or, in a process without torch and for
+  at most :data:`F16_NUMPY_MAX` stored values, by NumPy in float32) and its candidates rescored exactly. Equal
   scores are ordered by row (lower first), so results are reproducible. ``auto`` picks it below
   :data:`ANN_MIN_VECTORS` vectors, where a full scan takes milliseconds and loses no recall.
 * ``flat``: FAISS ``IndexFlatIP`` (exact too; the vectors are copied into RAM). Offered as a reference.
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import warnings
 from typing import Any, Protocol
 
@@ -111,6 +113,11 @@ def _best_first(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarra
 _F16_TOL = 2.0**-9
 #: Query rows x block rows scored at once (a float32 score matrix of 256 MB at most).
 _SCORES_MAX = 1 << 26
+#: Float16 values a search of a process without torch scores in NumPy rather than importing torch: NumPy
+#: converts about 2e8 float16 values a second to float32 and torch takes about 2.4 s to import (the
+#: two are level near 5e8 values), so a cold search of a small float16 index, or of the segments an
+#: IVF-PQ index has not indexed, no longer waits for torch.
+F16_NUMPY_MAX = 1 << 27
 
 
 def _candidates(scores: np.ndarray, k: int, tol: float) -> tuple[np.ndarray, np.ndarray]:
@@ -133,28 +140,27 @@ def _candidates(scores: np.ndarray, k: int, tol: float) -> tuple[np.ndarray, np.
         take = min(n, 2 * take)
 
 
-def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _block_best(
+    queries: np.ndarray, block: np.ndarray, k: int, f16_numpy: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact float32 scores of candidate rows of one block (``rows`` within the block) for each query.
 
     A float32 block is scored directly by NumPy's matrix product (no torch: a cold search of a float32
-    index imports none). A float16 block is scored by torch's float16 matrix product (about as fast as
-    float32 from half the bytes; converting the block to float32 first is some 20x slower), then only the
-    candidates are rescored in float32 from the stored values: exact. Conversions go through NumPy
-    (torch's float16 -> float32 cast is about 100x slower on CPU)."""
+    index imports none). A float16 block is scored approximately, then only the candidates are rescored
+    from the stored values: exact. The approximate scores come from torch's float16 matrix product
+    (about as fast as float32 from half the bytes; converting the block to float32 first is some 15x
+    slower), or, with ``f16_numpy``, from NumPy in float32 after that conversion (a small search in a
+    process without torch: :data:`F16_NUMPY_MAX`); either is within ``_F16_TOL`` of the exact score, so
+    the candidates, and the answer, are the same. Conversions go through NumPy (torch's float16 ->
+    float32 cast is about 100x slower on CPU)."""
     block = np.asarray(block)
     k = min(k, block.shape[0])
     if block.dtype == np.float32:
         return _candidates(queries @ block.T, k, 0.0)
     if block.dtype != np.float16:
         raise VsekitError(f"stored vectors must be float32 or float16, not {block.dtype}")
-    import torch
-
-    with warnings.catch_warnings():  # a read-only memmap is only read
-        warnings.simplefilter("ignore", UserWarning)
-        b = torch.from_numpy(block)
     tol = _F16_TOL * max(1.0, float(np.linalg.norm(queries, axis=1).max()))  # stored rows are unit-norm
-    with torch.inference_mode():
-        approx = (torch.from_numpy(queries.astype(np.float16)) @ b.T).numpy().astype(np.float32)
+    approx = _f16_scores_numpy(queries, block) if f16_numpy else _f16_scores_torch(queries, block)
     rows = _candidates(approx, k, tol)[1]
     exact = np.empty(rows.shape, dtype=np.float32)
     for q0 in range(0, len(queries), 256):  # candidate rows [256, c, K] in float32 at a time
@@ -164,6 +170,24 @@ def _block_best(queries: np.ndarray, block: np.ndarray, k: int) -> tuple[np.ndar
         scores = np.matmul(candidates, queries[q0 : q0 + 256, :, None].astype(np.float64))[:, :, 0]
         exact[q0 : q0 + 256] = scores.astype(np.float32)
     return exact, rows
+
+
+def _torch_loaded() -> bool:
+    return "torch" in sys.modules
+
+
+def _f16_scores_torch(queries: np.ndarray, block: np.ndarray) -> np.ndarray:
+    import torch
+
+    with warnings.catch_warnings():  # a read-only memmap is only read
+        warnings.simplefilter("ignore", UserWarning)
+        b = torch.from_numpy(block)
+    with torch.inference_mode():
+        return (torch.from_numpy(queries.astype(np.float16)) @ b.T).numpy().astype(np.float32)
+
+
+def _f16_scores_numpy(queries: np.ndarray, block: np.ndarray) -> np.ndarray:
+    return queries.astype(np.float32) @ block.astype(np.float32).T
 
 
 def exact_search(
@@ -177,13 +201,14 @@ def exact_search(
     if k < 1:
         raise VsekitError(f"k must be >= 1, got {k}")
     queries_np = _as_queries(queries, vectors.shape[1])
+    f16_numpy = not _torch_loaded() and vectors.shape[0] * vectors.shape[1] <= F16_NUMPY_MAX
     best_s = np.full((len(queries_np), k), -np.inf, dtype=np.float32)
     best_r = np.full((len(queries_np), k), -1, dtype=np.int64)
     group = max(1, _SCORES_MAX // max(1, min(chunk_rows, len(vectors))))
     for start in range(0, len(vectors), chunk_rows):
         block = vectors[start : start + chunk_rows]
         for q0 in range(0, len(queries_np), group):
-            scores, rows = _block_best(queries_np[q0 : q0 + group], block, k)
+            scores, rows = _block_best(queries_np[q0 : q0 + group], block, k, f16_numpy)
             merged = _best_first(
                 np.concatenate([best_s[q0 : q0 + group], scores], axis=1),
                 np.concatenate([best_r[q0 : q0 + group], rows + start], axis=1),
