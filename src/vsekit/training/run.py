@@ -118,6 +118,7 @@ class TrainingRun(ABC, Generic[C, D, M]):
         self.device = resolve_device(device)
         self.progress = progress and is_main_process()  # with several ranks, rank 0 tells the story
         self.say = (log if log is not None else logger.info) if is_main_process() else _silent
+        self.history: list[dict[str, Any]] = []  # the log entries of the finished epochs
 
     @property
     def model_path(self) -> Path:
@@ -175,7 +176,7 @@ class TrainingRun(ABC, Generic[C, D, M]):
         state = self._state(data)
         if ckpt is not None:
             state.load_state_dict(ckpt)  # the RNG states last: nothing between here and fit draws
-        history = self.dir.start(self.config.to_dict(), state.epoch)
+        self.history = history = self.dir.start(self.config.to_dict(), state.epoch)
         if ckpt is not None:
             self.say(resume_message(self.dir, state, self.metric))
         extra = {"config": self.config.to_dict(), **self.checkpoint_extra(data)}
