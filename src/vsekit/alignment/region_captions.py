@@ -14,7 +14,6 @@ spec, so a loaded :class:`RegionCaptioner` computes its own region features from
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,8 +46,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-logger = logging.getLogger(__name__)
 
 RegionFn = Callable[[Corpus, list[str]], Regions]
 

@@ -13,7 +13,6 @@ log and the checkpoint (exact resume).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,8 +46,6 @@ from vsekit.training import (
 from vsekit.vision.regions import REGION_MODES, Regions, RegionSpec, region_features
 
 __all__ = ["MODEL_NAME", "AlignerConfig", "list_aligner_recipes", "load_aligner_recipe", "train_aligner"]
-
-logger = logging.getLogger(__name__)
 
 MODEL_NAME = "aligner.safetensors"
 KIND = "aligner"

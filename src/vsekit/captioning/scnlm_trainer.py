@@ -11,7 +11,6 @@ trigram LM, POS templates, word and sentence banks), built once from the trainin
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import tempfile
@@ -66,8 +65,6 @@ __all__ = [
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
-
-logger = logging.getLogger(__name__)
 
 SCNLM_MODEL_NAME = "scnlm.safetensors"
 KIND = "scnlm"  # the checkpoint kind this trainer writes

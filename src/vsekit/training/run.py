@@ -40,8 +40,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunOptions", "TrainingRun", "selection_corpus"]
 
-logger = logging.getLogger(__name__)
-
 C = TypeVar("C", bound=Recipe)  # a trainer's recipe
 D = TypeVar("D")  # a trainer's data
 M = TypeVar("M", bound=torch.nn.Module)  # the network it trains
@@ -54,7 +52,7 @@ class RunOptions(TypedDict, total=False):
     start if there is none yet); the recipe may differ only in its ``RESUMABLE`` fields. Without it an
     existing checkpoint is an error, so a run is never overwritten by accident. ``progress`` (True):
     progress bars. ``device`` ("auto"): where to train. ``log``: receives the per-epoch lines (default:
-    this module's logger at INFO).
+    the trainer module's logger, at INFO).
     """
 
     resume: bool
@@ -117,7 +115,9 @@ class TrainingRun(ABC, Generic[C, D, M]):
         self.resume = resume
         self.device = resolve_device(device)
         self.progress = progress and is_main_process()  # with several ranks, rank 0 tells the story
-        self.say = (log if log is not None else logger.info) if is_main_process() else _silent
+        # the default: the trainer's own module logger, so logging configured for it still applies
+        default = logging.getLogger(type(self).__module__).info
+        self.say = (log if log is not None else default) if is_main_process() else _silent
         self.history: list[dict[str, Any]] = []  # the log entries of the finished epochs
 
     @property
