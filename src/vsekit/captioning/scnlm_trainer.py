@@ -105,10 +105,17 @@ class SCNLMTrainConfig(Recipe):
     dev_split: str = "dev"
 
     def validate(self, source: str = "config") -> SCNLMTrainConfig:
-        for name in ("word_dim", "attr_dim", "factors", "context", "forward", "min_count", "epochs"):
-            if getattr(self, name) < 1:
-                raise field_error(source, name, getattr(self, name), "must be >= 1")
-        for name in ("batch_captions", "min_len", "n_neighbours", "n_templates"):
+        sizes = (
+            "word_dim",
+            "attr_dim",
+            "factors",
+            "context",
+            "forward",
+            "min_count",
+            "epochs",
+            "batch_captions",
+        )
+        for name in (*sizes, "min_len", "n_neighbours", "n_templates"):
             if getattr(self, name) < 1:
                 raise field_error(source, name, getattr(self, name), "must be >= 1")
         for name in ("patience", "num_threads"):

@@ -101,13 +101,10 @@ def default_score_fn(
 
 
 def _caption_epoch_trainer(
-    state: TrainState[MultimodalRNN],
-    config: CaptionTrainConfig,
-    data: CaptionData,
-    device: torch.device,
-    progress: bool,
+    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of teacher-forced word prediction over length-bucketed batches."""
+    config, device, progress = run.config, run.device, run.progress
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(ids) for _, ids in data.pairs]
@@ -139,17 +136,14 @@ def _caption_epoch_trainer(
 
 
 def _scst_epoch_trainer(
-    state: TrainState[MultimodalRNN],
-    config: CaptionTrainConfig,
-    data: CaptionData,
-    device: torch.device,
-    progress: bool,
+    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of self-critical training: every training image once, in a seeded order, in batches of
     ``batch_size`` images with ``scst_samples`` sampled captions each (:func:`scst_loss`). Samples are drawn
     from ``state.generator``, which the checkpoint saves, so a resumed run draws the same captions."""
     from vsekit.metrics.cider_reward import CiderD
 
+    config, device, progress = run.config, run.device, run.progress
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
     assert data.reward_refs is not None and data.reward_rows is not None
@@ -274,7 +268,7 @@ class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
         self, state: TrainState[MultimodalRNN], data: CaptionData
     ) -> Callable[[int], dict[str, Any]]:
         epoch_trainer = _scst_epoch_trainer if self.config.objective == "scst" else _caption_epoch_trainer
-        return epoch_trainer(state, self.config, data, self.device, self.progress)
+        return epoch_trainer(self, state, data)
 
     def evaluate(self, state: TrainState[MultimodalRNN], data: CaptionData) -> tuple[float, dict[str, Any]]:
         """Greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
