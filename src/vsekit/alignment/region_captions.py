@@ -2,7 +2,7 @@
 
 The training pairs are the aligner's MRF segments (:mod:`vsekit.alignment.snippets`): each snippet of a
 training caption with the CNN features of the region it was aligned to. The network, the loop, the
-checkpoint and resume are the captioner's (:func:`vsekit.captioning.trainer.fit_captioner`): the image
+checkpoint and resume are the captioner's (:class:`vsekit.captioning.trainer.CaptionerRun`): the image
 bias of Eq. 13 reads the region's vector instead of the whole image's. With ``context`` the region
 vector is concatenated with the whole image's (region 0), the variant of the paper's appendix ("concatenate
 the fullframe feature CNN vector to the vector of the region of interest"). Dev selection: greedy
@@ -14,12 +14,11 @@ spec, so a loaded :class:`RegionCaptioner` computes its own region features from
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -27,19 +26,12 @@ import torch
 from vsekit.alignment.model import Aligner
 from vsekit.alignment.snippets import DEFAULT_SNIPPET_BETA, Snippet, collect_snippets
 from vsekit.captioning.captioner import MRNNCaptioner, load_captioner
-from vsekit.captioning.trainer import (
-    CaptionData,
-    CaptionTrainConfig,
-    ScoreFn,
-    check_run,
-    fit_captioner,
-    selection_corpus,
-)
+from vsekit.captioning.trainer import CaptionData, CaptionerRun, CaptionTrainConfig, ScoreFn
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
 from vsekit.errors import CorpusError, VsekitError
 from vsekit.resources import REGION_CAPTION_RECIPES_DIR, resolve_model_path
-from vsekit.training import field_error, list_recipe_names, load_recipe_file
+from vsekit.training import RunOptions, field_error, list_recipe_names, load_recipe_file, selection_corpus
 from vsekit.vision.regions import Regions, RegionSpec
 
 __all__ = [
@@ -52,7 +44,8 @@ __all__ = [
     "train_region_captioner",
 ]
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 RegionFn = Callable[[Corpus, list[str]], Regions]
 
@@ -152,47 +145,74 @@ def region_caption_data(
     return CaptionData(vocab, pairs, train_x, dev_x, dev_ids, dev_refs, None, image)
 
 
+class _RegionRun(CaptionerRun):
+    """A captioner run on an aligner's region snippets (cached in the run directory, so resumable)."""
+
+    def __init__(
+        self,
+        aligner: Aligner,
+        corpus: Corpus,
+        config: RegionCaptionConfig,
+        out_dir: str | os.PathLike[str],
+        region_fn: RegionFn | None,
+        score_fn: ScoreFn | None,
+        cache_root: str | os.PathLike[str] | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, score_fn, **options)
+        self.region_config = config  # the template's config, with the snippet fields typed
+        self.aligner, self.corpus = aligner, selection_corpus(corpus, config)  # a slice: select on it
+        self.region_fn, self.cache_root = region_fn, cache_root
+        self.counts: dict[str, int] = {}
+
+    def load_data(self, resumed: bool) -> CaptionData:
+        config = self.region_config
+        train, train_regions = self._snippets(config.train_split)
+        dev, dev_regions = self._snippets(config.dev_split)
+        spec = self.aligner.model.region_spec
+        data = region_caption_data(train, dev, train_regions, dev_regions, config, spec)
+        self.counts = {"n_train_snippets": len(train), "n_dev_snippets": len(dev), "n_pairs": len(data.pairs)}
+        return data
+
+    def _snippets(self, split: str) -> tuple[list[Snippet], tuple[Regions, list[str]]]:
+        """The snippets of ``split``'s captions, with the regions of its images (and their ids)."""
+        config, corpus = self.region_config, self.corpus
+        ids = [i for i, caps in corpus.split(split).captions_by_image().items() if caps]
+        if self.region_fn is not None:
+            regions = self.region_fn(corpus, ids)
+        else:
+            regions = self.aligner.regions(
+                corpus, image_ids=ids, progress=self.progress, cache_root=self.cache_root
+            )
+        path = self.out / f"snippets-{split}.jsonl"
+        beta, min_words = config.beta, config.min_snippet_words
+        snippets = collect_snippets(
+            self.aligner, corpus, split, path, beta, min_words, regions, self.progress
+        )
+        self.say(f"{split}: {len(snippets)} snippets of >= {min_words} words (beta {beta})")
+        return snippets, (regions, ids)
+
+    def summary_extra(self, data: CaptionData) -> dict[str, Any]:
+        return {**super().summary_extra(data), **self.counts}
+
+
 def train_region_captioner(
     aligner: Aligner,
     corpus: Corpus,
     config: RegionCaptionConfig,
     out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
+    *,
     region_fn: RegionFn | None = None,
-    log: Callable[[str], None] | None = None,
     score_fn: ScoreFn | None = None,
-    **region_kwargs: Any,
+    cache_root: str | os.PathLike[str] | None = None,
+    **options: Unpack[RunOptions],
 ) -> dict[str, Any]:
     """Snippets of the train and dev captions (cached in ``out_dir/snippets-<split>.jsonl``, resumable),
     then the m-RNN on them; ``out_dir/captioner.safetensors`` is the best epoch by dev CIDEr-D.
-    ``region_fn(corpus, ids) -> Regions`` replaces the aligner's cached region extraction and ``score_fn``
-    the dev metrics (tests)."""
-    config.validate()
-    corpus = selection_corpus(corpus, config)  # a validation_slice: train on the rest, select on the slice
-    say = log if log is not None else logger.info
-    check_run(config, out_dir, resume)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    spec = aligner.model.region_spec
-    found: dict[str, tuple[list[Snippet], tuple[Regions, list[str]]]] = {}
-    for split in (config.train_split, config.dev_split):
-        ids = [i for i, caps in corpus.split(split).captions_by_image().items() if caps]
-        if region_fn is not None:
-            regions = region_fn(corpus, ids)
-        else:
-            regions = aligner.regions(corpus, image_ids=ids, progress=progress, **region_kwargs)
-        path = Path(out_dir) / f"snippets-{split}.jsonl"
-        snippets = collect_snippets(
-            aligner, corpus, split, path, config.beta, config.min_snippet_words, regions, progress
-        )
-        say(f"{split}: {len(snippets)} snippets of >= {config.min_snippet_words} words (beta {config.beta})")
-        found[split] = (snippets, (regions, ids))
-    (train, train_regions), (dev, dev_regions) = found[config.train_split], found[config.dev_split]
-    data = region_caption_data(train, dev, train_regions, dev_regions, config, spec)
-    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say)
-    return {**summary, "n_train_snippets": len(train), "n_dev_snippets": len(dev), "n_pairs": len(data.pairs)}
+    ``options``: ``resume``, ``progress``, ``device``, ``log`` (:class:`~vsekit.training.RunOptions`).
+    ``region_fn(corpus, ids) -> Regions`` replaces the aligner's cached region extraction (under
+    ``cache_root``) and ``score_fn`` the dev metrics (tests)."""
+    return _RegionRun(aligner, corpus, config, out_dir, region_fn, score_fn, cache_root, **options).run()
 
 
 class RegionCaptioner:

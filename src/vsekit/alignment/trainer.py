@@ -13,12 +13,10 @@ log and the checkpoint (exact resume).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -26,9 +24,7 @@ import torch
 from vsekit.alignment.model import WORD_ENCODERS, RegionAligner, save_aligner
 from vsekit.alignment.score import SCORES, alignment_scores
 from vsekit.data.corpus import Corpus
-from vsekit.data.splits import corpus_for_selection
 from vsekit.data.vocab import Vocabulary, build_vocabulary
-from vsekit.device import resolve_device
 from vsekit.embedding.losses import hinge_ranking_loss
 from vsekit.errors import ConfigMismatchError, CorpusError
 from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
@@ -37,26 +33,26 @@ from vsekit.rng import seed_all
 from vsekit.text.minilm_tokens import WORD_HEADS
 from vsekit.training import (
     Recipe,
-    RunDir,
-    Selection,
+    RunOptions,
+    TrainingRun,
     TrainState,
     epoch_bar,
     field_error,
-    fit,
     list_recipe_names,
     load_recipe_file,
-    refuse_data_parallel,
-    resume_message,
+    selection_corpus,
     step_lr,
 )
 from vsekit.vision.regions import REGION_MODES, Regions, RegionSpec, region_features
 
 __all__ = ["MODEL_NAME", "AlignerConfig", "list_aligner_recipes", "load_aligner_recipe", "train_aligner"]
 
-logger = logging.getLogger(__name__)
-
 MODEL_NAME = "aligner.safetensors"
 KIND = "aligner"
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import StepLR
+    from typing_extensions import Unpack
 
 RegionFn = Callable[..., Regions]
 
@@ -252,7 +248,7 @@ def evaluate_dev(model: RegionAligner, data: _Data) -> dict[str, Any]:
 
 def _epoch_trainer(
     state: TrainState[RegionAligner], config: AlignerConfig, data: _Data, device: torch.device, progress: bool
-):
+) -> Callable[[int], dict[str, Any]]:
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
     n = len(data.train_texts)
@@ -294,111 +290,103 @@ def _describe(entry: dict, epochs: int) -> str:
     return line + f" | {entry['time_s']:.1f}s"
 
 
-def _build(
-    config: AlignerConfig, data: _Data, device: torch.device
-) -> tuple[RegionAligner, torch.optim.Optimizer]:
-    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed (exact resume)
-    model = RegionAligner(
-        data.vocab,
-        config.region_spec().to_config(),
-        data.identity["image_dim"],
-        config.embed_dim,
-        config.word_dim,
-        config.glove,
-        config.freeze_words,
-        config.dropout,
-        config.score,
-        words=config.words,
-        word_head=config.word_head,
-    ).to(device)
-    model.words.precompute(data.train_texts + data.dev_texts)  # seen every epoch: the cache keeps them all
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt: torch.optim.Optimizer
-    if config.optimizer == "sgd":
-        opt = torch.optim.SGD(params, config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    else:
-        opt = torch.optim.Adam(params, config.lr, weight_decay=config.weight_decay)
-    return model, opt
+class _AlignerRun(TrainingRun[AlignerConfig, _Data, RegionAligner]):
+    """The aligner's part of the run template: region features, Eq. 9 epochs, dev ranking by S_kl."""
 
+    kind, model_name, metric, score_key = KIND, MODEL_NAME, "rsum", "best_rsum"
+    single_process = (
+        "the region aligner",
+        "its S_kl scores need every region and word of a batch on one process",
+    )
 
-def _check_same_run(ckpt: dict, path: Path, config: AlignerConfig, data: _Data) -> None:
-    config.check_resumable(ckpt["config"], path)
-    if ckpt["data"] != data.identity:
-        raise ConfigMismatchError(f"{path}: cannot resume: field 'data' differs (another corpus or regions?)")
-    if Vocabulary.from_dict(ckpt["vocab"], source=f"{path} (vocab)") != data.vocab:
-        raise ConfigMismatchError(f"{path}: cannot resume: field 'vocab' differs from the checkpoint's")
+    def __init__(
+        self,
+        corpus: Corpus,
+        config: AlignerConfig,
+        out_dir: str | os.PathLike[str],
+        cache_root: str | os.PathLike[str] | None,
+        region_fn: RegionFn | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, **options)
+        self.corpus = selection_corpus(corpus, self.config)
+        self.cache_root, self.region_fn = cache_root, region_fn or _default_regions
+
+    def load_data(self, resumed: bool) -> _Data:
+        kwargs = {"cache_root": self.cache_root, "device": str(self.device), "progress": self.progress}
+        return _load_data(self.corpus, self.config, self.region_fn, kwargs)
+
+    def check_data(self, ckpt: dict[str, Any], data: _Data) -> None:
+        path = self.dir.checkpoint_path
+        if ckpt["data"] != data.identity:
+            raise ConfigMismatchError(
+                f"{path}: cannot resume: field 'data' differs (another corpus or regions?)"
+            )
+        if Vocabulary.from_dict(ckpt["vocab"], source=f"{path} (vocab)") != data.vocab:
+            raise ConfigMismatchError(f"{path}: cannot resume: field 'vocab' differs from the checkpoint's")
+
+    def build(self, data: _Data) -> tuple[RegionAligner, torch.optim.Optimizer, StepLR | None]:
+        config = self.config
+        seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed (exact resume)
+        model = RegionAligner(
+            data.vocab,
+            config.region_spec().to_config(),
+            data.identity["image_dim"],
+            config.embed_dim,
+            config.word_dim,
+            config.glove,
+            config.freeze_words,
+            config.dropout,
+            config.score,
+            words=config.words,
+            word_head=config.word_head,
+        ).to(self.device)
+        model.words.precompute(
+            data.train_texts + data.dev_texts
+        )  # seen every epoch: the cache keeps them all
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt: torch.optim.Optimizer
+        if config.optimizer == "sgd":
+            opt = torch.optim.SGD(
+                params, config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+            )
+        else:
+            opt = torch.optim.Adam(params, config.lr, weight_decay=config.weight_decay)
+        return model, opt, step_lr(opt, config.lr_decay_epochs, config.lr_decay_gamma)
+
+    def epoch_trainer(self, state: TrainState[RegionAligner], data: _Data) -> Callable[[int], dict[str, Any]]:
+        return _epoch_trainer(state, self.config, data, self.device, self.progress)
+
+    def evaluate(self, state: TrainState[RegionAligner], data: _Data) -> tuple[float, dict[str, Any]]:
+        metrics = evaluate_dev(state.model, data)
+        return metrics["rsum"], metrics
+
+    def save_best(
+        self, state: TrainState[RegionAligner], data: _Data, epoch: int, dev: dict[str, Any]
+    ) -> None:
+        extra = {"epoch": epoch, "dev": dev, "recipe": self.config.name, "train": self.config.to_dict()}
+        save_aligner(state.model, self.model_path, extra=extra)
+
+    def describe(self, entry: dict[str, Any]) -> str:
+        return _describe(entry, self.config.epochs)
+
+    def checkpoint_extra(self, data: _Data) -> dict[str, Any]:
+        return {"vocab": data.vocab.to_dict(), "data": data.identity}
 
 
 def train_aligner(
     corpus: Corpus,
     config: AlignerConfig,
     out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
+    *,
     cache_root: str | os.PathLike[str] | None = None,
     region_fn: RegionFn | None = None,
-    log: Callable[[str], None] | None = None,
+    **options: Unpack[RunOptions],
 ) -> dict[str, Any]:
     """Train an aligner on ``corpus``; ``out_dir`` gets ``aligner.safetensors`` (best dev rsum),
-    ``checkpoint.pt``, ``log.jsonl`` and ``config.json``. ``resume`` continues exactly where the
-    checkpoint stopped. ``region_fn(corpus, ids, spec, **kw) -> Regions`` replaces the cached region
-    extraction (tests). Returns a summary (``model_path``, ``best_epoch``, ``best_dev``, ``history``, ...).
+    ``checkpoint.pt``, ``log.jsonl`` and ``config.json``. ``options``: ``resume`` (continue exactly where
+    the checkpoint stopped), ``progress``, ``device``, ``log`` (:class:`~vsekit.training.RunOptions`).
+    ``region_fn(corpus, ids, spec, **kw) -> Regions`` replaces the cached region extraction (tests).
+    Returns a summary (``model_path``, ``best_epoch``, ``best_rsum``, ``best_dev``, ``history``, ...).
     """
-    config.validate()
-    source = f"recipe {config.name!r}"
-    corpus = corpus_for_selection(
-        corpus, config.train_split, config.dev_split, config.validation_slice, source
-    )
-    refuse_data_parallel(
-        "the region aligner", "its S_kl scores need every region and word of a batch on one process"
-    )
-    say = log if log is not None else logger.info
-    out = Path(out_dir)
-    run = RunDir(out, KIND)
-    ckpt = run.open(resume)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    dev = resolve_device(device)
-    kwargs = {"cache_root": cache_root, "device": str(dev), "progress": progress}
-    data = _load_data(corpus, config, region_fn or _default_regions, kwargs)
-    if ckpt is not None:
-        _check_same_run(ckpt, run.checkpoint_path, config, data)
-    model, optimizer = _build(config, data, dev)
-    state = TrainState(
-        model=model,
-        optimizer=optimizer,
-        scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
-        generator=torch.Generator().manual_seed(config.seed),
-        selection=Selection(higher_is_better=True, patience=config.patience),
-    )
-    if ckpt is not None:
-        state.load_state_dict(ckpt)
-        say(resume_message(run, state, "rsum"))
-    history = run.start(config.to_dict(), state.epoch)
-
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
-        if epoch % config.eval_every and epoch != config.epochs:
-            return None  # not a scoring epoch: the log line has no dev numbers
-        metrics = evaluate_dev(model, data)
-        return metrics["rsum"], metrics
-
-    def save_best(epoch: int, metrics: dict[str, Any]) -> None:
-        extra = {"epoch": epoch, "dev": metrics, "recipe": config.name, "train": config.to_dict()}
-        save_aligner(model, out / MODEL_NAME, extra=extra)
-
-    extra = {"config": config.to_dict(), "vocab": data.vocab.to_dict(), "data": data.identity}
-    train_epoch = _epoch_trainer(state, config, data, dev, progress)
-    describe = lambda entry: _describe(entry, config.epochs)  # noqa: E731
-    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
-    sel = state.selection
-    return {
-        "out_dir": str(out),
-        "model_path": str(out / MODEL_NAME),
-        "epochs_completed": state.epoch,
-        "best_epoch": sel.best_epoch,
-        "best_rsum": sel.best_score,
-        "best_dev": state.best_dev,
-        "stopped_early": sel.stopped_early,
-        "history": history,
-    }
+    return _AlignerRun(corpus, config, out_dir, cache_root, region_fn, **options).run()

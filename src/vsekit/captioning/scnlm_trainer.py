@@ -11,7 +11,6 @@ trigram LM, POS templates, word and sentence banks), built once from the trainin
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import tempfile
@@ -20,11 +19,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.optim.lr_scheduler import ExponentialLR
 
 from vsekit.captioning.language_model import KneserNeyTrigramLM
 from vsekit.captioning.scnlm import SCNLMCaptioner, dequantize_rows, load_scnlm, quantize_rows
@@ -39,22 +39,18 @@ from vsekit.captioning.scnlm_net import SCNLM, SCNLMConfig, perplexity
 from vsekit.captioning.scnlm_rerank import STOPWORDS
 from vsekit.data.corpus import Corpus
 from vsekit.data.vocab import Vocabulary, tokenize
-from vsekit.device import resolve_device
 from vsekit.errors import ConfigMismatchError, CorpusError
 from vsekit.resources import SCNLM_RECIPES_DIR, resolve_model_path
 from vsekit.rng import seed_all
 from vsekit.training import (
     Recipe,
-    RunDir,
-    Selection,
+    RunOptions,
+    TrainingRun,
     TrainState,
     epoch_bar,
     field_error,
-    fit,
     list_recipe_names,
     load_recipe_file,
-    refuse_data_parallel,
-    resume_message,
     shard,
 )
 
@@ -67,7 +63,8 @@ __all__ = [
     "train_scnlm_run",
 ]
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 SCNLM_MODEL_NAME = "scnlm.safetensors"
 KIND = "scnlm"  # the checkpoint kind this trainer writes
@@ -108,10 +105,17 @@ class SCNLMTrainConfig(Recipe):
     dev_split: str = "dev"
 
     def validate(self, source: str = "config") -> SCNLMTrainConfig:
-        for name in ("word_dim", "attr_dim", "factors", "context", "forward", "min_count", "epochs"):
-            if getattr(self, name) < 1:
-                raise field_error(source, name, getattr(self, name), "must be >= 1")
-        for name in ("batch_captions", "min_len", "n_neighbours", "n_templates"):
+        sizes = (
+            "word_dim",
+            "attr_dim",
+            "factors",
+            "context",
+            "forward",
+            "min_count",
+            "epochs",
+            "batch_captions",
+        )
+        for name in (*sizes, "min_len", "n_neighbours", "n_templates"):
             if getattr(self, name) < 1:
                 raise field_error(source, name, getattr(self, name), "must be >= 1")
         for name in ("patience", "num_threads"):
@@ -248,27 +252,6 @@ def _generation_parts(
 # -- training -----------------------------------------------------------------------------------------
 
 
-def _build_state(
-    config: SCNLMTrainConfig, data: _SCNLMData, content_dim: int, device: torch.device
-) -> TrainState[SCNLM]:
-    """The SC-NLM with its output biases at the log unigram frequencies (chance from step one), Adam with
-    a per-epoch exponential decay."""
-    model = SCNLM(config.model_config(len(data.vocab), len(data.tag_names), content_dim))
-    with torch.no_grad():
-        counts = torch.tensor(data.vocab.counts_by_index(), dtype=torch.float32)
-        counts[data.vocab.end_id] = len(data.tokens)
-        model.b.copy_(torch.log(counts.clamp(min=1.0) / counts.sum()))
-    model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-    return TrainState(
-        model=model,
-        optimizer=optimizer,
-        scheduler=torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma=config.lr_decay),
-        generator=torch.Generator().manual_seed(config.seed),
-        selection=Selection(higher_is_better=False, patience=config.patience),
-    )
-
-
 def _scnlm_epoch_trainer(
     state: TrainState[SCNLM], config: SCNLMTrainConfig, data: _SCNLMData, device: torch.device, progress: bool
 ) -> Callable[[int], dict[str, Any]]:
@@ -300,58 +283,63 @@ def _scnlm_epoch_trainer(
     return train_epoch
 
 
-def train_scnlm_run(
-    corpus: Corpus,
-    config: SCNLMTrainConfig,
-    out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
-    joint_model: Any = None,
-    log: Callable[[str], None] | None = None,
-    tagger: Tagger | None = None,
-) -> dict[str, Any]:
-    """Train an SC-NLM on ``corpus``'s training captions; write the run into ``out_dir``.
+class _SCNLMRun(TrainingRun[SCNLMTrainConfig, _SCNLMData, SCNLM]):
+    """The SC-NLM's part of the run template: tagged captions and their joint embeddings, the lowest dev
+    perplexity selects."""
 
-    Files: ``scnlm.safetensors`` (the epoch with the lowest dev perplexity, float32, with everything
-    generation needs; default rerank weights: tune them with :func:`~vsekit.captioning.scnlm.
-    tune_rerank_weights`), ``checkpoint.pt``, ``log.jsonl``, ``config.json``, and ``cache/`` (the joint
-    embeddings of the captions). ``resume`` continues the run exactly (the config may differ only in
-    ``SCNLMTrainConfig.RESUMABLE``). ``joint_model`` is the frozen joint embedding that conditions the
-    SC-NLM (default: the shipped ``vse`` model); ``tagger`` replaces spaCy's POS tagger (tests). Without
-    a dev split the training perplexity selects the epoch. Returns a summary with ``model_path``,
-    ``best_epoch``, ``best_dev_ppl``, ``epochs_completed``, ``stopped_early`` and ``history``.
-    """
-    config.validate()
-    refuse_data_parallel("the SC-NLM", "its trainer does not shard batches or sum gradients across ranks")
-    say = log if log is not None else logger.info
-    out = Path(out_dir)
-    run = RunDir(out, KIND)
-    ckpt = run.open_checked(resume, config)  # a mismatched recipe fails here, before the captions are tagged
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    dev = resolve_device(device)
-    joint = joint_model if joint_model is not None else _shipped_joint_model()
-    if tagger is None:
-        from vsekit.captioning.pos import pos_tag
+    kind, model_name, metric, score_key = KIND, SCNLM_MODEL_NAME, "perplexity", "best_dev_ppl"
+    higher_is_better = False
+    single_process = ("the SC-NLM", "its trainer does not shard batches or sum gradients across ranks")
 
-        tagger = pos_tag
-    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
-    data = _load_data(corpus, config, joint, tagger, out / "cache", progress)
-    if ckpt is not None and ckpt["data"] != data.identity:
-        raise ConfigMismatchError(
-            f"{run.checkpoint_path}: cannot resume: field 'data' differs (the vocabulary, POS tag set or "
-            "joint model is not the one the checkpoint was trained with)"
-        )
-    state = _build_state(config, data, int(joint.embed_dim), dev)
-    if ckpt is not None:
-        state.load_state_dict(ckpt)
-    history = run.start(config.to_dict(), state.epoch)
-    if ckpt is not None:
-        say(resume_message(run, state, "perplexity"))
-    parts = _generation_parts(config, data, joint, out / "cache", progress)
+    def __init__(
+        self,
+        corpus: Corpus,
+        config: SCNLMTrainConfig,
+        out_dir: str | os.PathLike[str],
+        joint_model: Any,
+        tagger: Tagger | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, **options)
+        self.corpus, self.joint, self.tagger, self.cache = corpus, joint_model, tagger, self.out / "cache"
+        self.parts: dict[str, Any] = {}  # what generation needs besides the network (built with it)
 
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]]:
+    def load_data(self, resumed: bool) -> _SCNLMData:
+        if self.joint is None:
+            self.joint = _shipped_joint_model()
+        if self.tagger is None:
+            from vsekit.captioning.pos import pos_tag
+
+            self.tagger = pos_tag
+        seed_all(self.config.seed)  # every RNG a checkpoint saves starts from the seed
+        return _load_data(self.corpus, self.config, self.joint, self.tagger, self.cache, self.progress)
+
+    def check_data(self, ckpt: dict[str, Any], data: _SCNLMData) -> None:
+        if ckpt["data"] != data.identity:
+            raise ConfigMismatchError(
+                f"{self.dir.checkpoint_path}: cannot resume: field 'data' differs (the vocabulary, POS tag "
+                "set or joint model is not the one the checkpoint was trained with)"
+            )
+
+    def build(self, data: _SCNLMData) -> tuple[SCNLM, torch.optim.Optimizer, ExponentialLR]:
+        """The SC-NLM with its output biases at the log unigram frequencies (chance from step one), Adam
+        with a per-epoch exponential decay."""
+        config = self.config
+        model = SCNLM(config.model_config(len(data.vocab), len(data.tag_names), int(self.joint.embed_dim)))
+        with torch.no_grad():
+            counts = torch.tensor(data.vocab.counts_by_index(), dtype=torch.float32)
+            counts[data.vocab.end_id] = len(data.tokens)
+            model.b.copy_(torch.log(counts.clamp(min=1.0) / counts.sum()))
+        model.to(self.device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        # after the network, from the training captions only (no RNG draws: a fresh run's stream is kept)
+        self.parts = _generation_parts(config, data, self.joint, self.cache, self.progress)
+        return model, optimizer, ExponentialLR(optimizer, gamma=config.lr_decay)
+
+    def epoch_trainer(self, state: TrainState[SCNLM], data: _SCNLMData) -> Callable[[int], dict[str, Any]]:
+        return _scnlm_epoch_trainer(state, self.config, data, self.device, self.progress)
+
+    def evaluate(self, state: TrainState[SCNLM], data: _SCNLMData) -> tuple[float, dict[str, Any]]:
         # without a dev split, the training captions' perplexity (eval mode) selects the epoch
         on, examples, u = (
             ("dev", data.dev, data.u_dev) if data.dev is not None else ("train", data.train, data.u_train)
@@ -360,26 +348,41 @@ def train_scnlm_run(
         ppl = perplexity(state.model, examples, u)
         return ppl, {"ppl": ppl, "split": on}
 
-    def save_best(epoch: int, dev_scores: dict[str, Any]) -> None:
-        captioner = SCNLMCaptioner(model=state.model, **parts)
-        captioner.history = list(history)
-        meta = {"epoch": epoch, "dev": dev_scores, "recipe": config.to_dict()}
-        captioner.save(out / SCNLM_MODEL_NAME, half=False, extra=meta)
+    def save_best(self, state: TrainState[SCNLM], data: _SCNLMData, epoch: int, dev: dict[str, Any]) -> None:
+        captioner = SCNLMCaptioner(model=state.model, **self.parts)
+        captioner.history = list(self.history)  # the epochs before this one
+        meta = {"epoch": epoch, "dev": dev, "recipe": self.config.to_dict()}
+        captioner.save(self.model_path, half=False, extra=meta)
 
-    train_epoch = _scnlm_epoch_trainer(state, config, data, dev, progress)
-    extra = {"config": config.to_dict(), "data": data.identity}
-    describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
-    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
-    sel = state.selection
-    return {
-        "out_dir": str(out),
-        "model_path": str(out / SCNLM_MODEL_NAME),
-        "epochs_completed": state.epoch,
-        "best_epoch": sel.best_epoch,
-        "best_dev_ppl": sel.best_score,
-        "stopped_early": sel.stopped_early,
-        "history": history,
-    }
+    def describe(self, entry: dict[str, Any]) -> str:
+        return _epoch_line(entry, self.config.epochs)
+
+    def checkpoint_extra(self, data: _SCNLMData) -> dict[str, Any]:
+        return {"data": data.identity}
+
+
+def train_scnlm_run(
+    corpus: Corpus,
+    config: SCNLMTrainConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    joint_model: Any = None,
+    tagger: Tagger | None = None,
+    **options: Unpack[RunOptions],
+) -> dict[str, Any]:
+    """Train an SC-NLM on ``corpus``'s training captions; write the run into ``out_dir``.
+
+    Files: ``scnlm.safetensors`` (the epoch with the lowest dev perplexity, float32, with everything
+    generation needs; default rerank weights: tune them with :func:`~vsekit.captioning.scnlm.
+    tune_rerank_weights`), ``checkpoint.pt``, ``log.jsonl``, ``config.json``, and ``cache/`` (the joint
+    embeddings of the captions). ``options``: ``resume`` (continue the run exactly; the config may differ
+    only in ``SCNLMTrainConfig.RESUMABLE``), ``progress``, ``device``, ``log``
+    (:class:`~vsekit.training.RunOptions`). ``joint_model`` is the frozen joint embedding that conditions
+    the SC-NLM (default: the shipped ``vse`` model); ``tagger`` replaces spaCy's POS tagger (tests).
+    Without a dev split the training perplexity selects the epoch. Returns a summary with ``model_path``,
+    ``best_epoch``, ``best_dev_ppl``, ``best_dev``, ``epochs_completed``, ``stopped_early`` and ``history``.
+    """
+    return _SCNLMRun(corpus, config, out_dir, joint_model, tagger, **options).run()
 
 
 def _epoch_line(entry: dict[str, Any], epochs: int) -> str:

@@ -5,7 +5,8 @@ generator; the loss is the mean negative log-likelihood of the target words (sof
 Optimiser: Adam or RMSprop (the paper's choice), gradients clipped element-wise (the paper clips at 5).
 After each epoch the captioner decodes the dev images greedily, scores them (CIDEr-D, BLEU-4), and the
 best epoch by dev CIDEr is written to ``captioner.safetensors``. The run directory, the checkpoint and
-exact resume are the training engine's (:mod:`vsekit.training`), as for the joint embedding.
+exact resume are the run template's (:class:`~vsekit.training.TrainingRun`), which
+:class:`CaptionerRun` fills in, as every trainer does.
 
 This module is the loop; the recipe is :mod:`vsekit.captioning.mrnn_recipe`, the data
 :mod:`vsekit.captioning.mrnn_data`, and the rerank tuning after training
@@ -19,7 +20,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,8 +42,6 @@ from vsekit.captioning.mrnn_recipe import (
 from vsekit.captioning.rerank_tuning import ScoreFn, tune_captioner_rerank
 from vsekit.captioning.scst import scst_loss
 from vsekit.data.corpus import Corpus
-from vsekit.data.splits import corpus_for_selection
-from vsekit.device import resolve_device
 from vsekit.errors import VsekitError
 from vsekit.fileio import content_fingerprint
 from vsekit.metrics.captions import require_caption_metrics
@@ -51,13 +50,11 @@ from vsekit.resources import resolve_model_path
 from vsekit.rng import seed_all
 from vsekit.training import (
     CHECKPOINT_NAME,
-    RunDir,
-    Selection,
+    RunOptions,
+    TrainingRun,
     TrainState,
     epoch_bar,
-    fit,
-    refuse_data_parallel,
-    resume_message,
+    selection_corpus,
     shard,
     step_lr,
 )
@@ -70,7 +67,7 @@ __all__ = [
     "CHECKPOINT_NAME",
     "CaptionData",
     "CaptionTrainConfig",
-    "check_run",
+    "CaptionerRun",
     "fit_captioner",
     "list_caption_recipes",
     "load_caption_recipe",
@@ -78,6 +75,10 @@ __all__ = [
     "train_captioner",
     "tune_captioner_rerank",
 ]
+
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import StepLR
+    from typing_extensions import Unpack
 
 logger = logging.getLogger(__name__)
 
@@ -99,56 +100,11 @@ def default_score_fn(
 # -- training -----------------------------------------------------------------------------------------
 
 
-def _build_state(
-    config: CaptionTrainConfig, data: CaptionData, device: torch.device, init: MRNNCaptioner | None = None
-) -> TrainState[MultimodalRNN]:
-    """The m-RNN (output biases at the log word frequencies, or the weights of ``init``), its optimiser
-    and schedule."""
-    if init is not None:
-        model = MultimodalRNN(init.model.config)
-        model.load_state_dict(init.model.state_dict())
-        return _state_for(model.to(device), config)
-    model = MultimodalRNN(
-        MultimodalRNNConfig(
-            image_dim=data.image["image_dim"],
-            vocab_size=len(data.vocab),
-            cell=config.cell,
-            word_dim=config.word_dim,
-            hidden_dim=config.hidden_dim,
-            dropout=config.dropout,
-            image_dropout=config.image_dropout,
-            image_rank=config.image_rank or 0,  # the model file's own convention: 0 is unfactored
-        )
-    )
-    model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
-    return _state_for(model.to(device), config)
-
-
-def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState[MultimodalRNN]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if config.optimizer == "adam":
-        optimizer: torch.optim.Optimizer = torch.optim.Adam(
-            params, lr=config.lr, weight_decay=config.weight_decay
-        )
-    else:
-        optimizer = torch.optim.RMSprop(params, lr=config.lr, alpha=0.95, weight_decay=config.weight_decay)
-    return TrainState(
-        model=model,
-        optimizer=optimizer,
-        scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
-        generator=torch.Generator().manual_seed(config.seed),
-        selection=Selection(higher_is_better=True, patience=config.patience),
-    )
-
-
 def _caption_epoch_trainer(
-    state: TrainState[MultimodalRNN],
-    config: CaptionTrainConfig,
-    data: CaptionData,
-    device: torch.device,
-    progress: bool,
+    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of teacher-forced word prediction over length-bucketed batches."""
+    config, device, progress = run.config, run.device, run.progress
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
     lengths = [len(ids) for _, ids in data.pairs]
@@ -180,17 +136,14 @@ def _caption_epoch_trainer(
 
 
 def _scst_epoch_trainer(
-    state: TrainState[MultimodalRNN],
-    config: CaptionTrainConfig,
-    data: CaptionData,
-    device: torch.device,
-    progress: bool,
+    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of self-critical training: every training image once, in a seeded order, in batches of
     ``batch_size`` images with ``scst_samples`` sampled captions each (:func:`scst_loss`). Samples are drawn
     from ``state.generator``, which the checkpoint saves, so a resumed run draws the same captions."""
     from vsekit.metrics.cider_reward import CiderD
 
+    config, device, progress = run.config, run.device, run.progress
     model, optimizer = state.model, state.optimizer
     params = [p for p in model.parameters() if p.requires_grad]
     assert data.reward_refs is not None and data.reward_rows is not None
@@ -235,28 +188,6 @@ def _scst_epoch_trainer(
     return train_epoch
 
 
-def _dev_evaluator(
-    state: TrainState[MultimodalRNN], config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
-) -> Callable[[int], tuple[float, dict[str, Any]] | None]:
-    """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D. Epochs
-    between ``eval_every`` ones are not scored (None), the last always is."""
-
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
-        if epoch % config.eval_every and epoch != config.epochs:
-            return None
-        captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
-        t0 = time.perf_counter()
-        texts = captioner.caption(data.dev_x, decoding="greedy", max_len=config.max_decode_words)
-        decode_s = time.perf_counter() - t0
-        scores = score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
-        scores = {**scores, **caption_diversity(texts), "decode_s": round(decode_s, 2)}
-        # plain floats: a NumPy scalar from a custom score_fn would make the checkpoint unreadable
-        rounded = {k: (round(float(v), 2) if isinstance(v, float) else v) for k, v in scores.items()}
-        return float(scores["cider"] or 0.0), rounded
-
-    return evaluate
-
-
 def _epoch_line(entry: dict[str, Any], epochs: int, split: str) -> str:
     """One log line per epoch; ``split`` names the selection split (dev, or the validation slice)."""
     if "train_loss" in entry:
@@ -276,53 +207,179 @@ def _epoch_line(entry: dict[str, Any], epochs: int, split: str) -> str:
     return line + ("  *best" if entry.get("best") else "")
 
 
+class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
+    """The m-RNN's part of the run template: teacher-forced (or self-critical) epochs, the best epoch by
+    dev CIDEr-D of greedy captions. A subclass says where the :class:`CaptionData` comes from
+    (:meth:`load_data`) and may set :attr:`init`, the captioner the run starts from."""
+
+    kind, model_name, metric = KIND, CAPTIONER_NAME, "CIDEr"
+    single_process = (
+        "the m-RNN captioner",
+        "its per-word mean loss is not weighted across ranks yet, and its rerank tuning writes files",
+    )
+
+    def __init__(
+        self,
+        config: CaptionTrainConfig,
+        out_dir: str | os.PathLike[str],
+        score_fn: ScoreFn | None = None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, **options)
+        if score_fn is None:
+            require_caption_metrics()  # the default scores need the train extra: say so before any work
+        self.score_fn = score_fn or default_score_fn
+        self.init: MRNNCaptioner | None = None  # its weights start the run (its vocabulary is the data's)
+
+    def build(self, data: CaptionData) -> tuple[MultimodalRNN, torch.optim.Optimizer, StepLR | None]:
+        """The m-RNN (output biases at the log word frequencies, or the weights of :attr:`init`), its
+        optimiser and schedule."""
+        config = self.config
+        seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
+        if self.init is not None:
+            model = MultimodalRNN(self.init.model.config)
+            model.load_state_dict(self.init.model.state_dict())
+        else:
+            model = MultimodalRNN(
+                MultimodalRNNConfig(
+                    image_dim=data.image["image_dim"],
+                    vocab_size=len(data.vocab),
+                    cell=config.cell,
+                    word_dim=config.word_dim,
+                    hidden_dim=config.hidden_dim,
+                    dropout=config.dropout,
+                    image_dropout=config.image_dropout,
+                    image_rank=config.image_rank or 0,  # the model file's own convention: 0 is unfactored
+                )
+            )
+            model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
+        model.to(self.device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer: torch.optim.Optimizer
+        if config.optimizer == "adam":
+            optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+        else:
+            optimizer = torch.optim.RMSprop(
+                params, lr=config.lr, alpha=0.95, weight_decay=config.weight_decay
+            )
+        return model, optimizer, step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma)
+
+    def epoch_trainer(
+        self, state: TrainState[MultimodalRNN], data: CaptionData
+    ) -> Callable[[int], dict[str, Any]]:
+        epoch_trainer = _scst_epoch_trainer if self.config.objective == "scst" else _caption_epoch_trainer
+        return epoch_trainer(self, state, data)
+
+    def evaluate(self, state: TrainState[MultimodalRNN], data: CaptionData) -> tuple[float, dict[str, Any]]:
+        """Greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
+        captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
+        t0 = time.perf_counter()
+        texts = captioner.caption(data.dev_x, decoding="greedy", max_len=self.config.max_decode_words)
+        decode_s = time.perf_counter() - t0
+        scores = self.score_fn(dict(zip(data.dev_ids, texts, strict=True)), data.dev_refs)
+        scores = {**scores, **caption_diversity(texts), "decode_s": round(decode_s, 2)}
+        # plain floats: a NumPy scalar from a custom score_fn would make the checkpoint unreadable
+        rounded = {k: (round(float(v), 2) if isinstance(v, float) else v) for k, v in scores.items()}
+        return float(scores["cider"] or 0.0), rounded
+
+    def save_best(
+        self, state: TrainState[MultimodalRNN], data: CaptionData, epoch: int, dev: dict[str, Any]
+    ) -> None:
+        config = self.config
+        meta = {
+            "recipe": config.to_dict(),
+            "epoch": epoch,
+            # scores only: a timing (decode_s) would make the same model a different file (issue 15)
+            "dev_greedy": {k: v for k, v in dev.items() if not k.endswith("_s")},
+            "vsekit": __version__,
+        }
+        if self.init is not None:  # what it was fine-tuned from, pinned by content
+            meta["init"] = {"from": config.init_from, "sha256": content_fingerprint(self.out / INIT_NAME)}
+        captioner = MRNNCaptioner(
+            model=state.model, vocab=data.vocab, image=data.image, fne=data.fne, meta=meta
+        )
+        save_captioner(captioner, self.model_path)
+
+    def describe(self, entry: dict[str, Any]) -> str:
+        return _epoch_line(entry, self.config.epochs, self.config.dev_split)
+
+    def summary_extra(self, data: CaptionData) -> dict[str, Any]:
+        return {"vocab_size": len(data.vocab)}
+
+
+class _CorpusRun(CaptionerRun):
+    """A captioner run on a corpus's images and captions (:func:`train_captioner`)."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        config: CaptionTrainConfig,
+        out_dir: str | os.PathLike[str],
+        feature_fn: FeatureFn,
+        score_fn: ScoreFn | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, score_fn, **options)
+        self.corpus, self.feature_fn = selection_corpus(corpus, self.config), feature_fn
+
+    def load_data(self, resumed: bool) -> CaptionData:
+        self.init = _init_captioner(self.config, self.out, resumed)
+        seed_all(self.config.seed)  # every RNG a checkpoint saves starts from the seed
+        return load_caption_data(self.corpus, self.config, self.feature_fn, self.init, self.progress)
+
+
+class _PreparedRun(CaptionerRun):
+    """A captioner run on data prepared by the caller (:func:`fit_captioner`)."""
+
+    def __init__(
+        self,
+        data: CaptionData,
+        init: MRNNCaptioner | None,
+        config: CaptionTrainConfig,
+        out_dir: str | os.PathLike[str],
+        score_fn: ScoreFn | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, score_fn, **options)
+        self.data, self.init = data, init
+
+    def load_data(self, resumed: bool) -> CaptionData:
+        return self.data
+
+
 def train_captioner(
     corpus: Corpus,
     config: CaptionTrainConfig,
     out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
+    *,
     feature_fn: FeatureFn | None = None,
     score_fn: ScoreFn | None = None,
-    log: Callable[[str], None] | None = None,
+    **options: Unpack[RunOptions],
 ) -> dict[str, Any]:
     """Train an m-RNN captioner on ``corpus``; write the run into ``out_dir``.
 
     Files: ``captioner.safetensors`` (best epoch by dev CIDEr-D of greedy captions), ``checkpoint.pt``,
-    ``log.jsonl``, ``config.json``. ``resume`` continues the run in ``out_dir`` exactly (the config may
-    differ only in ``CaptionTrainConfig.RESUMABLE``). ``feature_fn`` replaces :func:`image_features`
-    (tests inject small features) and ``score_fn`` the metrics. Returns a summary with ``model_path``,
-    ``best_epoch``, ``best_dev`` (the scores of the best epoch), ``epochs_completed`` and ``history``.
+    ``log.jsonl``, ``config.json``. ``options``: ``resume`` (continue the run in ``out_dir`` exactly; the
+    config may differ only in ``CaptionTrainConfig.RESUMABLE``), ``progress``, ``device``, ``log``
+    (:class:`~vsekit.training.RunOptions`). ``feature_fn`` replaces :func:`image_features` (tests inject
+    small features) and ``score_fn`` the metrics. Returns a summary with ``model_path``, ``best_epoch``,
+    ``best_dev`` (the scores of the best epoch), ``epochs_completed``, ``history`` and ``rerank``.
     """
-    config.validate()
-    say = log if log is not None else logger.info
-    corpus = selection_corpus(corpus, config)
-    ckpt = check_run(config, out_dir, resume)  # before any feature work
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
     feature_fn = feature_fn or image_features
-    if score_fn is None:
-        require_caption_metrics()  # the default selection scores need the train extra: say so before any work
-    score_fn = score_fn or default_score_fn
-    out = Path(out_dir)
-    init = _init_captioner(config, out, resumed=ckpt is not None)
-    seed_all(config.seed)  # every RNG a checkpoint saves starts from the seed
-    data = load_caption_data(corpus, config, feature_fn, init, progress)
-    summary = fit_captioner(data, config, out_dir, resume, progress, device, score_fn, say, init=init)
+    run = _CorpusRun(corpus, config, out_dir, feature_fn, score_fn, **options)
+    summary = run.run()
     rerank = None
     if config.rerank_beam and summary["best_epoch"]:
         rerank = tune_captioner_rerank(
-            out / CAPTIONER_NAME, corpus, config.dev_split, config.rerank_beam, score_fn, feature_fn, say
+            run.model_path,
+            run.corpus,
+            config.dev_split,
+            config.rerank_beam,
+            run.score_fn,
+            feature_fn,
+            run.say,
         )
     return {**summary, "rerank": rerank}
-
-
-def selection_corpus(corpus: Corpus, config: CaptionTrainConfig) -> Corpus:
-    """``corpus`` with the recipe's validation slice applied (its ``train-minus-<slice>`` and ``<slice>``
-    splits), after checking that the recipe trains on the one and selects on the other."""
-    source = f"recipe {config.name!r}"
-    return corpus_for_selection(corpus, config.train_split, config.dev_split, config.validation_slice, source)
 
 
 def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRNNCaptioner | None:
@@ -359,17 +416,6 @@ def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRN
     return init
 
 
-def check_run(config: CaptionTrainConfig, out_dir: str | os.PathLike[str], resume: bool) -> dict | None:
-    """The checkpoint to resume from (None: a fresh run); a run that cannot be resumed with ``config``
-    (or an existing run without ``resume``) is an error, raised before any data is loaded."""
-    refuse_data_parallel(
-        "the m-RNN captioner",
-        "its per-word mean loss is not weighted across ranks yet, and its rerank tuning writes files",
-    )
-    run = RunDir(Path(out_dir), KIND)
-    return run.open_checked(resume, config)
-
-
 def fit_captioner(
     data: CaptionData,
     config: CaptionTrainConfig,
@@ -381,54 +427,9 @@ def fit_captioner(
     say: Callable[[str], None] = logger.info,
     init: MRNNCaptioner | None = None,
 ) -> dict[str, Any]:
-    """The training loop of :func:`train_captioner` on prepared :class:`CaptionData` (any image-like
+    """The captioner's run (:class:`CaptionerRun`) on prepared :class:`CaptionData` (any image-like
     features with their captions: whole images, or regions and their snippets): the run directory,
     checkpoint, exact resume and best-epoch selection by dev CIDEr-D of greedy captions. ``init``: the
     captioner to start from (its weights; ``data`` must use its vocabulary)."""
-    out = Path(out_dir)
-    run = RunDir(out, KIND)
-    ckpt = check_run(config, out, resume)
-    dev = resolve_device(device)
-    if score_fn is None:
-        require_caption_metrics()
-    score_fn = score_fn or default_score_fn
-    seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
-    state = _build_state(config, data, dev, init)
-    if ckpt is not None:
-        state.load_state_dict(ckpt)
-    history = run.start(config.to_dict(), state.epoch)
-    if ckpt is not None:
-        say(resume_message(run, state, "CIDEr"))
-
-    def save_best(epoch: int, dev_scores: dict[str, Any]) -> None:
-        meta = {
-            "recipe": config.to_dict(),
-            "epoch": epoch,
-            # scores only: a timing (decode_s) would make the same model a different file (issue 15)
-            "dev_greedy": {k: v for k, v in dev_scores.items() if not k.endswith("_s")},
-            "vsekit": __version__,
-        }
-        if init is not None:  # what it was fine-tuned from, pinned by content
-            meta["init"] = {"from": config.init_from, "sha256": content_fingerprint(out / INIT_NAME)}
-        captioner = MRNNCaptioner(
-            model=state.model, vocab=data.vocab, image=data.image, fne=data.fne, meta=meta
-        )
-        save_captioner(captioner, out / CAPTIONER_NAME)
-
-    epoch_trainer = _scst_epoch_trainer if config.objective == "scst" else _caption_epoch_trainer
-    train_epoch = epoch_trainer(state, config, data, dev, progress)
-    evaluate = _dev_evaluator(state, config, data, score_fn)
-    describe = lambda entry: _epoch_line(entry, config.epochs, config.dev_split)  # noqa: E731
-    extra = {"config": config.to_dict()}
-    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
-    sel = state.selection
-    return {
-        "out_dir": str(out),
-        "model_path": str(out / CAPTIONER_NAME),
-        "best_epoch": sel.best_epoch,
-        "best_dev": state.best_dev,
-        "epochs_completed": state.epoch,
-        "stopped_early": sel.stopped_early,
-        "history": history,
-        "vocab_size": len(data.vocab),
-    }
+    options = RunOptions(resume=resume, progress=progress, device=device, log=say)
+    return _PreparedRun(data, init, config, out_dir, score_fn, **options).run()

@@ -28,17 +28,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from vsekit.data.corpus import Corpus
-from vsekit.data.splits import corpus_for_selection
 from vsekit.device import resolve_device
 from vsekit.embedding.losses import ContrastiveLoss, InfoNCELoss
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding, load_model, save_model
@@ -52,18 +49,17 @@ from vsekit.text import EMBED_DIM_KWARG, TextEncoder, build_text_encoder
 from vsekit.training import (
     CHECKPOINT_NAME,
     CONFIG_NAME,
-    RunDir,
-    Selection,
+    RunOptions,
+    TrainingRun,
     TrainState,
     broadcast_from_main,
     epoch_bar,
-    fit,
     gather_for_loss,
     init_from_env,
     is_main_process,
     main_first,
     read_checkpoint,
-    resume_message,
+    selection_corpus,
     shard,
     shut_down,
     step_lr,
@@ -85,7 +81,9 @@ __all__ = [
     "train_in_turn",
 ]
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from torch.optim.lr_scheduler import StepLR
+    from typing_extensions import Unpack
 
 MODEL_NAME = "model.safetensors"
 KIND = "joint-embedding"  # the checkpoint kind this trainer writes
@@ -132,26 +130,24 @@ def train(
     corpus: Corpus,
     config: TrainConfig,
     out_dir: str | os.PathLike[str],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
+    *,
     cache_root: str | os.PathLike[str] | None = None,
     feature_fn: FeatureFn | None = None,
-    log: Callable[[str], None] | None = None,
+    **options: Unpack[RunOptions],
 ) -> dict[str, Any]:
     """Train a joint embedding on ``corpus`` with ``config``; write the run into ``out_dir``.
 
     Files: ``model.safetensors`` (best dev rsum so far, with FNE statistics), ``checkpoint.pt`` (last
     finished epoch), ``log.jsonl`` (one JSON object per epoch), ``config.json``.
 
-    ``resume=True`` continues from ``checkpoint.pt`` (a fresh start if there is none yet); the config
-    may differ only in ``TrainConfig.RESUMABLE`` (typically a larger ``epochs``), otherwise
-    ConfigMismatchError names the field. Without ``resume`` an existing checkpoint is an error, so a run
-    is never overwritten by accident.
+    ``options`` (:class:`~vsekit.training.RunOptions`): ``resume=True`` continues from ``checkpoint.pt``
+    (a fresh start if there is none yet); the config may differ only in ``TrainConfig.RESUMABLE``
+    (typically a larger ``epochs``), otherwise ConfigMismatchError names the field. Without ``resume`` an
+    existing checkpoint is an error, so a run is never overwritten by accident. ``progress``, ``device``,
+    and ``log``, which receives the per-epoch lines (default: written above the progress bar).
 
     ``feature_fn`` replaces :func:`vsekit.vision.features.image_features` (same signature and return);
-    tests use it to inject small fake features instead of running the CNN. ``log`` receives the
-    per-epoch lines (default: written above the progress bar).
+    tests use it to inject small fake features instead of running the CNN.
 
     Returns a summary: ``out_dir``, ``model_path``, ``epochs_completed``, ``best_epoch``, ``best_rsum``,
     ``best_dev`` (the dev metrics of the best epoch), ``stopped_early``, ``history`` (the log entries).
@@ -167,21 +163,12 @@ def train(
     files and reports (see :mod:`vsekit.training.distributed`).
     """
     config.validate()
-    say = log if log is not None else logger.info
-    source = f"recipe {config.name!r}"
-    corpus = corpus_for_selection(
-        corpus, config.train_split, config.dev_split, config.validation_slice, source
-    )
-    joined = init_from_env(resolve_device(device))  # under torchrun (WORLD_SIZE > 1) only
-    if not is_main_process():
-        say, progress = (lambda line: None), False  # rank 0 tells the story
-    run: dict[str, Any] = dict(
-        resume=resume, progress=progress, device=device, cache_root=cache_root, feature_fn=feature_fn, say=say
-    )
+    corpus = selection_corpus(corpus, config)
+    joined = init_from_env(resolve_device(options.get("device", "auto")))  # under torchrun only
     try:
         if config.ensemble_seeds:
-            return _train_ensemble(corpus, config, Path(out_dir), **run)
-        return _train_one(corpus, config, Path(out_dir), **run)[0]
+            return _train_ensemble(corpus, config, Path(out_dir), cache_root, feature_fn, options)
+        return _EmbeddingRun(corpus, config, out_dir, cache_root, feature_fn, None, **options).run()
     finally:
         shut_down(joined)
 
@@ -189,52 +176,41 @@ def train(
 def train_in_turn(
     corpus: Corpus,
     runs: Sequence[tuple[TrainConfig, str | os.PathLike[str]]],
-    resume: bool = False,
-    progress: bool = True,
-    device: str | torch.device = "auto",
+    *,
     cache_root: str | os.PathLike[str] | None = None,
     feature_fn: FeatureFn | None = None,
-    log: Callable[[str], None] | None = None,
+    **options: Unpack[RunOptions],
 ) -> list[dict[str, Any]]:
     """Train several single-model recipes one after the other in this process, each into its own run
     directory exactly as :func:`train` would, sharing the frozen text encoder between them as ensemble
     members do: with MiniLM the training captions are encoded once for all runs instead of once per run
     (most of a run's first epoch). Experiments that differ in anything but the frozen text part use it.
-    ``feature_fn`` as in :func:`train`. Returns the runs' summaries, in order. (Single process only; not
-    under torchrun.)
+    ``feature_fn`` and ``options`` as in :func:`train`. Returns the runs' summaries, in order. (Single
+    process only; not under torchrun.)
     """
-    say = log if log is not None else logger.info
     summaries: list[dict[str, Any]] = []
     shared: TextEncoder | None = None
     for config, out in runs:
-        config.validate()
         if config.ensemble_seeds:
             raise VsekitError(f"recipe {config.name!r}: train_in_turn takes single-model recipes")
-        selected = corpus_for_selection(
-            corpus, config.train_split, config.dev_split, config.validation_slice, f"recipe {config.name!r}"
-        )
-        say(f"run {len(summaries) + 1}/{len(runs)}: recipe {config.name!r} -> {out}")
-        summary, member = _train_one(
-            selected,
-            config,
-            Path(out),
-            resume=resume,
-            progress=progress,
-            device=device,
-            cache_root=cache_root,
-            feature_fn=feature_fn,
-            say=say,
-            share_text_from=shared,
-        )
-        shared = member.encoder
-        summaries.append(summary)
+        selected = selection_corpus(corpus, config)
+        run = _EmbeddingRun(selected, config, out, cache_root, feature_fn, shared, **options)
+        run.say(f"run {len(summaries) + 1}/{len(runs)}: recipe {config.name!r} -> {out}")
+        summaries.append(run.run())
+        shared = run.text_encoder
     return summaries
 
 
-def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) -> dict[str, Any]:
+def _train_ensemble(
+    corpus: Corpus,
+    config: TrainConfig,
+    out: Path,
+    cache_root: str | os.PathLike[str] | None,
+    feature_fn: FeatureFn | None,
+    options: RunOptions,
+) -> dict[str, Any]:
     """Train one member per seed in ``out/seed-<s>`` (sharing the frozen text encoder), then pack them."""
     assert config.ensemble_seeds
-    say = run["say"]
     if (out / CHECKPOINT_NAME).exists():
         raise VsekitError(
             f"{out} holds a single-model run ({CHECKPOINT_NAME}); an ensemble recipe trains into "
@@ -247,14 +223,15 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
     shared: TextEncoder | None = None
     n = len(config.ensemble_seeds)
     for k, seed in enumerate(config.ensemble_seeds, start=1):
-        say(f"ensemble member {k}/{n}: seed {seed} -> {out / f'seed-{seed}'}")
         member_config = dataclasses.replace(config, seed=seed, ensemble_seeds=None)
-        summary, member = _train_one(
-            corpus, member_config, out / f"seed-{seed}", share_text_from=shared, **run
+        member = _EmbeddingRun(
+            corpus, member_config, out / f"seed-{seed}", cache_root, feature_fn, shared, **options
         )
-        shared = member.encoder
+        member.say(f"ensemble member {k}/{n}: seed {seed} -> {member.out}")
+        summary = member.run()
+        shared = member.text_encoder
         if summary["best_dev"] is None:
-            raise VsekitError(f"{out / f'seed-{seed}'}: the run has no dev-selected model to pack")
+            raise VsekitError(f"{member.out}: the run has no dev-selected model to pack")
         members.append({"seed": seed, **summary})
 
     member_meta = [{"seed": m["seed"], "epoch": m["best_epoch"], "dev": m["best_dev"]} for m in members]
@@ -269,17 +246,15 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
         for model in models:
             model.text_encoder.share_frozen(shared)  # the captions are already encoded: reuse that cache
         packed = EnsembleEmbedding(models)
-        data = member.data
-        metrics = evaluate_dev(packed, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
-        metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+        metrics = _dev_rsum(packed, member.data)
         meta = {"dev": metrics, "recipe": config.name, "train": config.to_dict(), "members": member_meta}
-        save_model(packed, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
+        save_model(packed, out / MODEL_NAME, fne=member.data.fne, extra_meta=meta)
         return metrics
 
     metrics = broadcast_from_main(pack)
     for m in member_meta:
-        say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
-    say(
+        member.say(f"member seed {m['seed']}: dev rsum {m['dev']['rsum']:.1f} (epoch {m['epoch']})")
+    member.say(
         f"ensemble of {n}: i2t R@1 {metrics['i2t']['r1']:.1f} | t2i R@1 {metrics['t2i']['r1']:.1f} "
         f"| rsum {metrics['rsum']:.1f} -> {out / MODEL_NAME}"
     )
@@ -294,6 +269,12 @@ def _train_ensemble(corpus: Corpus, config: TrainConfig, out: Path, **run: Any) 
         "history": [],
         "members": members,
     }
+
+
+def _dev_rsum(model: JointEmbedding | EnsembleEmbedding, data: RunData) -> dict[str, Any]:
+    """The dev metrics a run keeps: R@K both ways and rsum."""
+    metrics = evaluate_dev(model, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
+    return {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
 
 
 def _build_model(
@@ -411,92 +392,79 @@ def _epoch_trainer(
     return train_epoch
 
 
-@dataclass
-class _Member:
-    """What an ensemble needs from a finished member run: its device, text encoder and dev data."""
+class _EmbeddingRun(TrainingRun[TrainConfig, RunData, torch.nn.Module]):
+    """The joint embedding's part of the run template: image features and captions, hinge or InfoNCE
+    epochs, dev rsum. ``share_text_from`` lends its frozen text encoder part (ensemble members, runs in
+    turn)."""
 
-    device: torch.device
-    encoder: TextEncoder
-    data: RunData
+    kind, model_name, metric, score_key = KIND, MODEL_NAME, "rsum", "best_rsum"
 
+    def __init__(
+        self,
+        corpus: Corpus,
+        config: TrainConfig,
+        out_dir: str | os.PathLike[str],
+        cache_root: str | os.PathLike[str] | None,
+        feature_fn: FeatureFn | None,
+        share_text_from: TextEncoder | None,
+        **options: Unpack[RunOptions],
+    ) -> None:
+        super().__init__(config, out_dir, **options)
+        self.corpus, self.cache_root, self.share_text_from = corpus, cache_root, share_text_from
+        self.feature_fn = feature_fn or image_features
 
-def _train_one(
-    corpus: Corpus,
-    config: TrainConfig,
-    out: Path,
-    resume: bool,
-    progress: bool,
-    device: str | torch.device,
-    cache_root: str | os.PathLike[str] | None,
-    feature_fn: FeatureFn | None,
-    say: Callable[[str], None],
-    share_text_from: TextEncoder | None = None,
-) -> tuple[dict[str, Any], _Member]:
-    """One training run (see :func:`train`); ``share_text_from`` lends its frozen text encoder part."""
-    run = RunDir(out, KIND)
-    ckpt = run.open(resume)
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
-    dev = resolve_device(device)
-    feature_kwargs = {"cache_root": cache_root, "device": str(dev), "progress": progress}
-    with main_first():  # rank 0 fills the feature cache, the other ranks read it
-        data = load_data(corpus, config, feature_fn or image_features, feature_kwargs)
-    if ckpt is not None:
-        check_same_run(ckpt, run.checkpoint_path, config, data.features, data.identity, data.vocab)
+    def load_data(self, resumed: bool) -> RunData:
+        feature_kwargs = {
+            "cache_root": self.cache_root,
+            "device": str(self.device),
+            "progress": self.progress,
+        }
+        self.data = load_data(self.corpus, self.config, self.feature_fn, feature_kwargs)  # kept for a pack
+        return self.data
 
-    model = _build_model(config, data, dev, share_text_from)
-    # what the text encoder computes once per corpus (the Tree-LSTM's dependency parses), cached on disk
-    with main_first():
-        model.text_encoder.precompute(
-            data.train_texts + data.dev_texts, cache_root=cache_root, progress=progress
-        )
-    trained: torch.nn.Module = model
-    if config.loss == "infonce":  # the temperature is learned with the network (and checkpointed with it)
-        trained = _WithLoss(model, InfoNCELoss(config.temperature)).to(dev)
-    params = [p for p in trained.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-    state = TrainState(
-        model=trained,
-        optimizer=optimizer,
-        scheduler=step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma),
-        generator=torch.Generator().manual_seed(config.seed),
-        selection=Selection(higher_is_better=True, patience=config.patience),
-    )
-    if ckpt is not None:
-        state.load_state_dict(ckpt)
-    history = run.start(config.to_dict(), state.epoch)
-    if ckpt is not None:
-        say(resume_message(run, state, "rsum"))
+    def check_data(self, ckpt: dict[str, Any], data: RunData) -> None:
+        check_same_run(ckpt, self.dir.checkpoint_path, self.config, data.features, data.identity, data.vocab)
 
-    def evaluate(epoch: int) -> tuple[float, dict[str, Any]] | None:
-        if epoch % config.eval_every and epoch != config.epochs:
-            return None
-        metrics = evaluate_dev(model, data.dev_feats, data.dev_texts, data.dev_ids, data.dev_cap_ids)
-        metrics = {k: metrics[k] for k in ("i2t", "t2i", "rsum")}
+    def build(self, data: RunData) -> tuple[torch.nn.Module, torch.optim.Optimizer, StepLR | None]:
+        config = self.config
+        self.net = model = _build_model(config, data, self.device, self.share_text_from)
+        # what the text encoder computes once per corpus (the Tree-LSTM's dependency parses), cached on disk
+        with main_first():
+            texts = data.train_texts + data.dev_texts
+            model.text_encoder.precompute(texts, cache_root=self.cache_root, progress=self.progress)
+        trained: torch.nn.Module = model
+        if config.loss == "infonce":  # the temperature is learned with the network (and checkpointed with it)
+            trained = _WithLoss(model, InfoNCELoss(config.temperature)).to(self.device)
+        params = [p for p in trained.parameters() if p.requires_grad]
+        optimizer = torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+        return trained, optimizer, step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma)
+
+    @property
+    def text_encoder(self) -> TextEncoder:
+        """The trained network's text encoder (its frozen part can be lent to the next run)."""
+        return self.net.text_encoder
+
+    def epoch_trainer(
+        self, state: TrainState[torch.nn.Module], data: RunData
+    ) -> Callable[[int], dict[str, Any]]:
+        return _epoch_trainer(state, self.config, data, self.device, self.progress)
+
+    def evaluate(self, state: TrainState[torch.nn.Module], data: RunData) -> tuple[float, dict[str, Any]]:
+        metrics = _dev_rsum(self.net, data)
         return metrics["rsum"], metrics
 
-    def save_best(epoch: int, metrics: dict[str, Any]) -> None:
-        meta = {"epoch": epoch, "dev": metrics, "recipe": config.name, "train": config.to_dict()}
-        save_model(model, out / MODEL_NAME, fne=data.fne, extra_meta=meta)
+    def save_best(
+        self, state: TrainState[torch.nn.Module], data: RunData, epoch: int, dev: dict[str, Any]
+    ) -> None:
+        meta = {"epoch": epoch, "dev": dev, "recipe": self.config.name, "train": self.config.to_dict()}
+        save_model(self.net, self.model_path, fne=data.fne, extra_meta=meta)
 
-    extra = {
-        "config": config.to_dict(),
-        "vocab": data.vocab.to_dict() if data.vocab is not None else None,
-        "features": data.features,
-        "data": data.identity,
-    }
-    train_epoch = _epoch_trainer(state, config, data, dev, progress)
-    describe = lambda entry: _epoch_line(entry, config.epochs)  # noqa: E731
-    fit(state, run, config.epochs, train_epoch, evaluate, save_best, extra, say, describe, history)
-    sel = state.selection
-    summary = {
-        "out_dir": str(out),
-        "model_path": str(out / MODEL_NAME),
-        "epochs_completed": state.epoch,
-        "best_epoch": sel.best_epoch,
-        "best_rsum": sel.best_score,
-        "best_dev": state.best_dev,
-        "stopped_early": sel.stopped_early,
-        "history": history,
-    }
-    return summary, _Member(dev, model.text_encoder, data)
+    def describe(self, entry: dict[str, Any]) -> str:
+        return _epoch_line(entry, self.config.epochs)
+
+    def checkpoint_extra(self, data: RunData) -> dict[str, Any]:
+        return {
+            "vocab": data.vocab.to_dict() if data.vocab is not None else None,
+            "features": data.features,
+            "data": data.identity,
+        }

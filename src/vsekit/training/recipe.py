@@ -31,6 +31,14 @@ class Recipe:
     #: Fields whose "off" value was once written as 0 (older recipe files and checkpoints): 0 reads as None.
     ZERO_MEANS_OFF: ClassVar[frozenset[str]] = frozenset()
 
+    # Fields every recipe has: the run template (vsekit.training.run) reads them. Declared, not defined:
+    # each subclass's dataclass fields give them their defaults and their place.
+    name: str
+    epochs: int
+    seed: int
+    patience: int | None
+    num_threads: int | None
+
     def validate(self: R, source: str = "config") -> R:
         """Range checks of the subclass (raise VsekitError naming ``source`` and the field); returns self."""
         return self
