@@ -1435,24 +1435,42 @@ def t_joint_space() -> str:
     return table(header, rows) + "\n\n" + source("joint_space.json", d["meta"], None, note)
 
 
+def _run_cells(r: dict[str, Any]) -> list[str]:
+    """A val1000 training run's row (bench/gpo.py's ``row``): epochs, best epoch, recalls, rsum, time, RSS."""
+    b = r["best"]
+    recalls = [f1(b[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
+    status = " (early stop)" if r["stopped_early"] else "" if r["finished"] else " (running)"
+    done = f"{r['epochs_done']}/{r['epochs']}{status}"
+    per_epoch = f"{r['later_epoch_mean_s']:.0f}" if r["later_epoch_mean_s"] is not None else "-"
+    rss = f"{r['peak_rss_mb'] / 1024:.1f}" if r["peak_rss_mb"] else "-"
+    return [done, str(b["epoch"]), *recalls, f1(b["rsum"]), per_epoch, rss]
+
+
+_RUN_HEADER = ["epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "val1000 rsum",
+               "s / epoch (2-15)", "peak RSS (GiB)"]  # fmt: skip
+
+
 def t_gpo() -> str:
     """GPO over the grid against the one-vector image, same seed and schedule, on val1000."""
     d = load("gpo.json")
-
-    def cells(r: dict[str, Any]) -> list[str]:
-        b = r["best"]
-        recalls = [f1(b[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
-        status = " (early stop)" if r["stopped_early"] else "" if r["finished"] else " (running)"
-        done = f"{r['epochs_done']}/{r['epochs']}{status}"
-        per_epoch = f"{r['later_epoch_mean_s']:.0f}" if r["later_epoch_mean_s"] is not None else "-"
-        rss = f"{r['peak_rss_mb'] / 1024:.1f}" if r["peak_rss_mb"] else "-"
-        return [done, str(b["epoch"]), *recalls, f1(b["rsum"]), per_epoch, rss]
-
-    rows = [[f"{r['name']} (`{Path(r['recipe']).stem}`)", *cells(r)] for r in d["rows"] if r["best"]]
-    header = ["image side", "epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10",
-              "val1000 rsum", "s / epoch (2-15)", "peak RSS (GiB)"]  # fmt: skip
+    rows = [[f"{r['name']} (`{Path(r['recipe']).stem}`)", *_run_cells(r)] for r in d["rows"] if r["best"]]
     note = f"{d['protocol']}; `python bench/gpo.py`"
-    return table(header, rows) + "\n\n" + source("gpo.json", d["meta"], None, note)
+    return table(["image side", *_RUN_HEADER], rows) + "\n\n" + source("gpo.json", d["meta"], None, note)
+
+
+def t_text_finetune() -> str:
+    """MiniLM's top layer fine-tuned against the frozen encoder, same seed and schedule, on val1000."""
+    d = load("text_finetune.json")
+    runs = [("frozen MiniLM, seed 1", d["frozen"])] + [
+        (f"top layer fine-tuned, seed {r['seed']}", r) for r in d["finetuned"]
+    ]
+    rows = [[f"{label} (`{Path(r['recipe']).stem}`)", *_run_cells(r)] for label, r in runs if r["best"]]
+    note = f"{d['protocol']}; `python bench/text_finetune.py`"
+    return (
+        table(["text side", *_RUN_HEADER], rows)
+        + "\n\n"
+        + source("text_finetune.json", d["meta"], None, note)
+    )
 
 
 def t_vse_views_candidate() -> str:
@@ -1609,6 +1627,23 @@ def t_store_1m() -> str:
         f"load average {meta['loadavg'][0]} (1 min) at the end, {meta['loadavg_at_start'][0]} at the start"
     )
     return table(header, body) + "\n\n" + source("store.json", meta | {"load": load_text}, "size_1m", "")
+
+
+def t_cold_search_1m() -> str:
+    d = load("cold_search_1m.json")
+    r = d["result"]
+    rows = []
+    for engine in ("ivfpq", "exact"):
+        run = r[f"search_{engine}"]
+        rows.append([f"`--engine {engine}`", f2(run["median_s"]), f2(run["median_cpu_s"]), f2(run["min_s"]),
+                     f"{run['load_1min'][0]:.1f}"])  # fmt: skip
+    header = ["1M photos, 2,048-d float16", "`vsekit search`: wall s (median)", "CPU s", "fastest s", "load"]
+    stages = ", ".join(f"{name.replace('_', ' ')} {seconds:.2f} s" for name, seconds in r["stages"].items())
+    note = (
+        f'median of {r["search_ivfpq"]["runs"]} fresh processes of `vsekit search INDEX "{r["query"]}"`; '
+        f"one process's stages: {stages}; `python bench/bench_cold_search_1m.py`"
+    )
+    return table(header, rows) + "\n\n" + source("cold_search_1m.json", d, extra=note)
 
 
 def _runs(updates: list[dict[str, Any]]) -> str:
@@ -1847,6 +1882,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "concept-captions": t_concept_captions,
     "duplicate-kinds": t_duplicate_kinds,
     "cold-start": t_cold_start,
+    "cold-search-1m": t_cold_search_1m,
+    "text-finetune": t_text_finetune,
     "concepts-cost": t_concepts_cost,
     "serve-latency": t_serve_latency,
     "reselect-vse": t_reselect_vse,
