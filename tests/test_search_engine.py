@@ -225,3 +225,14 @@ def test_float16_search_without_torch_answers_as_with_it(monkeypatch):
     calls.clear()
     exact_search(vectors, queries, 10, chunk_rows=128)
     assert calls == []
+
+
+def test_auto_picks_ivfpq_where_hnsw_would_not_fit():
+    # HNSW keeps a float32 copy of every vector in RAM (and is read whole by each search process):
+    # `auto` builds it while that copy is at most HNSW_MAX_BYTES (2 GiB), IVF-PQ past it
+    assert resolve_engine("auto", 49_999, 2048) == "exact"
+    assert resolve_engine("auto", 1_000_000, 512) == "hnsw"  # 2.048e9 bytes <= 2 GiB
+    assert resolve_engine("auto", 262_144, 2048) == "hnsw"  # exactly 2 GiB
+    assert resolve_engine("auto", 262_145, 2048) == "ivfpq"
+    assert resolve_engine("auto", 1_000_000, 2048) == "ivfpq"  # 1M photos of the shipped vse
+    assert resolve_engine("hnsw", 1_000_000, 2048) == "hnsw"  # asked for by name: as asked

@@ -347,3 +347,34 @@ def test_a_second_writer_says_whom_it_waits_for(tmp_path, caplog):
     holder.join()
     assert f"waiting for another build of this index (pid {os.getpid()})" in caplog.text
     assert len(Index.open(out)) == 1
+
+
+def test_auto_builds_ivfpq_past_the_hnsw_budget_and_keeps_using_an_existing_hnsw(tmp_path, monkeypatch):
+    # (the thresholds scaled down: auto's ANN from 100 vectors on, HNSW up to 150 vectors of DIM)
+    import vsekit.retrieval.build as build
+    import vsekit.retrieval.search as search
+
+    for module in (build, search):
+        monkeypatch.setattr(module, "ANN_MIN_VECTORS", 100)
+    monkeypatch.setattr(search, "HNSW_MAX_BYTES", 150 * DIM * 4)
+    live = {f"p{i}.jpg": vector(i) for i in range(300)}
+    small, large = tmp_path / "small", tmp_path / "large"
+    for out, n in ((small, 120), (large, 300)):
+        new_store(out, DIM, dtype="float32", engine="auto")
+        names = list(live)[:n]
+        add_vectors(out, [record(p, i) for i, p in enumerate(names)], np.stack([live[p] for p in names]))
+    assert Index.open(small).info()["engine"] == "hnsw"
+    index = Index.open(large)
+    assert index.info()["engine"] == "ivfpq"
+    assert [s.ann[0] for s in index._view.segments] == ["ivfpq"]
+    query = vector(7)
+    assert_same_top(index.search(vector=query, k=10), brute_force(live, query, "float32"), 10)
+    # the budget shrinks below an index built with HNSW: auto still searches its HNSW structure
+    monkeypatch.setattr(search, "HNSW_MAX_BYTES", 50 * DIM * 4)
+    used = []
+    reopened = Index.open(small)
+    real = reopened._ann_of
+    monkeypatch.setattr(reopened, "_ann_of", lambda seg, engine: used.append(engine) or real(seg, engine))
+    small_live = {p: live[p] for p in list(live)[:120]}
+    assert_same_top(reopened.search(vector=query, k=10), brute_force(small_live, query, "float32"), 10)
+    assert used == ["hnsw"]

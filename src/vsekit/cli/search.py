@@ -47,7 +47,10 @@ index_app = typer.Typer(no_args_is_help=True, help="Index a folder of photos (no
 
 #: vsekit.retrieval.search.ENGINES, written out so that --help needs no torch (a test keeps them equal)
 SEARCH_ENGINES = ("auto", "exact", "flat", "hnsw", "ivf", "ivfpq")
-ENGINE_HELP = f"Search engine: {', '.join(SEARCH_ENGINES)} (auto: exact below 50,000 photos, else HNSW)."
+ENGINE_HELP = (
+    f"Search engine: {', '.join(SEARCH_ENGINES)} (auto: exact below 50,000 photos, else HNSW, or IVF-PQ "
+    "past 2 GiB of float32 vectors)."
+)
 
 
 def _scan(photos: Path) -> PhotoScan:

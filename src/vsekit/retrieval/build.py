@@ -191,11 +191,12 @@ def _digest(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def needs_ann(engine: str, total: int, rows: int) -> str | None:
-    """The ANN engine a segment of ``rows`` rows gets in an index of ``total`` photos, or None: an
-    explicit ANN engine gives every written segment one; ``auto`` gives HNSW to segments of at least
-    :data:`ANN_MIN_VECTORS` rows once the index holds that many (smaller segments are searched exactly)."""
-    chosen = resolve_engine(engine, total)
+def needs_ann(engine: str, total: int, rows: int, dim: int) -> str | None:
+    """The ANN engine a segment of ``rows`` rows gets in an index of ``total`` photos of ``dim``
+    dimensions, or None: an explicit ANN engine gives every written segment one; ``auto`` gives one
+    (HNSW, or IVF-PQ for a large index: :func:`~vsekit.retrieval.search.resolve_engine`) to segments of at
+    least :data:`ANN_MIN_VECTORS` rows once the index holds that many (smaller ones are searched exactly)."""
+    chosen = resolve_engine(engine, total, dim)
     if chosen not in ANN_ENGINES or rows == 0:
         return None
     return chosen if engine != "auto" or rows >= ANN_MIN_VECTORS else None
@@ -251,7 +252,7 @@ def compact(
     photos = [PhotoRecord(id_text(r[0]), r[1], r[2], r[3], r[4], r[5]) for r in rows]
     total = store.count()
     segment = NewSegment(n, photos, sha)
-    engine = needs_ann(settings["engine"], total, len(rows))
+    engine = needs_ann(settings["engine"], total, len(rows), dim)
     if engine is not None:
         segment.ann = write_ann(store, n, engine, text_queries)
     store.commit(StoreChange(segments=[segment], drop_segments=chosen))
@@ -623,7 +624,7 @@ class Builder:
             photos = [PhotoRecord(e.id, e.size, e.mtime_ns, e.sha256, e.taken, kept(e)) for e in entries]
             segment = NewSegment(n, photos, sha)
             total = len(plan.kept) + len(entries)
-            engine = needs_ann(self.engine, total, len(entries))
+            engine = needs_ann(self.engine, total, len(entries), self.dim)
             if engine is not None:
                 segment.ann = write_ann(self.store, n, engine, self.text_queries)
             change.segments.append(segment)
@@ -654,7 +655,7 @@ def ensure_ann(store: Store, text_queries: Callable[[], np.ndarray | None]) -> N
     broken = sorted(n for n, record in records.items() if not _sound_ann(store, n, record))
     anns = []
     for n, rows, _ in store.segments():
-        engine = needs_ann(settings["engine"], total, rows)
+        engine = needs_ann(settings["engine"], total, rows, int(settings["model"]["embed_dim"]))
         if engine is not None and (n not in records or n in broken):
             anns.append((n, *write_ann(store, n, engine, text_queries)))
     if anns or broken:
@@ -746,7 +747,12 @@ def add_vectors(
                 rows = np.asarray(vectors)[keep].astype(dtype)
                 n, sha = store.write_segment(rows, len(keep), dim, dtype)
                 segment = NewSegment(n, [photos[i] for i in keep], sha)
-                engine = needs_ann(settings["engine"], store.count() + len(keep), len(keep))
+                engine = needs_ann(
+                    settings["engine"],
+                    store.count() + len(keep),
+                    len(keep),
+                    int(settings["model"]["embed_dim"]),
+                )
                 if engine is not None:
                     segment.ann = write_ann(store, n, engine, lambda: None)
                 change.segments.append(segment)

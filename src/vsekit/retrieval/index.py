@@ -315,7 +315,7 @@ class Index(Searching):
             "model_sha256": m["model"]["sha256"],
             "embed_dim": m["model"]["embed_dim"],
             "dtype": m["dtype"],
-            "engine": resolve_engine(m["engine"], len(self)),
+            "engine": resolve_engine(m["engine"], len(self), int(m["model"]["embed_dim"])),
             "generation": view.generation,
             "segments": len(view.segments),
             "tombstones": sum(len(s.dead) for s in view.segments),

@@ -285,10 +285,14 @@ class Searching:
         keep: dict[int, np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         view = view or self._view
-        chosen = resolve_engine(engine or view.settings["engine"], len(view))
+        requested = engine or view.settings["engine"]
+        chosen = resolve_engine(requested, len(view), int(view.settings["model"]["embed_dim"]))
         if chosen == "flat":
             chosen = "exact"  # the same answer; the store searches it from the maps
-        return view.nearest(queries, k, chosen, keep, self._ann_of)
+        # ``auto`` takes the ANN structure a segment has, whichever: an index built before ``auto`` chose
+        # IVF-PQ for large indexes keeps searching its HNSW structures
+        any_ann = requested == "auto" and chosen != "exact"
+        return view.nearest(queries, k, chosen, keep, self._ann_of, any_ann)
 
     def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
         """A segment's saved FAISS structure (read from the file its snapshot holds open, checked

@@ -14,15 +14,18 @@ Engines and the rules ``engine="auto"`` follows (:func:`resolve_engine`):
   :data:`ANN_MIN_VECTORS` vectors, where a full scan takes milliseconds and loses no recall.
 * ``flat``: FAISS ``IndexFlatIP`` (exact too; the vectors are copied into RAM). Offered as a reference.
 * ``hnsw``: FAISS ``IndexHNSWFlat`` (inner product), M = 32, efConstruction = 80; ``auto`` picks it from
-  :data:`ANN_MIN_VECTORS` vectors on. The graph lives in RAM (about 256 bytes per vector on top of the
-  vectors).
+  :data:`ANN_MIN_VECTORS` vectors on, while their float32 copy fits :data:`HNSW_MAX_BYTES`. The graph
+  and a float32 copy of the vectors live in RAM (about 256 bytes per vector on top of the vectors), and
+  a search process reads the whole file.
 * ``ivf``: FAISS ``IndexIVFFlat``, nlist = 4 sqrt(n) lists, trained on up to 50,000 vectors with a fixed
   seed.
 * ``ivfpq``: FAISS ``IndexIVFPQ`` for collections past RAM (:mod:`vsekit.retrieval.ivfpq`: trained on a
   sample, filled in chunks from the memory-mapped store, holding only PQ codes, ``m`` bytes a vector).
   Its candidates (the best ``max(100, 10 k)`` by PQ score) are re-ranked by exact cosine from the stored
   vectors (:func:`rerank_search`), so the results are exact among the candidates; only which rows are
-  candidates is approximate. Never picked by ``auto``.
+  candidates is approximate. ``auto`` picks it where HNSW's float32 copy would pass
+  :data:`HNSW_MAX_BYTES` (1M photos of the shipped 2,048-d ``vse``: HNSW would hold 8 GB in RAM, need
+  twice that to be written, and be read whole by every search process).
 
 For ``hnsw``, ``ivf`` and ``ivfpq``, :func:`calibrate` picks efSearch / nprobe when the structure is
 built: the smallest value (doubling) whose recall@10 against exact search reaches 0.99 on real
@@ -48,6 +51,7 @@ from vsekit.retrieval.ivfpq import build_ivfpq, is_ivfpq
 __all__ = [
     "ANN_ENGINES",
     "ANN_MIN_VECTORS",
+    "HNSW_MAX_BYTES",
     "ENGINES",
     "IVFPQ_CANDIDATES",
     "PHOTO_RECALL_TARGET",
@@ -76,16 +80,22 @@ IVFPQ_CANDIDATES, IVFPQ_CANDIDATES_PER_K = 100, 10
 IVFPQ_CANDIDATES_MAX = 4096
 #: ``auto`` searches exactly below this many vectors and builds HNSW from it on.
 ANN_MIN_VECTORS = 50_000
+#: ... HNSW while its float32 vectors take at most this many bytes (2 GiB: 1M x 512-d, 262,144 x 2,048-d),
+#: IVF-PQ past it (module docstring).
+HNSW_MAX_BYTES = 2 << 30
 HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 128
 _IVF_TRAIN_MAX, _IVF_SEED = 50_000, 1234
 
 
-def resolve_engine(engine: str, n_vectors: int) -> str:
-    """The engine ``engine`` means for ``n_vectors`` vectors (``auto``: see the module docstring)."""
+def resolve_engine(engine: str, n_vectors: int, dim: int = 0) -> str:
+    """The engine ``engine`` means for ``n_vectors`` vectors of ``dim`` dimensions (``auto``: see the
+    module docstring; ``dim`` 0: HNSW from :data:`ANN_MIN_VECTORS` on, whatever the size)."""
     if engine not in ENGINES:
         raise VsekitError(f"unknown search engine {engine!r}; known: {', '.join(ENGINES)}")
     if engine == "auto":
-        return "hnsw" if n_vectors >= ANN_MIN_VECTORS else "exact"
+        if n_vectors < ANN_MIN_VECTORS:
+            return "exact"
+        return "hnsw" if 4 * n_vectors * dim <= HNSW_MAX_BYTES else "ivfpq"
     return engine
 
 

@@ -443,8 +443,10 @@ class Snapshot:
         engine: str,
         keep: dict[int, np.ndarray] | None = None,
         ann_of: Callable[[Segment, str], tuple[Any, dict]] | None = None,
+        any_ann: bool = False,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best live positions per query (``keep``: per segment, the rows a filter allows)."""
+        """The ``k`` best live positions per query (``keep``: per segment, the rows a filter allows); a
+        segment's ANN structure is used when it is of ``engine`` (or, ``any_ann``, of any kind)."""
         queries = np.atleast_2d(np.asarray(queries, dtype=np.float32))
         parts_s, parts_r = [], []
         for segment, offset in zip(self.segments, self.offsets[:-1], strict=True):
@@ -459,9 +461,9 @@ class Snapshot:
                 engine != "exact"
                 and ann_of is not None
                 and segment.ann is not None
-                and segment.ann[0] == engine
+                and (segment.ann[0] == engine or any_ann)
             ):
-                ann = ann_of(segment, engine)
+                ann = ann_of(segment, segment.ann[0])
             scores, rows = _segment_top(segment, queries, k, mask, ann)
             parts_s.append(scores)
             parts_r.append(np.where(rows >= 0, segment.positions(rows) + offset, -1))
