@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
+from vsekit.captioning.attention import SoftAttentionCaptioner, SoftAttentionConfig
+from vsekit.captioning.captioner import CaptionNet, MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
 from vsekit.captioning.mrnn_data import (
     CaptionData,
@@ -62,7 +63,7 @@ from vsekit.training import (
     step_lr,
 )
 from vsekit.version import __version__
-from vsekit.vision.features import image_features
+from vsekit.vision.features import FeatureSpec, image_features
 
 __all__ = [
     "CAPTIONER_NAME",
@@ -101,13 +102,15 @@ def default_score_fn(
 
 def _build_state(
     config: CaptionTrainConfig, data: CaptionData, device: torch.device, init: MRNNCaptioner | None = None
-) -> TrainState[MultimodalRNN]:
+) -> TrainState[CaptionNet]:
     """The m-RNN (output biases at the log word frequencies, or the weights of ``init``), its optimiser
     and schedule."""
     if init is not None:
         model = MultimodalRNN(init.model.config)
         model.load_state_dict(init.model.state_dict())
         return _state_for(model.to(device), config)
+    if config.decoder == "attention":
+        return _state_for(_attention_network(config, data).to(device), config)
     model = MultimodalRNN(
         MultimodalRNNConfig(
             image_dim=data.image["image_dim"],
@@ -124,7 +127,32 @@ def _build_state(
     return _state_for(model.to(device), config)
 
 
-def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState[MultimodalRNN]:
+def _attention_network(config: CaptionTrainConfig, data: CaptionData) -> SoftAttentionCaptioner:
+    """The soft-attention LSTM of a ``decoder: "attention"`` recipe over the grid rows of ``data``."""
+    cells = FeatureSpec(config.backbone, "grid").grid_cells
+    width = int(data.image["image_dim"])
+    if width % cells:
+        raise VsekitError(f"grid features of width {width} do not split into {cells} cells")
+    model = SoftAttentionCaptioner(
+        SoftAttentionConfig(
+            cells=cells,
+            cell_dim=width // cells,
+            vocab_size=len(data.vocab),
+            word_dim=config.word_dim,
+            hidden_dim=config.hidden_dim,
+            annotation_dim=config.annotation_dim,
+            attention_dim=config.attention_dim,
+            gate=config.attention_gate,
+            dropout=config.dropout,
+            image_dropout=config.image_dropout,
+            attention_reg=config.attention_reg,
+        )
+    )
+    model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
+    return model
+
+
+def _state_for(model: CaptionNet, config: CaptionTrainConfig) -> TrainState[CaptionNet]:
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer == "adam":
         optimizer: torch.optim.Optimizer = torch.optim.Adam(
@@ -142,7 +170,7 @@ def _state_for(model: MultimodalRNN, config: CaptionTrainConfig) -> TrainState[M
 
 
 def _caption_epoch_trainer(
-    state: TrainState[MultimodalRNN],
+    state: TrainState[CaptionNet],
     config: CaptionTrainConfig,
     data: CaptionData,
     device: torch.device,
@@ -163,13 +191,17 @@ def _caption_epoch_trainer(
             chunk = [data.pairs[i] for i in batch]
             inputs, targets = caption_batch([ids for _, ids in chunk], data.vocab)
             feats = data.train_x[torch.tensor([row for row, _ in chunk])]
-            loss = model.loss(feats.to(device), inputs.to(device), targets.to(device))
+            args = (feats.to(device), inputs.to(device), targets.to(device))
+            if isinstance(model, SoftAttentionCaptioner):  # the loss adds the attention penalty (Eq. 14)
+                loss, nll = model.loss_terms(*args)
+            else:
+                loss = nll = model.loss(*args)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_value_(params, config.grad_clip_value)
             optimizer.step()
             n_words = int((targets != -100).sum())
-            total += loss.item() * n_words
+            total += nll.item() * n_words
             words += n_words
             bar.set_postfix(loss=f"{total / max(words, 1):.3f}")
         mean = total / max(words, 1)
@@ -236,7 +268,7 @@ def _scst_epoch_trainer(
 
 
 def _dev_evaluator(
-    state: TrainState[MultimodalRNN], config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
+    state: TrainState[CaptionNet], config: CaptionTrainConfig, data: CaptionData, score_fn: ScoreFn
 ) -> Callable[[int], tuple[float, dict[str, Any]] | None]:
     """Dev selection: greedy captions of the dev images, scored; the epoch's score is CIDEr-D. Epochs
     between ``eval_every`` ones are not scored (None), the last always is."""
