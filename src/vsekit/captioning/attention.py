@@ -44,8 +44,9 @@ from vsekit.errors import VsekitError
 
 __all__ = ["AttentionState", "SoftAttentionCaptioner", "SoftAttentionConfig"]
 
-#: The decoding state: (h_t [n, H], c_t [n, H], annotations a [n, L, D], attention keys W_a a + b_a [n, L, A]).
-AttentionState = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+#: The decoding state, four tensors: (h_t [n, H], c_t [n, H], annotations a [n, L, D], keys W_a a + b_a
+#: [n, L, A]); typed as the decoders' state (vsekit.captioning.decode.StepModel).
+AttentionState = tuple[torch.Tensor, ...]
 
 
 @dataclass
@@ -74,12 +75,18 @@ class SoftAttentionConfig:
             "cells", "cell_dim", "vocab_size", "word_dim", "hidden_dim", "annotation_dim", "attention_dim"
         ):  # fmt: skip
             if int(getattr(self, name)) <= 0:
-                raise VsekitError(f"attention captioner config: {name} must be positive, got {getattr(self, name)}")
+                raise VsekitError(
+                    f"attention captioner config: {name} must be positive, got {getattr(self, name)}"
+                )
         for name in ("dropout", "image_dropout"):
             if not 0.0 <= float(getattr(self, name)) < 1.0:
-                raise VsekitError(f"attention captioner config: {name} must be in [0, 1), got {getattr(self, name)}")
+                raise VsekitError(
+                    f"attention captioner config: {name} must be in [0, 1), got {getattr(self, name)}"
+                )
         if float(self.attention_reg) < 0:
-            raise VsekitError(f"attention captioner config: attention_reg must be >= 0, got {self.attention_reg}")
+            raise VsekitError(
+                f"attention captioner config: attention_reg must be >= 0, got {self.attention_reg}"
+            )
         return self
 
     def to_dict(self) -> dict:
@@ -131,12 +138,12 @@ class SoftAttentionCaptioner(nn.Module):
     # -- the photo: annotations, attention keys and the initial state ----------------------------------
 
     def annotate(self, features: torch.Tensor) -> AttentionState:
-        """``features [n, L * C]`` (cell-major rows) -> the state before the first word: (h_0, c_0, a, keys)."""
+        """``features [n, L * C]`` (cell-major rows) -> the state before word 1: (h_0, c_0, a, keys)."""
         c = self.config
         if features.ndim != 2 or features.shape[1] != c.image_dim:
             raise VsekitError(
-                f"attention captioner: features have shape {tuple(features.shape)}; expected [n, {c.image_dim}] "
-                f"({c.cells} cells of {c.cell_dim})"
+                f"attention captioner: features have shape {tuple(features.shape)}; expected "
+                f"[n, {c.image_dim}] ({c.cells} cells of {c.cell_dim})"
             )
         cells = features.to(self.output.weight.dtype).view(-1, c.cells, c.cell_dim)
         a = self.image_dropout(torch.relu(self.project(cells)))  # a_i [n, L, D]
@@ -184,11 +191,10 @@ class SoftAttentionCaptioner(nn.Module):
         return F.log_softmax(self.logits(deep).float(), dim=-1), state
 
     @staticmethod
-    def reorder_state(state: AttentionState, index: torch.Tensor) -> AttentionState:  # type: ignore[override]
+    def reorder_state(state: AttentionState, index: torch.Tensor) -> AttentionState:
         """Select/repeat sequences (beam search): ``index [m]`` into the batch dimension of every part,
         the photo's annotations and keys included."""
-        h, c, a, keys = (s.index_select(0, index) for s in state)
-        return h, c, a, keys
+        return tuple(s.index_select(0, index) for s in state)
 
     # -- training path ---------------------------------------------------------------------------------
 

@@ -106,6 +106,7 @@ def _build_state(
     """The m-RNN (output biases at the log word frequencies, or the weights of ``init``), its optimiser
     and schedule."""
     if init is not None:
+        assert isinstance(init.model, MultimodalRNN)  # _init_captioner refuses any other network
         model = MultimodalRNN(init.model.config)
         model.load_state_dict(init.model.state_dict())
         return _state_for(model.to(device), config)
@@ -212,7 +213,7 @@ def _caption_epoch_trainer(
 
 
 def _scst_epoch_trainer(
-    state: TrainState[MultimodalRNN],
+    state: TrainState[CaptionNet],
     config: CaptionTrainConfig,
     data: CaptionData,
     device: torch.device,
@@ -224,6 +225,7 @@ def _scst_epoch_trainer(
     from vsekit.metrics.cider_reward import CiderD
 
     model, optimizer = state.model, state.optimizer
+    assert isinstance(model, MultimodalRNN)  # the recipe refuses SCST for the attention decoder
     params = [p for p in model.parameters() if p.requires_grad]
     assert data.reward_refs is not None and data.reward_rows is not None
     reward = CiderD(data.reward_refs, max_id=data.reward_max_id)  # document frequencies: training captions
@@ -374,6 +376,8 @@ def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRN
     elif not local.is_file():
         raise VsekitError(f"{local}: missing; it is the captioner this run started from ({config.init_from})")
     init = load_captioner(local)
+    if not isinstance(init.model, MultimodalRNN):
+        raise VsekitError(f"{local}: init_from must name an m-RNN captioner, not an attention one")
     have = {
         "backbone": init.image["backbone"],
         "image_features": init.image["kind"],
