@@ -1470,7 +1470,7 @@ def t_attention_captioner() -> str:
     rows = [
         row(f"attention, greedy (best epoch {d['best_epoch']})", a["greedy"]),
         row("attention, greedy, no repeated trigram", a["greedy_no_repeat_3"]),
-        row(f"attention, beam {size}", a[f"{beam}_alone"]),
+        row(f"attention, beam {size}", rerank["beam_alone"]),
         row(
             f"attention, beam {size} + rerank (weight {rerank['weight']:g}, length penalty "
             f"{rerank['length_penalty']:g})",
