@@ -112,23 +112,12 @@ def mrnn_reference() -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", type=Path, required=True, help="the attention run directory")
-    parser.add_argument("--joint", type=Path, required=True, help="a joint model trained without the slice")
-    parser.add_argument("--beam", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--log", type=Path, help="the run's console log (its /usr/bin/time -v report)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "attention_captioner.json")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-
-    corpus = apply_validation_slice(load_corpus(SHARED), load_validation_slice(SLICE))
-    split = load_validation_slice(SLICE).name
+def evaluate(run: Path, corpus, split: str, beam: int, joint: Path) -> tuple[dict, dict]:
+    """``(scores, the captioner's meta)`` of a run's best epoch on the slice: greedy (with and without the
+    repeat guard) and the beam reranked with ``joint``, tuned on the slice on the float16 weights."""
     refs = {i: caps for i, caps in corpus.split(split).captions_by_image().items() if caps}
     ids = list(refs)
-    path = args.run / "captioner.safetensors"
-    captioner = load_captioner(path)
+    captioner = load_captioner(run / "captioner.safetensors")
     spec = captioner.image
     feats, _ = image_features(corpus, ids, spec["backbone"], spec["kind"], progress=False)
     results: dict = {}
@@ -137,16 +126,16 @@ def main() -> None:
         texts = captioner.caption(feats, decoding="greedy", **kwargs)
         seconds = time.perf_counter() - t0
         results[name] = {**scored(texts, ids, refs, meteor=True), "decode_s": round(seconds, 1)}
-        print(name, results[name])
+        print(run, name, results[name])
     with tempfile.TemporaryDirectory() as tmp:  # the float16 weights, as ship_models tunes the m-RNN's
         tuned = Path(tmp) / "tuned.safetensors"
         save_captioner(captioner, tuned, half=True)
         info = tune_captioner_rerank(
-            tuned, corpus, split, args.beam, default_score_fn, say=print, joint_model_path=args.joint,
+            tuned, corpus, split, beam, default_score_fn, say=print, joint_model_path=joint,
             search_grid=GRID,
         )  # fmt: skip
     best = info["best"]
-    results[f"beam{args.beam}_rerank"] = {
+    results[f"beam{beam}_rerank"] = {
         "cider": round(best["cider"], 2),
         "bleu4": round(best["bleu4"], 2),
         "weight": best["weight"],
@@ -156,18 +145,49 @@ def main() -> None:
         "seconds": info["seconds"],
         "grid": info["grid"],
     }
-    meta = captioner.meta
+    return results, captioner.meta
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, required=True, help="the attention run directory")
+    parser.add_argument("--joint", type=Path, required=True, help="a joint model trained without the slice")
+    parser.add_argument(
+        "--mrnn-run",
+        type=Path,
+        help="a run of mrnn-lstm-effnet-val1000 to score the same way, beside the numbers on file",
+    )
+    parser.add_argument("--beam", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--log", type=Path, help="the run's console log (its /usr/bin/time -v report)")
+    parser.add_argument("--out", type=Path, default=RESULTS / "attention_captioner.json")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    corpus = apply_validation_slice(load_corpus(SHARED), load_validation_slice(SLICE))
+    split = load_validation_slice(SLICE).name
+    photos = len(corpus.split(split).image_ids())
+    results, meta = evaluate(args.run, corpus, split, args.beam, args.joint)
+    mrnn = mrnn_reference()
+    if args.mrnn_run is not None:  # the yardstick's recipe rerun, decoded and reranked like the attention
+        scores, mrnn_meta = evaluate(args.mrnn_run, corpus, split, args.beam, args.joint)
+        mrnn["rerun"] = {
+            "run": str(args.mrnn_run),
+            "best_epoch": mrnn_meta.get("epoch"),
+            "curve": curve(args.mrnn_run),
+            **scores,
+        }
     record = {
         "benchmark": "attention captioner (Xu et al. 2015 soft attention) on Flickr8K val1000",
         **run_meta(threads=args.threads),
-        "split": f"{split} ({len(ids)} photos of train, slice {SLICE}); dev not read",
+        "split": f"{split} ({photos} photos of train, slice {SLICE}); dev not read",
         "recipe": meta.get("recipe", {}).get("name"),
         "run": str(args.run),
         "best_epoch": meta.get("epoch"),
         "rerank_joint_model": str(args.joint),
         "training": {"curve": curve(args.run), "peak_rss_mb": peak_rss_mb(args.log)},
         "attention": results,
-        "mrnn": mrnn_reference(),
+        "mrnn": mrnn,
     }
     write_result(args.out, record, indent=1)
     print(f"wrote {args.out}")

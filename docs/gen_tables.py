@@ -1484,6 +1484,19 @@ def t_attention_captioner() -> str:
             m["beam7_rerank"],
         ),
     ]
+    if "rerun" in m:  # the m-RNN's recipe rerun, scored and reranked exactly like the attention
+        r = m["rerun"]
+        again = r[f"{beam}_rerank"]
+        rows += [
+            row(f"m-RNN rerun, greedy (best epoch {r['best_epoch']})", r["greedy"]),
+            row("m-RNN rerun, greedy, no repeated trigram", r["greedy_no_repeat_3"]),
+            row(f"m-RNN rerun, beam {size}", again["beam_alone"]),
+            row(
+                f"m-RNN rerun, beam {size} + rerank (weight {again['weight']:g}, length penalty "
+                f"{again['length_penalty']:g})",
+                again,
+            ),
+        ]
     header = ["on val1000", "CIDEr-D", "B-4", "METEOR", "ROUGE-L", "words", "distinct %", "repeat 3-gram %"]
     curve = [
         [
