@@ -1473,6 +1473,90 @@ def t_text_finetune() -> str:
     )
 
 
+def t_attention_captioner() -> str:
+    """The soft-attention captioner against the m-RNN on val1000: final numbers, then the run's curve."""
+    d = load("attention_captioner.json")
+    a, m = d["attention"], d["mrnn"]
+    beam = next(k for k in a if k.endswith("_rerank")).split("_")[0]  # "beam7"
+    size = beam[4:]
+
+    def row(label: str, r: dict[str, Any]) -> list[str]:
+        keys = ("cider", "bleu4", "meteor", "rouge_l", "mean_words", "distinct_pct", "repeat_trigram_pct")
+        return [label, *(f1(r.get(k)) for k in keys)]
+
+    rerank = a[f"{beam}_rerank"]
+    rows = [
+        row(f"attention, greedy (best epoch {d['best_epoch']})", a["greedy"]),
+        row("attention, greedy, no repeated trigram", a["greedy_no_repeat_3"]),
+        row(f"attention, beam {size}", rerank["beam_alone"]),
+        row(
+            f"attention, beam {size} + rerank (weight {rerank['weight']:g}, length penalty "
+            f"{rerank['length_penalty']:g})",
+            rerank,
+        ),
+        row(f"m-RNN, greedy (best epoch {m['greedy']['best_epoch']})", m["greedy"]),
+        row("m-RNN, beam 7", m["beam7_alone"]),
+        row(
+            f"m-RNN, beam 7 + rerank (weight {m['beam7_rerank']['weight']:g}, length penalty "
+            f"{m['beam7_rerank']['length_penalty']:g})",
+            m["beam7_rerank"],
+        ),
+    ]
+    if "rerun" in m:  # the m-RNN's recipe rerun, scored and reranked exactly like the attention
+        r = m["rerun"]
+        again = r[f"{beam}_rerank"]
+        rows += [
+            row(f"m-RNN rerun, greedy (best epoch {r['best_epoch']})", r["greedy"]),
+            row("m-RNN rerun, greedy, no repeated trigram", r["greedy_no_repeat_3"]),
+            row(f"m-RNN rerun, beam {size}", again["beam_alone"]),
+            row(
+                f"m-RNN rerun, beam {size} + rerank (weight {again['weight']:g}, length penalty "
+                f"{again['length_penalty']:g})",
+                again,
+            ),
+        ]
+    header = ["on val1000", "CIDEr-D", "B-4", "METEOR", "ROUGE-L", "words", "distinct %", "repeat 3-gram %"]
+    curve = [
+        [
+            f"{e['epoch']}" + (" *" if e["best"] else ""),
+            f"{e['train_loss']:.3f}",
+            f"{e['train_s']:.0f}",
+            *(f1(e.get(k)) for k in ("cider", "bleu4", "mean_words", "distinct_pct")),
+            f"{e['vocab_used']:.0f}",
+            f1(e.get("repeat_end_pct")),
+        ]
+        for e in d["training"]["curve"]
+    ]
+    curve_header = [
+        "epoch",
+        "train NLL",
+        "train s",
+        "CIDEr-D",
+        "B-4",
+        "words",
+        "distinct %",
+        "vocab",
+        "'a a' %",
+    ]
+    rss = d["training"].get("peak_rss_mb")
+    note = (
+        f"{d['split']}; greedy rows scored with pycocoevalcap (METEOR where Java ran); the rerank rows with "
+        "CIDEr-D and BLEU-4 only (the tuning's metrics), the attention's reranked by "
+        f"{Path(d['rerank_joint_model']).name}, "
+        f"the m-RNN's by {Path(m['rerank_joint_model']).name} (both the shipped recipe's seeds 1 + 3 trained "
+        f"without the slice); m-RNN numbers from {m['source']} and {m['greedy']['source']}; "
+        f"training peak RSS {f'{rss / 1024:.1f} GiB' if rss else 'not recorded'}; "
+        "`python bench/attention_captioner.py --run RUN --joint VSE_WITHOUT_SLICE`"
+    )
+    return (
+        table(header, rows)
+        + "\n\nThe run, epoch by epoch (greedy captions of the slice; * the best so far):\n\n"
+        + table(curve_header, curve)
+        + "\n\n"
+        + source("attention_captioner.json", d, None, note)
+    )
+
+
 def t_vse_views_candidate() -> str:
     """The six-crop views recipe retrained on all of train with val1000's choices; dev read once."""
     d = load("vse_views_candidate.json")
@@ -1892,6 +1976,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "vse-views-candidate": t_vse_views_candidate,
     "joint-space": t_joint_space,
     "gpo": t_gpo,
+    "attention-captioner": t_attention_captioner,
     "int8": t_int8,
     "fault-campaign": t_fault_campaign,
     "store-1m": t_store_1m,

@@ -1,9 +1,14 @@
-"""A trained m-RNN captioner as one object and one file: network, vocabulary, image spec, FNE statistics.
+"""A trained captioner as one object and one file: network, vocabulary, image spec, FNE statistics.
+
+The network is the m-RNN (:mod:`vsekit.captioning.mrnn`, one pooled vector per photo) or the soft-attention
+LSTM (:mod:`vsekit.captioning.attention`, the grid of the last conv map); both decode through the same
+step interface, so everything here serves either.
 
 The file is safetensors: ``model.<param>`` tensors (float16 when ``half``), ``fne.mean``/``fne.m2`` in
 float64 for FNE-conditioned captioners, and JSON header fields ``format`` (``vsekit.captioner``),
-``format_version``, ``method`` (``mrnn``), ``config`` (the network), ``image`` (backbone, feature kind,
-dimension), ``vocab``, ``fne``, ``decoding`` (defaults) and ``extra`` (recipe, dev scores, ...).
+``format_version``, ``method`` (``mrnn`` or ``attention``: the network), ``config`` (its architecture),
+``image`` (backbone, feature kind, dimension), ``vocab``, ``fne``, ``decoding`` (defaults) and ``extra``
+(recipe, dev scores, ...).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vsekit.captioning.attention import SoftAttentionCaptioner, SoftAttentionConfig
 from vsekit.captioning.decode import Caption, beam_search, greedy, sample
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig
 from vsekit.data.vocab import Vocabulary
@@ -24,18 +30,35 @@ from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.vision.fne import FullNetworkEmbedding
 
-__all__ = ["CAPTIONER_FORMAT", "DECODINGS", "MRNNCaptioner", "load_captioner", "save_captioner"]
+__all__ = [
+    "CAPTIONER_FORMAT",
+    "DECODINGS",
+    "CaptionNet",
+    "MRNNCaptioner",
+    "load_captioner",
+    "network_method",
+    "save_captioner",
+]
 
 CAPTIONER_FORMAT = "vsekit.captioner"
 CAPTIONER_FORMAT_VERSION = 1
 DECODINGS = ("beam", "greedy", "sample")
 
+#: The step-wise caption networks a captioner file can hold.
+CaptionNet = MultimodalRNN | SoftAttentionCaptioner
+
+
+def network_method(model: CaptionNet) -> str:
+    """The file's ``method`` field for ``model``: ``mrnn`` or ``attention``."""
+    return "attention" if isinstance(model, SoftAttentionCaptioner) else "mrnn"
+
 
 @dataclass
 class MRNNCaptioner:
-    """A multimodal RNN with what it needs to turn image features into caption strings."""
+    """A step-wise caption network (the m-RNN or the soft-attention LSTM) with what it needs to turn image
+    features into caption strings."""
 
-    model: MultimodalRNN
+    model: CaptionNet
     vocab: Vocabulary
     image: dict[str, Any]  # {"backbone", "kind", "image_dim"}: what features the network reads
     fne: FullNetworkEmbedding | None = None
@@ -114,7 +137,7 @@ def save_captioner(captioner: MRNNCaptioner, path: str | os.PathLike[str], half:
     header = {
         "format": CAPTIONER_FORMAT,
         "format_version": str(CAPTIONER_FORMAT_VERSION),
-        "method": "mrnn",
+        "method": network_method(captioner.model),
         "config": json.dumps(captioner.model.config.to_dict()),
         "image": json.dumps(captioner.image),
         "vocab": json.dumps(captioner.vocab.to_dict()),
@@ -138,9 +161,14 @@ def load_captioner(path: str | os.PathLike[str], device: str | torch.device = "c
     path = Path(path)
     header, tensors = read_vsekit_safetensors(path, CAPTIONER_FORMAT, "captioner", CAPTIONER_FORMAT_VERSION)
     try:
-        if header.get("method") != "mrnn":
-            raise VsekitError(f"{path}: unknown captioner method {header.get('method')!r}")
-        model = MultimodalRNN(MultimodalRNNConfig(**json.loads(header["config"])))
+        method, config = header.get("method"), json.loads(header["config"])
+        model: CaptionNet
+        if method == "mrnn":
+            model = MultimodalRNN(MultimodalRNNConfig(**config))
+        elif method == "attention":
+            model = SoftAttentionCaptioner(SoftAttentionConfig(**config))
+        else:
+            raise VsekitError(f"{path}: unknown captioner method {method!r}")
         state = {k[len("model.") :]: v.float() for k, v in tensors.items() if k.startswith("model.")}
         model.load_state_dict(state, strict=True)
         vocab = Vocabulary.from_dict(json.loads(header["vocab"]), source=f"{path} (vocab)")

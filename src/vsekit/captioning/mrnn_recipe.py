@@ -1,5 +1,6 @@
-"""The m-RNN captioner's training recipe: :class:`CaptionTrainConfig` (every field a run depends on,
-checked strictly) and the shipped captioning recipes by name.
+"""The captioner's training recipe: :class:`CaptionTrainConfig` (every field a run depends on, checked
+strictly) and the shipped captioning recipes by name. ``decoder`` picks the network: the m-RNN over one
+pooled vector per photo, or the soft-attention LSTM over the grid of the last conv map.
 
 A recipe is JSON of these fields (``src/vsekit/recipes/captioning/*.json``); an unknown or out-of-range
 field is refused with one line naming the file and the field, before any data is read.
@@ -8,6 +9,7 @@ field is refused with one line naming the file and the field, before any data is
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,6 +21,7 @@ from vsekit.vision.features import FEATURE_KINDS
 
 __all__ = [
     "CAPTION_RECIPES_DIR",
+    "DECODERS",
     "OBJECTIVES",
     "CaptionTrainConfig",
     "list_caption_recipes",
@@ -26,6 +29,8 @@ __all__ = [
 ]
 
 OBJECTIVES = ("xent", "scst")
+#: The caption networks: "mrnn" (vsekit.captioning.mrnn) and "attention" (vsekit.captioning.attention)
+DECODERS = ("mrnn", "attention")
 
 
 @dataclass
@@ -84,6 +89,13 @@ class CaptionTrainConfig(Recipe):
     init_from: str | None = None
     scst_samples: int = 5  # captions sampled per image and step
     scst_baseline: str = "greedy"  # "greedy" (Rennie et al.) or "mean" of the other samples (Luo 2020)
+    # "mrnn": the image once, as a bias (one pooled vector); "attention": soft attention over the cells of
+    # "grid" features at every word (Xu et al. 2015), with the four fields below
+    decoder: str = "mrnn"
+    annotation_dim: int = 512  # each 1280-d cell projected once per photo to this width
+    attention_dim: int = 512  # the hidden layer of the attention MLP
+    attention_gate: bool = True  # the gate beta_t on the context (Xu et al., section 4.2.1)
+    attention_reg: float = 1.0  # lambda of the doubly stochastic penalty; 0 switches it off
 
     def validate(self, source: str = "config") -> CaptionTrainConfig:
         def bad(name: str, why: str) -> Exception:
@@ -93,9 +105,14 @@ class CaptionTrainConfig(Recipe):
             raise bad("method", "names a method this trainer does not train (only 'mrnn')")
         if self.cell not in CELLS:
             raise bad("cell", f"must be one of {', '.join(CELLS)}")
-        pooled = [k for k in FEATURE_KINDS if k != "grid"]  # the m-RNN reads one vector per image
-        if self.image_features not in pooled:
-            raise bad("image_features", f"must be one of {', '.join(pooled)}")
+        if self.decoder not in DECODERS:
+            raise bad("decoder", f"must be one of {', '.join(DECODERS)}")
+        if self.decoder == "attention":
+            self._validate_attention(bad)
+        else:
+            pooled = [k for k in FEATURE_KINDS if k != "grid"]  # the m-RNN reads one vector per image
+            if self.image_features not in pooled:
+                raise bad("image_features", f"must be one of {', '.join(pooled)} (grid: decoder 'attention')")
         if self.optimizer not in ("adam", "rmsprop"):
             raise bad("optimizer", "must be 'adam' or 'rmsprop'")
         for name in (
@@ -127,6 +144,23 @@ class CaptionTrainConfig(Recipe):
         if self.eval_images is not None and self.eval_images < 1:
             raise bad("eval_images", "must be >= 1 or null")
         return self
+
+    def _validate_attention(self, bad: Callable[[str, str], Exception]) -> None:
+        """The attention decoder's fields, and the m-RNN options it does not have."""
+        if self.image_features != "grid":
+            raise bad("image_features", "must be 'grid' for decoder 'attention' (it attends over the cells)")
+        if self.cell != "lstm":
+            raise bad("cell", "must be 'lstm' for decoder 'attention'")
+        for name in ("annotation_dim", "attention_dim"):
+            if getattr(self, name) < 1:
+                raise bad(name, "must be >= 1")
+        if self.attention_reg < 0:
+            raise bad("attention_reg", "must be >= 0")
+        if self.image_rank is not None:
+            raise bad("image_rank", "is an m-RNN option (factored W_hi); the attention decoder has no W_hi")
+        if self.objective != "xent" or self.init_from is not None:
+            name = "objective" if self.objective != "xent" else "init_from"
+            raise bad(name, "self-critical training and init_from are m-RNN only (decoder 'attention': xent)")
 
 
 def list_caption_recipes() -> list[str]:

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from vsekit.captioning.captioner import MRNNCaptioner, save_captioner
+from vsekit.captioning.attention import SoftAttentionCaptioner, SoftAttentionConfig
+from vsekit.captioning.captioner import CaptionNet, MRNNCaptioner, save_captioner
 from vsekit.captioning.mrnn import MultimodalRNN, MultimodalRNNConfig, caption_batch, perplexity
 from vsekit.captioning.mrnn_data import (
     CaptionData,
@@ -59,7 +60,7 @@ from vsekit.training import (
     step_lr,
 )
 from vsekit.version import __version__
-from vsekit.vision.features import image_features
+from vsekit.vision.features import FeatureSpec, image_features
 
 __all__ = [
     "CAPTIONER_NAME",
@@ -101,7 +102,7 @@ def default_score_fn(
 
 
 def _caption_epoch_trainer(
-    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
+    run: CaptionerRun, state: TrainState[CaptionNet], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of teacher-forced word prediction over length-bucketed batches."""
     config, device, progress = run.config, run.device, run.progress
@@ -119,13 +120,17 @@ def _caption_epoch_trainer(
             chunk = [data.pairs[i] for i in batch]
             inputs, targets = caption_batch([ids for _, ids in chunk], data.vocab)
             feats = data.train_x[torch.tensor([row for row, _ in chunk])]
-            loss = model.loss(feats.to(device), inputs.to(device), targets.to(device))
+            args = (feats.to(device), inputs.to(device), targets.to(device))
+            if isinstance(model, SoftAttentionCaptioner):  # the loss adds the attention penalty (Eq. 14)
+                loss, nll = model.loss_terms(*args)
+            else:
+                loss = nll = model.loss(*args)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_value_(params, config.grad_clip_value)
             optimizer.step()
             n_words = int((targets != -100).sum())
-            total += loss.item() * n_words
+            total += nll.item() * n_words
             words += n_words
             bar.set_postfix(loss=f"{total / max(words, 1):.3f}")
         mean = total / max(words, 1)
@@ -136,7 +141,7 @@ def _caption_epoch_trainer(
 
 
 def _scst_epoch_trainer(
-    run: CaptionerRun, state: TrainState[MultimodalRNN], data: CaptionData
+    run: CaptionerRun, state: TrainState[CaptionNet], data: CaptionData
 ) -> Callable[[int], dict[str, Any]]:
     """One epoch of self-critical training: every training image once, in a seeded order, in batches of
     ``batch_size`` images with ``scst_samples`` sampled captions each (:func:`scst_loss`). Samples are drawn
@@ -145,6 +150,7 @@ def _scst_epoch_trainer(
 
     config, device, progress = run.config, run.device, run.progress
     model, optimizer = state.model, state.optimizer
+    assert isinstance(model, MultimodalRNN)  # the recipe refuses SCST for the attention decoder
     params = [p for p in model.parameters() if p.requires_grad]
     assert data.reward_refs is not None and data.reward_rows is not None
     reward = CiderD(data.reward_refs, max_id=data.reward_max_id)  # document frequencies: training captions
@@ -188,6 +194,31 @@ def _scst_epoch_trainer(
     return train_epoch
 
 
+def _attention_network(config: CaptionTrainConfig, data: CaptionData) -> SoftAttentionCaptioner:
+    """The soft-attention LSTM of a ``decoder: "attention"`` recipe over the grid rows of ``data``."""
+    cells = FeatureSpec(config.backbone, "grid").grid_cells
+    width = int(data.image["image_dim"])
+    if width % cells:
+        raise VsekitError(f"grid features of width {width} do not split into {cells} cells")
+    model = SoftAttentionCaptioner(
+        SoftAttentionConfig(
+            cells=cells,
+            cell_dim=width // cells,
+            vocab_size=len(data.vocab),
+            word_dim=config.word_dim,
+            hidden_dim=config.hidden_dim,
+            annotation_dim=config.annotation_dim,
+            attention_dim=config.attention_dim,
+            gate=config.attention_gate,
+            dropout=config.dropout,
+            image_dropout=config.image_dropout,
+            attention_reg=config.attention_reg,
+        )
+    )
+    model.init_output_bias(target_counts([ids for _, ids in data.pairs], data.vocab))
+    return model
+
+
 def _epoch_line(entry: dict[str, Any], epochs: int, split: str) -> str:
     """One log line per epoch; ``split`` names the selection split (dev, or the validation slice)."""
     if "train_loss" in entry:
@@ -207,7 +238,7 @@ def _epoch_line(entry: dict[str, Any], epochs: int, split: str) -> str:
     return line + ("  *best" if entry.get("best") else "")
 
 
-class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
+class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, CaptionNet]):
     """The m-RNN's part of the run template: teacher-forced (or self-critical) epochs, the best epoch by
     dev CIDEr-D of greedy captions. A subclass says where the :class:`CaptionData` comes from
     (:meth:`load_data`) and may set :attr:`init`, the captioner the run starts from."""
@@ -231,14 +262,19 @@ class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
         self.score_fn = score_fn or default_score_fn
         self.init: MRNNCaptioner | None = None  # its weights start the run (its vocabulary is the data's)
 
-    def build(self, data: CaptionData) -> tuple[MultimodalRNN, torch.optim.Optimizer, StepLR | None]:
-        """The m-RNN (output biases at the log word frequencies, or the weights of :attr:`init`), its
-        optimiser and schedule."""
+    def build(self, data: CaptionData) -> tuple[CaptionNet, torch.optim.Optimizer, StepLR | None]:
+        """The network (the m-RNN, output biases at the log word frequencies, or the weights of
+        :attr:`init`; or the soft-attention LSTM of a ``decoder: "attention"`` recipe), its optimiser and
+        schedule."""
         config = self.config
         seed_all(config.seed)  # also for the region captioner, whose data needs no seed before this
+        model: CaptionNet
         if self.init is not None:
+            assert isinstance(self.init.model, MultimodalRNN)  # _init_captioner refuses any other network
             model = MultimodalRNN(self.init.model.config)
             model.load_state_dict(self.init.model.state_dict())
+        elif config.decoder == "attention":
+            model = _attention_network(config, data)
         else:
             model = MultimodalRNN(
                 MultimodalRNNConfig(
@@ -265,12 +301,12 @@ class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
         return model, optimizer, step_lr(optimizer, config.lr_decay_epochs, config.lr_decay_gamma)
 
     def epoch_trainer(
-        self, state: TrainState[MultimodalRNN], data: CaptionData
+        self, state: TrainState[CaptionNet], data: CaptionData
     ) -> Callable[[int], dict[str, Any]]:
         epoch_trainer = _scst_epoch_trainer if self.config.objective == "scst" else _caption_epoch_trainer
         return epoch_trainer(self, state, data)
 
-    def evaluate(self, state: TrainState[MultimodalRNN], data: CaptionData) -> tuple[float, dict[str, Any]]:
+    def evaluate(self, state: TrainState[CaptionNet], data: CaptionData) -> tuple[float, dict[str, Any]]:
         """Greedy captions of the dev images, scored; the epoch's score is CIDEr-D."""
         captioner = MRNNCaptioner(model=state.model, vocab=data.vocab, image=data.image, fne=data.fne)
         t0 = time.perf_counter()
@@ -283,7 +319,7 @@ class CaptionerRun(TrainingRun[CaptionTrainConfig, CaptionData, MultimodalRNN]):
         return float(scores["cider"] or 0.0), rounded
 
     def save_best(
-        self, state: TrainState[MultimodalRNN], data: CaptionData, epoch: int, dev: dict[str, Any]
+        self, state: TrainState[CaptionNet], data: CaptionData, epoch: int, dev: dict[str, Any]
     ) -> None:
         config = self.config
         meta = {
@@ -399,6 +435,8 @@ def _init_captioner(config: CaptionTrainConfig, out: Path, resumed: bool) -> MRN
     elif not local.is_file():
         raise VsekitError(f"{local}: missing; it is the captioner this run started from ({config.init_from})")
     init = load_captioner(local)
+    if not isinstance(init.model, MultimodalRNN):
+        raise VsekitError(f"{local}: init_from must name an m-RNN captioner, not an attention one")
     have = {
         "backbone": init.image["backbone"],
         "image_features": init.image["kind"],

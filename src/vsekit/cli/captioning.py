@@ -72,8 +72,9 @@ def train_captioner(
         config = load_caption_recipe(recipe)
         config = with_overrides(config, recipe, epochs=epochs, seed=seed, num_threads=num_threads)
         corpus = load_corpus(data)
+        network = "soft-attention LSTM" if config.decoder == "attention" else "m-RNN"
         console.print(
-            f"{corpus!r}\nrecipe {config.name}: m-RNN ({config.cell}, hidden {config.hidden_dim}) on "
+            f"{corpus!r}\nrecipe {config.name}: {network} ({config.cell}, hidden {config.hidden_dim}) on "
             f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
         )
         summary = run_training(
