@@ -1494,10 +1494,10 @@ def t_attention_captioner() -> str:
             f"{rerank['length_penalty']:g})",
             rerank,
         ),
-        row(f"m-RNN, greedy (best epoch {m['greedy']['best_epoch']})", m["greedy"]),
-        row("m-RNN, beam 7", m["beam7_alone"]),
+        row(f"m-RNN on file, greedy (best epoch {m['greedy']['best_epoch']})", m["greedy"]),
+        row("m-RNN on file, beam 7", m["beam7_alone"]),
         row(
-            f"m-RNN, beam 7 + rerank (weight {m['beam7_rerank']['weight']:g}, length penalty "
+            f"m-RNN on file, beam 7 + rerank (weight {m['beam7_rerank']['weight']:g}, length penalty "
             f"{m['beam7_rerank']['length_penalty']:g})",
             m["beam7_rerank"],
         ),
