@@ -67,6 +67,19 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+#: The start of a fresh child process that times its own steps: ``mark(name)`` after each step, then
+#: ``print_stages()`` prints ``{name: seconds}`` as one JSON line (bench_cold_start, bench_cold_search_1m).
+STAGE_TIMER = """
+import json, sys, time
+t = [time.perf_counter()]
+names = []
+def mark(name):
+    t.append(time.perf_counter()); names.append(name)
+def print_stages():
+    print(json.dumps({n: round(b - a, 3) for n, a, b in zip(names, t, t[1:])}))
+"""
+
+
 def time_command(command: list[str], runs: int, env: dict[str, str], expect: str = "") -> dict[str, Any]:
     """``command`` in ``runs`` fresh processes: median / min / max wall (what a user waits; inflated by the
     machine's load) and median CPU seconds (user + system: far less sensitive to other processes on a

@@ -35,8 +35,8 @@ sys.path[:0] = [str(ROOT / "src"), str(ROOT / "bench")]
 
 import numpy as np  # noqa: E402
 
-from _common import run_meta, time_vsekit, write_result  # noqa: E402
-from bench_store import CLUSTERS, photo  # noqa: E402
+from _common import STAGE_TIMER, run_meta, time_vsekit, write_result  # noqa: E402
+from bench_store import cluster_centers, photo, unit_block  # noqa: E402
 from vsekit.retrieval.build import compact_store, new_store  # noqa: E402
 from vsekit.retrieval.index import Index  # noqa: E402
 from vsekit.retrieval.store import NewSegment, Store, StoreChange, writer_lock  # noqa: E402
@@ -44,12 +44,9 @@ from vsekit.retrieval.store import NewSegment, Store, StoreChange, writer_lock  
 QUERY = "a dog runs through the grass"
 PARTS, BLOCK = 10, 25_000
 
-STAGES = """
-import json, sys, time
-t = [time.perf_counter()]
-names = []
-def mark(name):
-    t.append(time.perf_counter()); names.append(name)
+STAGES = (
+    STAGE_TIMER
+    + """
 import vsekit.cli.search, vsekit.collection
 mark("import")
 index = vsekit.collection.Index.open(sys.argv[1]); len(index)
@@ -60,24 +57,15 @@ query = index.embed_texts([sys.argv[2]])
 mark("first_sentence")
 index.search_vectors(query, k=10, engine="ivfpq")
 mark("first_search_ivfpq")
-print(json.dumps({n: round(b - a, 3) for n, a, b in zip(names, t, t[1:])}))
+print_stages()
 """
-
-
-def unit_block(centers: np.ndarray, start: int, n: int) -> np.ndarray:
-    """``bench_store.unit_block`` at the model's dimension: unit vectors around 4,096 centres."""
-    members = centers[(np.arange(start, start + n) * 2_654_435_761) % CLUSTERS]
-    noise = np.random.default_rng(start).standard_normal(members.shape, dtype=np.float32)
-    v = members + noise / (2 * np.sqrt(centers.shape[1]))
-    v /= np.linalg.norm(v, axis=1, keepdims=True)
-    return v.astype(np.float16)
+)
 
 
 def build(out: Path, n: int, identity: dict) -> float:
     """The synthetic 1M index recording ``identity`` (the shipped vse's); seconds taken."""
     dim = int(identity["embed_dim"])
-    centers = np.random.default_rng(4096).standard_normal((CLUSTERS, dim), dtype=np.float32)
-    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    centers, divisor = cluster_centers(dim), 2 * np.sqrt(dim)  # the same spread of cosines at 2,048-d
     start = time.perf_counter()
     new_store(out, dim, dtype="float16", engine="auto", photos_dir=str(out / "photos"), model=identity)
     with writer_lock(out):
@@ -85,7 +73,7 @@ def build(out: Path, n: int, identity: dict) -> float:
         try:
             bounds = np.linspace(0, n, PARTS + 1).astype(int)
             for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-                blocks = (unit_block(centers, s, min(BLOCK, b - s)) for s in range(a, b, BLOCK))
+                blocks = (unit_block(s, min(BLOCK, b - s), centers, divisor) for s in range(a, b, BLOCK))
                 seg, sha = store.write_segment(blocks, b - a, dim, "float16")
                 store.commit(StoreChange(segments=[NewSegment(seg, [photo(i) for i in range(a, b)], sha)]))
                 print(f"  {b:,} vectors", flush=True)

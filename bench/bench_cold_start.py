@@ -29,17 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import REPO, run_meta, time_vsekit, write_labelled
+from _common import REPO, STAGE_TIMER, run_meta, time_vsekit, write_labelled
 
 RESULTS = Path(__file__).resolve().parent / "results" / "cold_start.json"
 EVERYDAY = REPO.parent / "shared" / "data" / "everyday" / "photos"
 QUERY = "a dog on the beach"
-STAGES = """
-import json, sys, time
-t = [time.perf_counter()]
-names = []
-def mark(name):
-    t.append(time.perf_counter()); names.append(name)
+STAGES = (
+    STAGE_TIMER
+    + """
 import vsekit.cli.search, vsekit.collection, vsekit.retrieval.answer
 mark("import")
 index = vsekit.collection.Index.open(sys.argv[1]); len(index)
@@ -52,8 +49,9 @@ index.concept_route(0.25).class_vectors()
 mark("concept_route")
 index.answer(sys.argv[2], k=10)
 mark("answer")
-print(json.dumps({n: round(b - a, 3) for n, a, b in zip(names, t, t[1:])}))
+print_stages()
 """
+)
 
 
 def _serve(index: Path, env: dict[str, str]) -> dict:

@@ -55,16 +55,24 @@ def written() -> int:
 
 
 CLUSTERS = 4096
-_CENTERS = np.random.default_rng(4096).standard_normal((CLUSTERS, DIM), dtype=np.float32)
-_CENTERS /= np.linalg.norm(_CENTERS, axis=1, keepdims=True)
 
 
-def unit_block(start: int, n: int) -> np.ndarray:
-    """Vectors ``start .. start + n``: unit, in :data:`CLUSTERS` clusters (cosine to their centre about
-    0.7), as photos' embeddings are clustered; uniform random vectors in 1,024-d have no neighbours for
+def cluster_centers(dim: int) -> np.ndarray:
+    """:data:`CLUSTERS` seeded unit centres in ``dim`` dimensions."""
+    centers = np.random.default_rng(4096).standard_normal((CLUSTERS, dim), dtype=np.float32)
+    return centers / np.linalg.norm(centers, axis=1, keepdims=True)
+
+
+_CENTERS = cluster_centers(DIM)
+
+
+def unit_block(start: int, n: int, centers: np.ndarray = _CENTERS, divisor: float = 32.0) -> np.ndarray:
+    """Vectors ``start .. start + n``: unit, in :data:`CLUSTERS` clusters (noise of standard deviation
+    1 / ``divisor`` per dimension around each centre: at 1,024-d and 32, a cosine of about 0.7 to the
+    centre), as photos' embeddings are clustered; uniform random vectors in 1,024-d have no neighbours for
     an ANN structure to find (its calibration then asks for every list and 4,096 candidates)."""
-    members = _CENTERS[(np.arange(start, start + n) * 2_654_435_761) % CLUSTERS]
-    v = members + np.random.default_rng(start).standard_normal((n, DIM), dtype=np.float32) / 32
+    members = centers[(np.arange(start, start + n) * 2_654_435_761) % CLUSTERS]
+    v = members + np.random.default_rng(start).standard_normal(members.shape, dtype=np.float32) / divisor
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     return v.astype(np.float16)
 
