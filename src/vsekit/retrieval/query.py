@@ -16,6 +16,7 @@ that serialises the model's forward passes and the FAISS cache.
 from __future__ import annotations
 
 import datetime as dt
+import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -310,19 +311,19 @@ class Searching:
     def _read_ann(self, segment: Segment, name: str, params: dict[str, int], sha: str | None) -> Any:
         """The FAISS structure in the file ``name`` of ``segment``, refused when its bytes differ from
         the checksum the store recorded (a damaged file must not answer queries), or when the store
-        records none (only an index in the old format has none)."""
+        records none (only an index in the old format has none). The file the snapshot holds open is
+        memory-mapped, as its segments are, and the structure read in place (no copy of it in memory)."""
         path = self.path / name
         try:
-            if segment.ann_file is not None:
-                fd = segment.ann_file.fileno()
-                data = os.pread(fd, os.fstat(fd).st_size, 0)
-            else:
-                data = path.read_bytes()
+            if segment.ann_file is not None and os.fstat(segment.ann_file.fileno()).st_size:
+                data: Any = mmap.mmap(segment.ann_file.fileno(), 0, access=mmap.ACCESS_READ)
+            else:  # an empty file (mmap refuses those) is refused below
+                data = path.read_bytes() if segment.ann_file is None else b""
         except OSError as exc:
             raise damaged(path, exc.strerror or str(exc), self.path) from None
         if not sha and self._view.generation:
             raise damaged(path, "the index records no checksum for it", self.path)
-        why = mismatch(data, sha) if sha else None  # every block: the whole file was read to load it
+        why = mismatch(data, sha) if sha else None  # every block: FAISS reads all of the file
         if why is not None:
             raise damaged(path, why, self.path)
         try:
