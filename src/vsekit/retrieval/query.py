@@ -4,9 +4,9 @@ A query is a sentence, a photo or a given vector, with optional ``plus`` / ``min
 al. 2014, Eq. 15: :func:`~vsekit.retrieval.arithmetic.arithmetic_query`). The filters (a folder with
 its subfolders, the EXIF date taken) become per-segment row masks from one indexed query. The nearest
 rows come from the snapshot's segments with the index's engine (:mod:`vsekit.retrieval.search`); a
-segment's saved FAISS structure is read from the file its snapshot holds open, checked once against
-the sha256 the store recorded, and kept. The hits are cut to ``k``, optionally after the paper's
-re-sort of the top results by distance to their mean.
+segment's saved FAISS structure is memory-mapped from the file its snapshot holds open, checked once
+against the checksum the store recorded, read in place and kept. The hits are cut to ``k``, optionally
+after the paper's re-sort of the top results by distance to their mean.
 
 :class:`Searching` is the query half of :class:`vsekit.retrieval.index.Index` (the other half opens,
 builds and describes it); the index supplies the snapshot it holds, its folder, its model and the lock
@@ -296,7 +296,7 @@ class Searching:
         return view.nearest(queries, k, chosen, keep, self._ann_of, any_ann)
 
     def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
-        """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
+        """A segment's saved FAISS structure (mapped from the file its snapshot holds open, checked
         once) and its search settings."""
         assert segment.ann is not None  # asked only for segments with an ANN structure
         _, name, params = segment.ann
