@@ -106,6 +106,7 @@ def main() -> None:
     # bytecode in a private cache, written (as an installed package has it; as bench_cold_start.py does)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env |= {"OMP_NUM_THREADS": "1", "PYTHONPYCACHEPREFIX": str(Path.home() / ".cache/vsekit-pyc")}
+    env["PYTHONPATH"] = str(ROOT / "src")  # this checkout's vsekit, the commit recorded
     tmp = None if args.keep else tempfile.mkdtemp(dir=args.dir)
     out = args.keep or Path(tmp) / "index"
     result: dict = {"photos": args.photos, "dim": identity["embed_dim"], "query": QUERY}

@@ -1,6 +1,8 @@
 """Nearest-neighbour engines against brute force, and Eq. 15 arithmetic against hand-computed vectors."""
 
+import gc
 import hashlib
+import mmap
 
 import numpy as np
 import pytest
@@ -17,9 +19,11 @@ from vsekit.retrieval.arithmetic import (
 from vsekit.retrieval.search import (
     build_ann,
     calibrate,
+    deserialize_ann,
     exact_search,
     faiss_search,
     resolve_engine,
+    serialize_ann,
     set_search_params,
 )
 
@@ -236,3 +240,21 @@ def test_auto_picks_ivfpq_where_hnsw_would_not_fit():
     assert resolve_engine("auto", 262_145, 2048) == "ivfpq"
     assert resolve_engine("auto", 1_000_000, 2048) == "ivfpq"  # 1M photos of the shipped vse
     assert resolve_engine("hnsw", 1_000_000, 2048) == "hnsw"  # asked for by name: as asked
+
+
+@pytest.mark.parametrize("engine", ["flat", "hnsw", "ivf", "ivfpq"])
+def test_a_structure_read_in_place_from_a_map_answers_as_a_copy_of_it(tmp_path, engine):
+    """deserialize_ann reads the structure in place (its lists and vectors stay views of the file's map,
+    no copy): it answers as FAISS's own copying read does, after every other reference to the map is
+    gone (the structure keeps it alive)."""
+    import faiss
+
+    vectors, queries = unit_vectors(2000, 16, 7), unit_vectors(20, 16, 8)
+    (tmp_path / "ann.faiss").write_bytes(serialize_ann(build_ann(vectors, engine)))
+    copied = faiss.read_index(str(tmp_path / "ann.faiss"))
+    set_search_params(copied)
+    with open(tmp_path / "ann.faiss", "rb") as f:
+        in_place = deserialize_ann(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+    gc.collect()
+    for got, want in zip(faiss_search(in_place, queries, 10), faiss_search(copied, queries, 10), strict=True):
+        np.testing.assert_array_equal(got, want)

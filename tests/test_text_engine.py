@@ -86,6 +86,40 @@ def test_a_graph_that_failed_its_check_is_not_used_nor_exported_again(shipped, t
     assert graph.stat().st_mtime_ns == before
 
 
+def test_a_graph_is_hashed_once_per_version_of_its_file_and_a_changed_one_is_refused(
+    shipped, tower_cache, tmp_path, monkeypatch
+):
+    """A cold search hashed the 105 MB graph every time; now once per version of the file (its stat
+    recorded beside it): loaded unhashed from the file while the stat is the same, hashed again when it
+    is not, even after a write that kept the size and put the modification time back."""
+    from vsekit.retrieval import text_engine
+
+    _, sha = shipped
+    root = tmp_path / "cache"
+    (root / "onnx").mkdir(parents=True)
+    path = tower_path(sha, tower_cache)
+    graph = root / "onnx" / path.name
+    graph.write_bytes(path.read_bytes())
+    graph.with_suffix(".json").write_bytes(path.with_suffix(".json").read_bytes())
+    monkeypatch.setattr(text_engine, "SETTLE_NS", -(10**12))  # as if written long ago
+    loaded = []  # how each load read the graph: from hashed bytes, or from the file unhashed
+    real = text_engine._session
+    monkeypatch.setattr(
+        text_engine, "_session", lambda source, p: loaded.append(type(source).__name__) or real(source, p)
+    )
+    assert TextTower.open(sha, root) is not None and TextTower.open(sha, root) is not None
+    assert loaded == ["bytes", "str"] and graph.with_suffix(".verified.json").is_file()
+    times = graph.stat().st_atime_ns, graph.stat().st_mtime_ns
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    with open(graph, "r+b") as f:  # in place: the same inode and size
+        f.write(bytes(data))
+    os.utime(graph, ns=times)  # and the modification time put back (the change time moves)
+    assert TextTower.open(sha, root) is None and loaded == ["bytes", "str"]
+    graph.write_bytes(path.read_bytes())
+    assert TextTower.open(sha, root) is not None and loaded[2:] == ["bytes"]
+
+
 _COLD_SEARCH = """
 import runpy, sys
 sys.argv = ["vsekit", "search", sys.argv[1], "a dog runs on the grass", "--paths"]

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
-from tqdm.auto import tqdm
 
 from vsekit.errors import ConfigMismatchError, VsekitError, command
 from vsekit.retrieval.concepts import concepts_setting, packed_classes, photo_classifier
@@ -185,6 +184,13 @@ def date_taken(path: Path) -> str | None:
             return exif_date(img.getexif())
     except Exception:  # noqa: BLE001 - a photo without readable EXIF simply has no date
         return None
+
+
+def _bar(total: int, desc: str, disable: bool) -> Any:
+    """A progress bar of photos (tqdm, imported here: a search imports this module and draws none)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", disable=disable)
 
 
 def _digest(*parts: Any) -> str:
@@ -488,7 +494,7 @@ class Builder:
             return True
         classifier, complete = photo_classifier(self._image_spec()), True
         assert classifier is not None  # (run only with a classifier: _classes_setting)
-        bar = tqdm(total=len(todo), desc="add concepts", unit="img", disable=not self.progress)
+        bar = _bar(len(todo), "add concepts", not self.progress)
         for start in range(0, len(todo), _EMBED_GROUP):
             group = []
             for entry in todo[start : start + _EMBED_GROUP]:
@@ -551,7 +557,7 @@ class Builder:
 
     def _embed_chunks(self, chunks: list[list[PhotoFile]], keys: list[str]) -> list[tuple]:
         total = sum(len(c) for c in chunks)
-        bar = tqdm(total=total, desc="index photos", unit="img", disable=not self.progress or total == 0)
+        bar = _bar(total, "index photos", not self.progress or total == 0)
         done: dict[str, tuple] = {}
         try:
             missing = []

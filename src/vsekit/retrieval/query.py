@@ -4,9 +4,9 @@ A query is a sentence, a photo or a given vector, with optional ``plus`` / ``min
 al. 2014, Eq. 15: :func:`~vsekit.retrieval.arithmetic.arithmetic_query`). The filters (a folder with
 its subfolders, the EXIF date taken) become per-segment row masks from one indexed query. The nearest
 rows come from the snapshot's segments with the index's engine (:mod:`vsekit.retrieval.search`); a
-segment's saved FAISS structure is read from the file its snapshot holds open, checked once against
-the sha256 the store recorded, and kept. The hits are cut to ``k``, optionally after the paper's
-re-sort of the top results by distance to their mean.
+segment's saved FAISS structure is memory-mapped from the file its snapshot holds open, checked once
+against the checksum the store recorded, read in place and kept. The hits are cut to ``k``, optionally
+after the paper's re-sort of the top results by distance to their mean.
 
 :class:`Searching` is the query half of :class:`vsekit.retrieval.index.Index` (the other half opens,
 builds and describes it); the index supplies the snapshot it holds, its folder, its model and the lock
@@ -16,6 +16,7 @@ that serialises the model's forward passes and the FAISS cache.
 from __future__ import annotations
 
 import datetime as dt
+import mmap
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -295,7 +296,7 @@ class Searching:
         return view.nearest(queries, k, chosen, keep, self._ann_of, any_ann)
 
     def _ann_of(self, segment: Segment, engine: str) -> tuple[Any, dict[str, int]]:
-        """A segment's saved FAISS structure (read from the file its snapshot holds open, checked
+        """A segment's saved FAISS structure (mapped from the file its snapshot holds open, checked
         once) and its search settings."""
         assert segment.ann is not None  # asked only for segments with an ANN structure
         _, name, params = segment.ann
@@ -310,19 +311,19 @@ class Searching:
     def _read_ann(self, segment: Segment, name: str, params: dict[str, int], sha: str | None) -> Any:
         """The FAISS structure in the file ``name`` of ``segment``, refused when its bytes differ from
         the checksum the store recorded (a damaged file must not answer queries), or when the store
-        records none (only an index in the old format has none)."""
+        records none (only an index in the old format has none). The file the snapshot holds open is
+        memory-mapped, as its segments are, and the structure read in place (no copy of it in memory)."""
         path = self.path / name
         try:
-            if segment.ann_file is not None:
-                fd = segment.ann_file.fileno()
-                data = os.pread(fd, os.fstat(fd).st_size, 0)
-            else:
-                data = path.read_bytes()
+            if segment.ann_file is not None and os.fstat(segment.ann_file.fileno()).st_size:
+                data: Any = mmap.mmap(segment.ann_file.fileno(), 0, access=mmap.ACCESS_READ)
+            else:  # an empty file (mmap refuses those) is refused below
+                data = path.read_bytes() if segment.ann_file is None else b""
         except OSError as exc:
             raise damaged(path, exc.strerror or str(exc), self.path) from None
         if not sha and self._view.generation:
             raise damaged(path, "the index records no checksum for it", self.path)
-        why = mismatch(data, sha) if sha else None  # every block: the whole file was read to load it
+        why = mismatch(data, sha) if sha else None  # every block: FAISS reads all of the file
         if why is not None:
             raise damaged(path, why, self.path)
         try:
