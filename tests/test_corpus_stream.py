@@ -4,10 +4,14 @@ readers give, and the same one-line errors on malformed files (which they hand t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpus_format_helpers import make_coco, make_karpathy_coco
 from vsekit.data import corpus as corpus_module
@@ -136,3 +140,49 @@ def test_malformed_coco_reports_as_the_whole_reader(tmp_path: Path) -> None:
         for load, args in ((load_coco, (path, root / "val2014")), (load_coco_dir, (root,))):
             result = outcome(load, *args)
             assert result == whole(load, *args) and result[0][0] == "error"
+
+
+def _depth(value) -> int:
+    """Brute force: how many arrays / objects nest at the deepest point of a parsed value."""
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+_TRICKY = st.text(alphabet='[]{}"\\\\ab', max_size=8)  # brackets, quotes and backslashes inside strings
+_JSON = st.recursive(
+    st.none() | st.integers() | _TRICKY,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_TRICKY, inner, max_size=3),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=_JSON, chunk=st.integers(1, 9))
+def test_depth_scan_agrees_with_the_parsed_value_across_chunk_boundaries(tmp_path_factory, value, chunk):
+    path = tmp_path_factory.mktemp("depth") / "v.json"
+    path.write_text(json.dumps(value))
+    depth, size, mtime = _depth(value), path.stat().st_size, path.stat().st_mtime_ns
+    assert not jsonstream._exceeds(str(path), size, mtime, depth, chunk)
+    if depth:
+        assert jsonstream._exceeds(str(path), size, mtime, depth - 1, chunk)
+
+
+def test_a_deeply_nested_file_is_refused_clearly_within_a_memory_limit(tmp_path):
+    """Regression: ijson built 10 GB of parent paths for 100,000 nested brackets (a 100 KB file) before
+    its first event; the depth scan sends the file to the whole-file reader, which names the problem. Run
+    in a child limited to 2 GiB of address space: the old code died there of MemoryError."""
+    path = tmp_path / "dataset_deep.json"
+    path.write_bytes(b'{"images": [' + b'{"a": [' * 50_000)
+    child = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+        "from vsekit.data import load_karpathy\n"
+        "from vsekit.errors import CorpusError\n"
+        "try:\n    load_karpathy(sys.argv[1])\nexcept CorpusError as e:\n    print(e)\n"
+    )
+    args = [sys.executable, "-c", child, str(path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == f"{path}: invalid JSON: nested too deeply"

@@ -9,13 +9,23 @@ what the file's top-level values are (an object holding the arrays it needs, or 
 else, invalid JSON included, goes to the reader over the whole parsed file (:class:`NotStreamable`),
 whose errors name the file and line. ijson is in the ``train`` extra (large caption files are training
 data); without it every file is read whole, which gives the same corpus with more memory at its peak.
+
+**Deep nesting.** ijson's C parser gives every event the dotted path of its parents, and builds the events
+of a whole read buffer at once: ``[[[[...`` 100,000 deep, a 100 KB file, held 10 GB of path strings
+before the first event came back. Caption files nest a handful of levels, so a file that nests deeper
+than :data:`MAX_DEPTH` is not streamed (:func:`nesting_depth_exceeds`, one pass of NumPy over its bytes
+before ijson reads it); the whole-file reader then reports it (``json`` refuses what nests too deeply
+with a clear error, and small depths parse as they always have).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 try:
     import ijson
@@ -26,6 +36,7 @@ __all__ = [
     "STREAM_ERRORS",
     "NotStreamable",
     "available",
+    "nesting_depth_exceeds",
     "stream_items",
     "top_level_kinds",
     "top_level_value",
@@ -75,6 +86,8 @@ def top_level_kinds(path: Path, keys: Iterable[str], stop_early: bool = True) ->
     ``string``, ``number``, ``boolean``, ``null``); a key repeated at the top level is refused
     (``json.load`` would keep the last one). ``stop_early``: stop once every one of ``keys`` was seen
     (else read to the end, so that absent keys are known to be absent). Not an object: NotStreamable."""
+    if nesting_depth_exceeds(path):
+        raise NotStreamable
     wanted, kinds, pending = set(keys), {}, None
     with open(path, "rb") as f:
         events = ijson.parse(f, use_float=True)
@@ -92,6 +105,58 @@ def top_level_kinds(path: Path, keys: Iterable[str], stop_early: bool = True) ->
                 if stop_early and wanted <= kinds.keys():
                     break
     return kinds
+
+
+#: Deeper than any caption file nests (Karpathy's and COCO's files: 4 to 6); deeper files are read whole.
+MAX_DEPTH = 64
+_CHUNK = 1 << 20  # bytes a depth scan holds at once (its arrays: a few times this)
+_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_KIND = np.zeros(256, np.int8)  # byte -> 1 opens, -1 closes, 2 quote, 3 backslash, 0 anything else
+_KIND[list(b"[{")], _KIND[list(b"]}")], _KIND[_QUOTE], _KIND[_BACKSLASH] = 1, -1, 2, 3
+
+
+def nesting_depth_exceeds(path: Path, limit: int = MAX_DEPTH) -> bool:
+    """Whether the JSON text in ``path`` opens more than ``limit`` arrays or objects inside each other
+    (brackets inside strings do not count). Read in chunks of :data:`_CHUNK` bytes; a chunk carries over
+    the depth, whether it ends inside a string and how many backslashes end it."""
+    stat = path.stat()
+    return _exceeds(str(path), stat.st_size, stat.st_mtime_ns, limit)
+
+
+@functools.lru_cache(maxsize=8)  # a corpus is detected, then read: one scan (keyed by size and mtime)
+def _exceeds(path: str, size: int, mtime_ns: int, limit: int, chunk_bytes: int = _CHUNK) -> bool:
+    depth, in_string, backslashes = 0, False, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            b = np.frombuffer(chunk, np.uint8)
+            where = np.flatnonzero(_KIND[b])  # the few bytes that matter: brackets, quotes, backslashes
+            kind = _KIND[b[where]]
+            escapes = bool(backslashes) or bool((kind == 3).any())
+            quotes = _unescaped_quotes(b, backslashes)[where] if escapes else kind == 2
+            inside = (np.cumsum(quotes) + in_string) % 2 == 1  # a quote itself is never a bracket
+            step = np.where(inside | (kind > 1), 0, kind).astype(np.int64)
+            levels = depth + np.cumsum(step)
+            if len(levels) and int(levels.max()) > limit:
+                return True
+            depth = int(levels[-1]) if len(levels) else depth
+            in_string = bool(inside[-1]) if len(inside) else in_string
+            backslashes = _trailing_backslashes(b, backslashes)
+    return False
+
+
+def _unescaped_quotes(b: np.ndarray, carried: int) -> np.ndarray:
+    """Where ``b`` holds a quote that an odd run of backslashes does not escape (``carried``: the
+    backslashes that ended the previous chunk)."""
+    index = np.arange(len(b))
+    last_other = np.maximum.accumulate(np.where(b != _BACKSLASH, index, -1))  # last other byte up to i
+    run = np.where(last_other >= 0, index - last_other, index + 1 + carried)  # backslashes ending at i
+    before = np.concatenate(([carried], run[:-1]))  # ... ending just before i
+    return (b == _QUOTE) & (before % 2 == 0)
+
+
+def _trailing_backslashes(b: np.ndarray, carried: int) -> int:
+    others = np.flatnonzero(b != _BACKSLASH)
+    return len(b) - 1 - int(others[-1]) if len(others) else carried + len(b)
 
 
 _KINDS = {"start_map": "map", "start_array": "array", "integer": "number", "double": "number"}
