@@ -35,12 +35,59 @@ RUNS = [
     }
     for seed in (1, 3)
 ]
+#: The two together (issue 35: "each change measured alone, then together"): the views recipe's members
+#: with the top layer tuned, against the same members frozen (joint_space.json's 4-seed views run).
+TOGETHER = [
+    {
+        "name": f"six-crop views + MiniLM's top layer fine-tuned, seed {seed}",
+        "recipe": f"bench/recipes/joint-views-ft1-seed{seed}.json",
+        "run": Path(f"/work/runs/vft1-seed{seed}"),
+        "time_log": Path(f"/work/runs/vft1-seed{seed}.log"),
+    }
+    for seed in (1, 3)
+]
 
 
 def frozen_seeds() -> dict[str, dict]:
     """The frozen recipe's best val1000 epoch per seed in the 4-seed run (bench/results/joint_space.json)."""
     d = json.loads((REPO / "bench" / "results" / "joint_space.json").read_text())
     return {seed: row["best"] for seed, row in d["baselines"].items()}
+
+
+def views_frozen() -> dict[str, dict]:
+    """The views recipe's frozen members (seeds 1 and 3) from joint_space.json, as :func:`gpo.row` rows."""
+    d = json.loads((REPO / "bench" / "results" / "joint_space.json").read_text())
+    out = {}
+    for e in d["experiments"]:
+        if e["name"] in (f"six-crop training views, seed {s}" for s in (1, 3)):
+            out[str(e["seed"])] = {
+                "name": e["name"],
+                "recipe": e["recipe"],
+                "seed": e["seed"],
+                "epochs_done": e["epochs_done"],
+                "epochs": e["epochs"],
+                "stopped_early": False,
+                "finished": e["epochs_done"] == e["epochs"],
+                "val1000": e["val1000"],
+                "best": max(e["val1000"], key=lambda c: c["rsum"]),
+                "later_epoch_mean_s": e["later_epoch_mean_s"],
+                "peak_rss_mb": None,
+            }
+    return out
+
+
+def together() -> list[dict]:
+    """The views + tuned runs, each with its gain over the same seed's frozen views member."""
+    frozen = views_frozen()
+    runs = [row(spec, []) for spec in TOGETHER if (spec["run"] / "log.jsonl").is_file()]
+    for run in runs:
+        run.pop("load_during_run", None)
+        base = frozen[str(run["seed"])]["best"]
+        if run["best"]:
+            run["vs_views_frozen_best"] = {
+                k: round(run["best"][k] - base[k], 2) for k in ("rsum", "i2t_r1", "t2i_r1")
+            }
+    return runs
 
 
 def main() -> None:
@@ -60,16 +107,20 @@ def main() -> None:
         "meta": run_meta(
             threads="1 (the recipe's num_threads)",
             note="nice 5 on the 2-core machine shared with other jobs (load 4-6 during the run: an attention "
-            "captioner's training, a 1M-index bench and tests beside it)",
+            "captioner's training, a 1M-index bench and tests beside it); the views + tuned pair ran side by "
+            "side on 2026-11-26 with probes and a helper beside them (load 2.5-4.5)",
         ),
         "protocol": "train-minus-val1000 / val1000 (flickr8k-val1000 slice); dev not read; seeds 1 and 3; "
-        "15 epochs; no training views on any row",
+        "15 epochs; no training views on the first three rows, six-crop views on the last four",
         "frozen": base,
         "frozen_seeds_in_4_seed_run": frozen,
         "finetuned": tuned,
+        "views_frozen": views_frozen(),
+        "views_finetuned": together(),
     }
     path = write_result("text_finetune.json", payload)
     print(json.dumps({"frozen": base["best"], "finetuned": [run["best"] for run in tuned]}, indent=1))
+    print(json.dumps([run["best"] for run in payload["views_finetuned"]], indent=1))
     print(f"wrote {path}")
 
 

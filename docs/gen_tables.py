@@ -1464,6 +1464,13 @@ def t_text_finetune() -> str:
     runs = [("frozen MiniLM, seed 1", d["frozen"])] + [
         (f"top layer fine-tuned, seed {r['seed']}", r) for r in d["finetuned"]
     ]
+    for seed, frozen in sorted(d.get("views_frozen", {}).items()):
+        runs.append((f"six-crop views, frozen MiniLM, seed {seed}", frozen))
+        runs += [
+            (f"six-crop views, top layer fine-tuned, seed {seed}", r)
+            for r in d.get("views_finetuned", [])
+            if str(r["seed"]) == seed
+        ]
     rows = [[f"{label} (`{Path(r['recipe']).stem}`)", *_run_cells(r)] for label, r in runs if r["best"]]
     note = f"{d['protocol']}; `python bench/text_finetune.py`"
     return (
