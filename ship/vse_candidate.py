@@ -1,6 +1,9 @@
 """The next `vse` candidate (issue 24 item 3): a fixed-epoch retrain of a recipe chosen on val1000.
 
     python ship/vse_candidate.py --run /work/runs/vse-views-retrain
+    python ship/vse_candidate.py --run /work/runs/vft1-retrain \
+        --recipe bench/recipes/vse-views-ft1-retrain.json --model PACKED.safetensors \
+        --ensemble-dev DEV.json --evidence views-ft1
 
 The run is ``vsekit train --recipe bench/recipes/vse-views-retrain.json``: the six-crop training views
 (bench/results/joint_space.json: better than the baseline on val1000 for all four seeds), members and
@@ -8,6 +11,11 @@ epochs chosen there, retrained on all of train for exactly that many epochs; eac
 after its last epoch, and the packed ensemble once more (the trainer's report). Nothing here chooses.
 Writes bench/results/vse_views_candidate.json: the val1000 evidence (per seed: views vs the baseline),
 each member's dev numbers and the ensemble's, beside the shipped `vse` (chosen on dev).
+
+The second form is for members trained one per process (``vsekit train --seed S --out RUN/seed-S``),
+packed by ``ship/pack_members.py`` and scored on dev once by ``vsekit eval --split dev --json DEV.json``;
+its val1000 evidence is bench/results/text_finetune.json's views rows (issue 35 item 3) and it writes
+``vse_views_ft1_candidate.json``.
 """
 
 from __future__ import annotations
@@ -49,13 +57,41 @@ def _val1000_evidence() -> list[dict]:
     return sorted(rows, key=lambda r: r["seed"])
 
 
+def _ft1_evidence() -> list[dict]:
+    """Per seed: the best val1000 rsum of the views member with MiniLM's top layer tuned and frozen."""
+    d = json.loads((RESULTS_DIR / "text_finetune.json").read_text())
+    frozen = d["views_frozen"]
+    return [
+        {"seed": r["seed"], "views_ft1": r["best"]["rsum"], "views": frozen[str(r["seed"])]["best"]["rsum"]}
+        for r in d["views_finetuned"]
+    ]
+
+
+EVIDENCE = {
+    "views": (_val1000_evidence, RESULTS),
+    "views-ft1": (_ft1_evidence, "vse_views_ft1_candidate.json"),
+}
+
+
+def _ensemble_dev(model: Path, eval_json: Path | None) -> dict | None:
+    """The packed ensemble's dev numbers: from ``vsekit eval --json`` when given, else the file's header."""
+    if eval_json is not None:
+        return _dev(json.loads(eval_json.read_text()))
+    return _file_dev(model)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--run", type=Path, required=True)
+    parser.add_argument("--run", type=Path, required=True, help="the run folder (its members in seed-S/)")
+    parser.add_argument("--recipe", type=Path, help="the recipe (default: RUN/config.json)")
+    parser.add_argument("--model", type=Path, help="the packed ensemble (default: RUN/model.safetensors)")
+    parser.add_argument("--ensemble-dev", type=Path, help="`vsekit eval --split dev --json` of --model")
+    parser.add_argument("--evidence", choices=sorted(EVIDENCE), default="views")
     args = parser.parse_args()
-    config = json.loads((args.run / "config.json").read_text())
+    config = json.loads((args.recipe or args.run / "config.json").read_text())
+    evidence, out = EVIDENCE[args.evidence]
     members = {}
     for seed in config["ensemble_seeds"]:
         log = read_run_log(args.run / f"seed-{seed}")
@@ -67,16 +103,16 @@ def main() -> None:
             "train_s": round(sum(e.get("time_s", 0.0) for e in log), 1),
         }
     payload = {
-        "benchmark": "the next vse candidate: six-crop views, chosen on val1000, retrained on train",
+        "benchmark": f"the next vse candidate: {config['name']}, chosen on val1000, retrained on train",
         **run_meta(threads=config.get("num_threads")),
         "run": str(args.run),
         "recipe": config,
-        "val1000_evidence": _val1000_evidence(),
+        "val1000_evidence": evidence(),
         "members": members,
-        "ensemble_dev": _file_dev(args.run / "model.safetensors"),
+        "ensemble_dev": _ensemble_dev(args.model or args.run / "model.safetensors", args.ensemble_dev),
         "shipped_vse_dev": _file_dev(pretrained_path("vse")),
     }
-    write_result(RESULTS, payload, indent=2)
+    write_result(out, payload, indent=2)
     print(json.dumps({k: payload[k] for k in ("members", "ensemble_dev", "shipped_vse_dev")}, indent=1))
 
 
