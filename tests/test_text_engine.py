@@ -150,3 +150,41 @@ def test_explain_default_beta_is_the_aligners():
 
     for method in (vsekit.Index.explain, vsekit.Index.explain_picture):
         assert inspect.signature(method).parameters["beta"].default == DEFAULT_BETA
+
+
+def test_a_text_side_with_tuned_top_layers_exports_both_vectors(tmp_path):
+    """A joint model whose MiniLM top layer was trained (``finetune_last``; here an ensemble of two whose
+    layers moved apart) exports too: ``joint`` runs each member's tuned layer over the shared frozen
+    bottom, ``sentence`` the pretrained layer, as the concept route reads it (not the tuned one)."""
+    import torch
+
+    from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding
+    from vsekit.embedding.text_tower import export_text_tower, exportable
+    from vsekit.retrieval.text_engine import _Graph, _Tokenizer
+    from vsekit.text.pretrained import MiniLMEncoder, mean_pool, run_layers
+
+    torch.manual_seed(0)
+    members = []
+    for _ in range(2):
+        text = MiniLMEncoder(output_dim=16, head="residual", hidden_dim=32, finetune_last=1)
+        with torch.no_grad():  # as if trained: each member's top layer away from the pretrained one
+            for p in text.layers.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        members.append(JointEmbedding(text, 12, "efficientnet_lite0", "one-layer", None))
+    members[1].text_encoder.share_frozen(members[0].text_encoder)
+    network = EnsembleEmbedding(members).eval()
+    assert exportable(network)
+    path = tmp_path / "tuned.onnx"
+    data, check = export_text_tower(network, path, _Tokenizer(), lambda d: _Graph(d, path))
+    assert check["joint_max_abs_diff"] <= TOLERANCE and check["sentence_max_abs_diff"] <= TOLERANCE
+    sentence, joint = _Graph(data, path)(*_Tokenizer()(TEXTS))
+    frozen = MiniLMEncoder(output_dim=1, head="linear")
+    np.testing.assert_allclose(sentence, frozen.prepare(TEXTS)["sentence"].numpy(), atol=1e-5)
+    encoder = network.text_encoder
+    prepared = encoder.prepare(TEXTS)
+    with torch.no_grad():
+        expected = network.encode_texts(**prepared).numpy()
+        tuned = mean_pool(run_layers(encoder.layers, prepared["states"], prepared["mask"]), prepared["mask"])
+    np.testing.assert_allclose(joint, expected, atol=1e-5)
+    assert np.abs(tuned.numpy() - sentence).max() > 1e-2  # the tuned layer's sentence is another one
+    assert check["sentence_identity"] == frozen.identity()

@@ -10,8 +10,11 @@ This exports that whole path, word pieces in, both vectors a search uses out:
                                                              norm, an ensemble's members packed
 
 and checks the graph against the PyTorch model on :data:`CHECK_TEXTS` through ONNX Runtime and the same
-tokenizer the runtime uses (:mod:`vsekit.retrieval.text_engine` owns the cached file and runs it). Only a
-frozen MiniLM text side can be exported: a word-based encoder has its own vocabulary and no such graph.
+tokenizer the runtime uses (:mod:`vsekit.retrieval.text_engine` owns the cached file and runs it). A
+MiniLM text side can be exported, frozen or with its top layers tuned (``finetune_last``): then the
+frozen bottom runs once and feeds both the tuned layers of each ensemble member (``joint``) and the
+pretrained copies of those layers (``sentence``: the concept route reads the pretrained MiniLM's sentence
+space, whatever the joint model tuned). A word-based encoder has its own vocabulary and no such graph.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from torch import nn
 
 from vsekit.embedding.model import EnsembleEmbedding, JointEmbedding
 from vsekit.fileio import atomic_write_bytes
-from vsekit.text.pretrained import MiniLMEncoder, mean_pool
+from vsekit.text.pretrained import MiniLMEncoder, mean_pool, run_layers
 
 __all__ = ["CHECK_TEXTS", "OPSET", "exportable", "export_text_tower"]
 
@@ -52,14 +55,20 @@ Tokenize = Callable[[Sequence[str]], tuple[np.ndarray, np.ndarray]]
 
 
 def exportable(network: nn.Module) -> bool:
-    """Whether ``network``'s text side is a frozen MiniLM with a head (the graph this module exports)."""
+    """Whether ``network``'s text side is MiniLM with a head (the graph this module exports)."""
     encoder = getattr(network, "text_encoder", None)
-    joint = isinstance(network, JointEmbedding | EnsembleEmbedding)
-    return joint and isinstance(encoder, MiniLMEncoder) and encoder.finetune_last == 0
+    return isinstance(network, JointEmbedding | EnsembleEmbedding) and isinstance(encoder, MiniLMEncoder)
+
+
+def _pretrained(encoder: MiniLMEncoder) -> MiniLMEncoder:
+    """``encoder`` itself when its transformer is frozen, else a frozen MiniLM beside it (the reference of
+    the ``sentence`` output)."""
+    return encoder if not encoder.finetune_last else MiniLMEncoder(output_dim=1, head="linear")
 
 
 class _TextTower(nn.Module):
-    """Word pieces -> (sentence, joint): the frozen transformer, its mean pooling and the joint head."""
+    """Word pieces -> (sentence, joint): the frozen transformer, its mean pooling and the joint head; with
+    tuned top layers, the frozen bottom feeds them and their pretrained copies (module docstring)."""
 
     def __init__(self, network: JointEmbedding | EnsembleEmbedding) -> None:
         super().__init__()
@@ -67,13 +76,20 @@ class _TextTower(nn.Module):
         encoder = network.text_encoder
         assert isinstance(encoder, MiniLMEncoder)
         self.transformer = encoder.transformer
+        tuned = encoder.finetune_last
+        self.pretrained_top = (
+            nn.ModuleList(list(_pretrained(encoder).transformer.encoder.layer[-tuned:])) if tuned else None
+        )
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         states = self.transformer(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=torch.zeros_like(input_ids)
         ).last_hidden_state
-        sentence = mean_pool(states, attention_mask)
-        return sentence, self.network.encode_texts(sentence=sentence)
+        if self.pretrained_top is None:
+            sentence = mean_pool(states, attention_mask)
+            return sentence, self.network.encode_texts(sentence=sentence)
+        sentence = mean_pool(run_layers(self.pretrained_top, states, attention_mask), attention_mask)
+        return sentence, self.network.encode_texts(states=states, mask=attention_mask)
 
 
 def export_text_tower(
@@ -117,14 +133,15 @@ def _compare(network: JointEmbedding | EnsembleEmbedding, graph: Any, tokenize: 
     """The exported ``graph`` against PyTorch on :data:`CHECK_TEXTS` (each vector's largest difference)."""
     encoder = network.text_encoder
     assert isinstance(encoder, MiniLMEncoder)
+    pretrained = _pretrained(encoder)
     texts = list(CHECK_TEXTS)
     with torch.no_grad():
-        sentence = encoder.prepare(texts)["sentence"].numpy()
-        joint = network.eval().encode_texts(sentence=torch.from_numpy(sentence)).float().numpy()
+        sentence = pretrained.prepare(texts)["sentence"].numpy()
+        joint = network.eval().encode_texts(**encoder.prepare(texts)).float().numpy()
     got_sentence, got_joint = graph(*tokenize(texts))
     return {
         "texts": len(texts),
         "sentence_max_abs_diff": float(np.abs(got_sentence - sentence).max()),
         "joint_max_abs_diff": float(np.abs(got_joint - joint).max()),
-        "sentence_identity": encoder.identity(),
+        "sentence_identity": pretrained.identity(),
     }

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,15 @@ from vsekit.text.encoders import TextEncoder
 from vsekit.text.lru import LRUCache
 from vsekit.text.minilm_files import MINILM_PACKAGE, MINILM_PIP, minilm_max_length, minilm_model_dir
 
-__all__ = ["CACHE_SIZE", "HEADS", "MINILM_PACKAGE", "MINILM_PIP", "MiniLMEncoder", "minilm_model_dir"]
+__all__ = [
+    "CACHE_SIZE",
+    "HEADS",
+    "MINILM_PACKAGE",
+    "MINILM_PIP",
+    "MiniLMEncoder",
+    "minilm_model_dir",
+    "run_layers",
+]
 
 #: Head architectures accepted by :class:`MiniLMEncoder`.
 HEADS: tuple[str, ...] = ("linear", "mlp", "residual")
@@ -369,10 +377,16 @@ class MiniLMEncoder(TextEncoder):
         return torch.stack([vectors[text] for text in texts]).float().numpy()
 
     def _run_top(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """The trainable top layers, with the additive attention mask BERT's layers expect."""
+        """The trainable top layers over the frozen part's token states."""
         assert self.layers is not None
-        additive = (1.0 - mask[:, None, None, :].to(states.dtype)) * torch.finfo(states.dtype).min
-        for layer in self.layers:
-            output = layer(states, attention_mask=additive)
-            states = output[0] if isinstance(output, tuple) else output
-        return states
+        return run_layers(self.layers, states, mask)
+
+
+def run_layers(layers: Iterable[nn.Module], states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """BERT layers over token ``states`` ``[B, T, 384]``, with the additive attention mask they expect
+    (0 where ``mask`` is 1, the dtype's minimum where it is 0)."""
+    additive = (1.0 - mask[:, None, None, :].to(states.dtype)) * torch.finfo(states.dtype).min
+    for layer in layers:
+        output = layer(states, attention_mask=additive)
+        states = output[0] if isinstance(output, tuple) else output
+    return states
