@@ -26,46 +26,50 @@ from pathlib import Path
 from _common import REPO, run_meta, write_result
 from gpo import row
 
-RUNS = [
-    {
-        "name": f"MiniLM's top layer fine-tuned (finetune_last 1), seed {seed}",
-        "recipe": f"bench/recipes/joint-minilm-ft1-seed{seed}.json",
-        "run": Path(f"/work/runs/ft1-seed{seed}"),
-        "time_log": Path(f"/work/runs/ft1-seed{seed}.log"),
-    }
-    for seed in (1, 3)
-]
+
+def _seeds(name: str, recipe: str, run: str, time_log: str) -> list[dict]:
+    """One run spec per seed (1 and 3); ``{seed}`` in each field is filled in."""
+    return [
+        {
+            "name": name.format(seed=seed),
+            "recipe": recipe.format(seed=seed),
+            "run": Path(run.format(seed=seed)),
+            "time_log": Path(time_log.format(seed=seed)),
+        }
+        for seed in (1, 3)
+    ]
+
+
+RUNS = _seeds(
+    "MiniLM's top layer fine-tuned (finetune_last 1), seed {seed}",
+    "bench/recipes/joint-minilm-ft1-seed{seed}.json",
+    "/work/runs/ft1-seed{seed}",
+    "/work/runs/ft1-seed{seed}.log",
+)
 #: The two together (issue 35: "each change measured alone, then together"): the views recipe's members
-#: with the top layer tuned, against the same members frozen (joint_space.json's 4-seed views run).
-TOGETHER = [
-    {
-        "name": f"six-crop views + MiniLM's top layer fine-tuned, seed {seed}",
-        "recipe": f"bench/recipes/joint-views-ft1-seed{seed}.json",
-        "run": Path(f"/work/runs/vft1-seed{seed}"),
-        "time_log": Path(f"/work/runs/vft1-seed{seed}.log"),
-    }
-    for seed in (1, 3)
-]
+#: with the top layer tuned, against the same members frozen (:data:`VIEWS_FROZEN`).
+TOGETHER = _seeds(
+    "six-crop views + MiniLM's top layer fine-tuned, seed {seed}",
+    "bench/recipes/joint-views-ft1-seed{seed}.json",
+    "/work/runs/vft1-seed{seed}",
+    "/work/runs/vft1-seed{seed}.log",
+)
+#: The views recipe's frozen members on val1000 with every recall logged: the runs the proxy ``vse`` of the
+#: concept route and the captioner's rerank was packed from (the 4-seed run in joint_space.json logged only
+#: R@1: there seed 1 scored 311.7 and seed 3 311.8, these runs 310.9 and 312.3). Their time logs were not
+#: kept (no peak RSS).
+VIEWS_FROZEN = _seeds(
+    "six-crop training views, frozen MiniLM, seed {seed}",
+    "bench/recipes/joint-views-seed{seed}.json",
+    "/work/runs/vse-views-val1000/seed-{seed}",
+    "/work/runs/vse-views-val1000/seed-{seed}.time",
+)
 
 
 def frozen_seeds() -> dict[str, dict]:
     """The frozen recipe's best val1000 epoch per seed in the 4-seed run (bench/results/joint_space.json)."""
     d = json.loads((REPO / "bench" / "results" / "joint_space.json").read_text())
     return {seed: row["best"] for seed, row in d["baselines"].items()}
-
-
-#: The views recipe's frozen members on val1000 with every recall logged: the runs the proxy ``vse`` of the
-#: concept route and the captioner's rerank was packed from (the 4-seed run in joint_space.json logged only
-#: R@1: there seed 1 scored 311.7 and seed 3 311.8, these runs 310.9 and 312.3).
-VIEWS_FROZEN = [
-    {
-        "name": f"six-crop training views, frozen MiniLM, seed {seed}",
-        "recipe": f"bench/recipes/joint-views-seed{seed}.json",
-        "run": Path(f"/work/runs/vse-views-val1000/seed-{seed}"),
-        "time_log": Path(f"/work/runs/vse-views-val1000/seed-{seed}.time"),  # not kept: no peak RSS
-    }
-    for seed in (1, 3)
-]
 
 
 def views_frozen() -> dict[str, dict]:
