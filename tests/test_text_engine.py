@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,14 +54,20 @@ def test_the_graph_gives_the_models_vectors(shipped, tower_cache):
     assert tower.record["check"]["joint_max_abs_diff"] <= TOLERANCE
 
 
-def test_a_damaged_graph_is_never_run_and_is_exported_again(shipped, tower_cache, tmp_path):
-    model, sha = shipped
-    root = tmp_path / "cache"
+def _copied_cache(tower_cache: str, sha: str, root: Path) -> tuple[Path, Path]:
+    """A cache under ``root`` holding a copy of the shipped model's graph and its record: ``(the graph
+    exported in the module's cache, its copy)``."""
     (root / "onnx").mkdir(parents=True)
     path = tower_path(sha, tower_cache)
     for name in (path.name, path.with_suffix(".json").name):
         (root / "onnx" / name).write_bytes((path.parent / name).read_bytes())
-    damaged = root / "onnx" / path.name
+    return path, root / "onnx" / path.name
+
+
+def test_a_damaged_graph_is_never_run_and_is_exported_again(shipped, tower_cache, tmp_path):
+    model, sha = shipped
+    root = tmp_path / "cache"
+    path, damaged = _copied_cache(tower_cache, sha, root)
     data = bytearray(damaged.read_bytes())
     data[len(data) // 2] ^= 0x10  # one bit in the middle of the weights
     damaged.write_bytes(bytes(data))
@@ -73,10 +80,7 @@ def test_a_damaged_graph_is_never_run_and_is_exported_again(shipped, tower_cache
 def test_a_graph_that_failed_its_check_is_not_used_nor_exported_again(shipped, tower_cache, tmp_path):
     model, sha = shipped
     root = tmp_path / "cache"
-    (root / "onnx").mkdir(parents=True)
-    path = tower_path(sha, tower_cache)
-    graph = root / "onnx" / path.name
-    graph.write_bytes(path.read_bytes())
+    path, graph = _copied_cache(tower_cache, sha, root)
     record = json.loads(path.with_suffix(".json").read_text())
     record["check"]["joint_max_abs_diff"] = 0.5  # as if the export computed something else
     graph.with_suffix(".json").write_text(json.dumps(record))
@@ -96,11 +100,7 @@ def test_a_graph_is_hashed_once_per_version_of_its_file_and_a_changed_one_is_ref
 
     _, sha = shipped
     root = tmp_path / "cache"
-    (root / "onnx").mkdir(parents=True)
-    path = tower_path(sha, tower_cache)
-    graph = root / "onnx" / path.name
-    graph.write_bytes(path.read_bytes())
-    graph.with_suffix(".json").write_bytes(path.with_suffix(".json").read_bytes())
+    path, graph = _copied_cache(tower_cache, sha, root)
     monkeypatch.setattr(text_engine, "SETTLE_NS", -(10**12))  # as if written long ago
     loaded = []  # how each load read the graph: from hashed bytes, or from the file unhashed
     real = text_engine._session
