@@ -2004,7 +2004,6 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-dev": t_scst_dev,
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
-    "vse-views-ft1-candidate": t_vse_views_ft1_candidate,
     "joint-space": t_joint_space,
     "gpo": t_gpo,
     "attention-captioner": t_attention_captioner,
