@@ -216,3 +216,29 @@ def test_runs_in_turn_are_the_runs_one_by_one(corpus, tmp_path):
     _run(corpus, b, tmp_path / "b1")
     _assert_same_run(tmp_path / "a", tmp_path / "a1")
     _assert_same_run(tmp_path / "b", tmp_path / "b1")
+
+
+# -- MiniLM's top layer tuned, with the views (issue 35 item 3) ----------------------------------------
+
+
+def test_a_run_that_tunes_minilms_top_layer_with_views_resumes_exactly(corpus, tmp_path):
+    """The recipe of the next ``vse`` (six-crop views, ``finetune_last: 1``): two epochs, then resumed to
+    four, give the uninterrupted run's files bit for bit; and the top layer did train."""
+    config = dataclasses.replace(
+        VIEWS_CONFIG,
+        text_encoder="minilm",
+        text_encoder_kwargs={"head": "residual", "hidden_dim": 16, "finetune_last": 1},
+        train_views="six-crop",
+    )
+    _run(corpus, config, tmp_path / "full")
+    _run(corpus, dataclasses.replace(config, epochs=2), tmp_path / "split")
+    _run(corpus, config, tmp_path / "split", resume=True)
+    _assert_same_run(tmp_path / "full", tmp_path / "split")
+    from vsekit.text.pretrained import MiniLMEncoder
+
+    tuned = load_checkpoint(tmp_path / "full" / "checkpoint.pt")["model"]
+    layer = {k: v for k, v in tuned.items() if ".layers.0." in k}
+    pretrained = MiniLMEncoder(output_dim=1, head="linear").transformer.encoder.layer[-1].state_dict()
+    assert layer and any(
+        not torch.equal(v, pretrained[k.split(".layers.0.", 1)[1]]) for k, v in layer.items()
+    )

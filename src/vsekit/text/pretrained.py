@@ -308,12 +308,19 @@ class MiniLMEncoder(TextEncoder):
         epoch), so no epoch evicts one the next needs, and fill it. The frozen encoder's sentence vectors
         come from the on-disk cache under ``cache_root`` (default: the feature cache's root), so a
         corpus is encoded once per machine, not once per training process
-        (:mod:`vsekit.text.sentence_cache`); fine-tuned top layers need per-token states, which are
-        encoded on first use, as before."""
+        (:mod:`vsekit.text.sentence_cache`). Fine-tuned top layers need per-token states, held in
+        memory only: they are encoded here, all at once, in batches that depend on ``texts`` alone. Encoded
+        on first use instead, a text's states came from whichever training batch first held it, and the
+        frozen layers' floating-point sums depend (in the last bits) on what a text is padded with: a run
+        resumed mid-way then encoded other batches than the uninterrupted run and was no longer bit-exact.
+        """
         del progress  # the encoding has its own bar past a few thousand texts
         distinct = list(dict.fromkeys(texts))
         self._cache.reserve(len(distinct))
-        if self.finetune_last or not self.use_cache or not distinct:
+        if not self.use_cache or not distinct:
+            return
+        if self.finetune_last:
+            self._cache.lookup(distinct, self._encode)
             return
         from vsekit.text.sentence_cache import cached_sentence_vectors
 
