@@ -1601,8 +1601,9 @@ def t_vse_views_ft1_candidate() -> str:
         "views + tuned MiniLM",
         "",
         "the shipped `vse` (views, frozen MiniLM)",
-        "`python ship/vse_candidate.py --run RUN --recipe bench/recipes/vse-views-ft1-retrain.json --model "
-        "PACKED --ensemble-dev DEV.json --evidence views-ft1`",
+        "`python ship/pack_members.py --run RUN --seeds 1 3 --out PACKED`, `python ship/ship_models.py vse "
+        "PACKED --out CANDIDATE` (dev read once, float16), `python ship/vse_candidate.py --run RUN --recipe "
+        "bench/recipes/vse-views-ft1-retrain.json --model CANDIDATE --evidence views-ft1`",
     )
 
 
@@ -2004,6 +2005,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-dev": t_scst_dev,
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
+    "vse-views-ft1-candidate": t_vse_views_ft1_candidate,
     "joint-space": t_joint_space,
     "gpo": t_gpo,
     "attention-captioner": t_attention_captioner,

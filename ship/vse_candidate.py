@@ -13,7 +13,9 @@ Writes bench/results/vse_views_candidate.json: the val1000 evidence (per seed: v
 each member's dev numbers and the ensemble's, beside the shipped `vse` (chosen on dev).
 
 The second form is for members trained one per process (``vsekit train --seed S --out RUN/seed-S``),
-packed by ``ship/pack_members.py`` and scored on dev once by ``vsekit eval --split dev --json DEV.json``;
+packed by ``ship/pack_members.py`` and scored on dev once, either by ``ship/ship_models.py vse PACKED --out
+CANDIDATE`` (the float16 file that would ship, its dev numbers in its header: pass it as ``--model``) or
+by ``vsekit eval --split dev --json DEV.json`` (``--ensemble-dev``);
 its val1000 evidence is bench/results/text_finetune.json's views rows (issue 35 item 3) and it writes
 ``vse_views_ft1_candidate.json``.
 """
