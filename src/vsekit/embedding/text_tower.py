@@ -24,7 +24,7 @@ import os
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -77,9 +77,10 @@ class _TextTower(nn.Module):
         assert isinstance(encoder, MiniLMEncoder)
         self.transformer = encoder.transformer
         tuned = encoder.finetune_last
-        self.pretrained_top = (
-            nn.ModuleList(list(_pretrained(encoder).transformer.encoder.layer[-tuned:])) if tuned else None
-        )
+        self.pretrained_top: nn.ModuleList | None = None
+        if tuned:
+            stack = cast(nn.ModuleList, _pretrained(encoder).transformer.get_submodule("encoder.layer"))
+            self.pretrained_top = nn.ModuleList(list(stack)[-tuned:])
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
         states = self.transformer(
