@@ -1491,23 +1491,18 @@ def t_attention_captioner() -> str:
         keys = ("cider", "bleu4", "meteor", "rouge_l", "mean_words", "distinct_pct", "repeat_trigram_pct")
         return [label, *(f1(r.get(k)) for k in keys)]
 
+    def reranked(label: str, r: dict[str, Any]) -> list[str]:
+        return row(f"{label} + rerank (weight {r['weight']:g}, length penalty {r['length_penalty']:g})", r)
+
     rerank = a[f"{beam}_rerank"]
     rows = [
         row(f"attention, greedy (best epoch {d['best_epoch']})", a["greedy"]),
         row("attention, greedy, no repeated trigram", a["greedy_no_repeat_3"]),
         row(f"attention, beam {size}", rerank["beam_alone"]),
-        row(
-            f"attention, beam {size} + rerank (weight {rerank['weight']:g}, length penalty "
-            f"{rerank['length_penalty']:g})",
-            rerank,
-        ),
+        reranked(f"attention, beam {size}", rerank),
         row(f"m-RNN on file, greedy (best epoch {m['greedy']['best_epoch']})", m["greedy"]),
         row("m-RNN on file, beam 7", m["beam7_alone"]),
-        row(
-            f"m-RNN on file, beam 7 + rerank (weight {m['beam7_rerank']['weight']:g}, length penalty "
-            f"{m['beam7_rerank']['length_penalty']:g})",
-            m["beam7_rerank"],
-        ),
+        reranked("m-RNN on file, beam 7", m["beam7_rerank"]),
     ]
     if "rerun" in m:  # the m-RNN's recipe rerun, scored and reranked exactly like the attention
         r = m["rerun"]
@@ -1516,11 +1511,7 @@ def t_attention_captioner() -> str:
             row(f"m-RNN rerun, greedy (best epoch {r['best_epoch']})", r["greedy"]),
             row("m-RNN rerun, greedy, no repeated trigram", r["greedy_no_repeat_3"]),
             row(f"m-RNN rerun, beam {size}", again["beam_alone"]),
-            row(
-                f"m-RNN rerun, beam {size} + rerank (weight {again['weight']:g}, length penalty "
-                f"{again['length_penalty']:g})",
-                again,
-            ),
+            reranked(f"m-RNN rerun, beam {size}", again),
         ]
     header = ["on val1000", "CIDEr-D", "B-4", "METEOR", "ROUGE-L", "words", "distinct %", "repeat 3-gram %"]
     curve = [
