@@ -1579,7 +1579,7 @@ def t_vse_views_candidate() -> str:
     return _candidate_table(
         "vse_views_candidate.json",
         "views",
-        ": shipped as `vse`",
+        ": shipped as `vse` 2026-11-24 to 26",
         "previous `vse` (seeds, epochs chosen on dev)",
         "`python ship/vse_candidate.py --run RUN` (recipe bench/recipes/vse-views-retrain.json)",
     )
@@ -1590,8 +1590,8 @@ def t_vse_views_ft1_candidate() -> str:
     return _candidate_table(
         "vse_views_ft1_candidate.json",
         "views + tuned MiniLM",
-        "",
-        "the shipped `vse` (views, frozen MiniLM)",
+        ": shipped as `vse` since 2026-11-26",
+        "the previous `vse` (views, frozen MiniLM; shipped 2026-11-24 to 26)",
         "`python ship/pack_members.py --run RUN --seeds 1 3 --out PACKED`, `python ship/ship_models.py vse "
         "PACKED --out CANDIDATE` (dev read once, float16), `python ship/vse_candidate.py --run RUN --recipe "
         "bench/recipes/vse-views-ft1-retrain.json --model CANDIDATE --evidence views-ft1`",

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from _common import RESULTS, SHARED, read_run_log, run_meta, write_result
+from _common import RESULTS, SHARED, read_run_log, run_meta, time_v, write_result
 from vsekit.alignment import Aligner, load_aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
 from vsekit.alignment.pack import pack_aligners
@@ -102,20 +101,6 @@ def candidates(grid: list[int], last: int, const: list[int]) -> dict[str, list[t
                 ("grid", other),
                 ("const", const[0]),
             ]
-    return out
-
-
-def time_v(path: Path) -> dict[str, Any]:
-    """Wall time and peak RSS from ``/usr/bin/time -v`` output, where the run was started under it."""
-    if not path.is_file():
-        return {}
-    text = path.read_text()
-    out: dict[str, Any] = {}
-    if m := re.search(r"Maximum resident set size \(kbytes\): (\d+)", text):
-        out["peak_rss_gb"] = round(int(m.group(1)) / 1e6, 2)
-    if m := re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text):
-        h, mnt, s = int(m.group(1) or 0), int(m.group(2)), float(m.group(3))
-        out["wall_seconds"] = round(3600 * h + 60 * mnt + s, 1)
     return out
 
 

@@ -220,49 +220,75 @@ def _vse_measured(h: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-VSE_RETRAIN = "vse_views_candidate.json"
+#: Per retrained vse recipe: ship/vse_candidate.py's JSON, the val1000 evidence's keys in it (the
+#: candidate's member, the member it was measured against) and what the latter is.
+VSE_RETRAINS = {
+    "vse-views-retrain": ("vse_views_candidate.json", "views", "baseline", "baseline members"),
+    "vse-views-ft1-retrain": (
+        "vse_views_ft1_candidate.json",
+        "views_ft1",
+        "views",
+        "the same seeds' members with MiniLM frozen",
+    ),
+}
 
 
 def _vse_retrained(h: dict[str, Any]) -> dict[str, Any]:
     """A vse whose views, epochs and members were chosen on val1000 and that was then retrained on all of
     train for a fixed number of epochs (dev scored once, after the last): ship/vse_candidate.py's JSON
-    holds the slice evidence (each member against the baseline of the same seed) and the dev report."""
-    r = load(VSE_RETRAIN)
-    if r["recipe"]["name"] != h["extra"]["recipe"]:
+    holds the slice evidence (each member against the one it was measured against) and the dev report."""
+    name = h["extra"]["recipe"]
+    if name not in VSE_RETRAINS:
+        raise SystemExit(f"model_cards.py: no ship/vse_candidate.py result is known for recipe {name}")
+    file, mine, theirs, against = VSE_RETRAINS[name]
+    r = load(file)
+    if r["recipe"]["name"] != name:
         raise SystemExit(
-            f"model_cards.py: bench/results/{VSE_RETRAIN} measured {r['recipe']['name']}, "
-            f"the shipped vse is {h['extra']['recipe']}: run ship/vse_candidate.py"
+            f"model_cards.py: bench/results/{file} measured {r['recipe']['name']}, "
+            f"the shipped vse is {name}: run ship/vse_candidate.py"
         )
     same("vse dev rsum", h["extra"]["dev"]["rsum"], r["ensemble_dev"]["rsum"])
     seeds = r["recipe"]["ensemble_seeds"]
     slice_rsum = {str(e["seed"]): e for e in r["val1000_evidence"]}
-    rsums = " / ".join(f"{slice_rsum[str(s)]['views']:.1f}" for s in seeds)
-    base = " / ".join(f"{slice_rsum[str(s)]['baseline']:.1f}" for s in seeds)
-    train_s = sum(m["train_s"] for m in r["members"].values())
+    rsums = " / ".join(f"{slice_rsum[str(s)][mine]:.1f}" for s in seeds)
+    base = " / ".join(f"{slice_rsum[str(s)][theirs]:.1f}" for s in seeds)
+    tuned = _tuned_layers(r["recipe"])
     return {
         "epochs": [r["members"][str(s)]["epochs"] for s in seeds],
         "selected_on": "val1000",
         "selection": f"val1000-selected: training views ({r['recipe']['train_views']}), "
-        f"{r['recipe']['epochs']} epochs and seeds ({', '.join(map(str, seeds))}) chosen on "
+        + (f"MiniLM's {_minilm_state(r['recipe'])}, " if tuned else "")
+        + f"{r['recipe']['epochs']} epochs and seeds ({', '.join(map(str, seeds))}) chosen on "
         f"{split('val1000')}; then retrained on {split(r['recipe']['train_split'])} for exactly "
         f"{r['recipe']['epochs']} epochs; dev read once, for the report",
         "validation": {
-            "headline": f"members' rsum {rsums} (baseline members of the same seeds {base}; "
-            "trained without the slice)",
-            "members": {str(s): {"rsum": slice_rsum[str(s)]["views"]} for s in seeds},
+            "headline": f"members' rsum {rsums} ({against}: {base}; trained without the slice)",
+            "members": {str(s): {"rsum": slice_rsum[str(s)][mine]} for s in seeds},
         },
         "dev": ranking(h["extra"]["dev"]),  # the float16 file, measured by ship_models.py; same rsum as r
         "speed": "not recorded for this file",
-        "training": _measured_cost(
-            h["extra"]["recipe"],
-            {
-                "wall": minutes(train_s),
-                "peak_rss_mb": None,
-                "note": f"both members, 1 thread, with the six views' features already cached (bench/results/"
-                f"{VSE_RETRAIN}); extracting the views: bench/results/joint_space.json",
-            },
-        ),
-        "sources": [f"bench/results/{VSE_RETRAIN}", "bench/results/joint_space.json"],
+        "training": _measured_cost(name, _retrain_cost(r, seeds, file)),
+        "sources": [f"bench/results/{file}", "bench/results/joint_space.json"],
+    }
+
+
+def _tuned_layers(recipe: dict[str, Any]) -> int:
+    """How many of MiniLM's top layers a recipe trains (0: frozen)."""
+    kwargs = recipe.get("text_encoder_kwargs") or recipe.get("text_encoder_config") or {}
+    return int(kwargs.get("finetune_last") or 0)
+
+
+def _retrain_cost(r: dict[str, Any], seeds: list[int], file: str) -> dict[str, Any]:
+    """The members' training time and peak memory as ship/vse_candidate.py recorded them."""
+    members = [r["members"][str(s)] for s in seeds]
+    peaks = [m["peak_rss_gb"] for m in members if "peak_rss_gb" in m]
+    walls = [minutes(m["wall_seconds"]) for m in members if "wall_seconds" in m]
+    apart = f", trained one per process side by side ({' and '.join(walls)} wall)" if walls else ""
+    return {
+        "wall": minutes(sum(m["train_s"] for m in members)),
+        "peak_rss_mb": round(max(peaks) * 1000) if peaks else None,
+        "note": f"both members' epochs, 1 thread each{apart}, the six views' features already cached "
+        f"(bench/results/{file}); extracting the views: bench/results/joint_space.json",
     }
 
 
@@ -272,6 +298,15 @@ def _confidence_on_dev(bench: dict[str, Any]) -> dict[str, Any]:
         return {}
     kept = bench["report_dev"]["at_threshold"]["recall"]
     return {"headline": f"dev, read once: {kept:.1%} of searches with a good match not flagged weak"}
+
+
+def _minilm_state(recipe: dict[str, Any]) -> str:
+    tuned = _tuned_layers(recipe)
+    return ("top layer tuned" if tuned == 1 else f"top {tuned} layers tuned") if tuned else "frozen"
+
+
+def _minilm(recipe: dict[str, Any]) -> str:
+    return "frozen MiniLM" if not _tuned_layers(recipe) else f"MiniLM ({_minilm_state(recipe)})"
 
 
 def card_vse() -> dict[str, Any]:
@@ -287,7 +322,7 @@ def card_vse() -> dict[str, Any]:
     same("vse-confidence weak_below", conf["weak_below"], bench_conf["weak_below"], 1e-9)
     return {
         "name": "vse",
-        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + frozen MiniLM, {members} seeds",
+        "summary": f"{BACKBONES[recipe['backbone']][0].split(' (')[0]} + {_minilm(recipe)}, {members} seeds",
         "use": "search, rank, demo: sentences and photos in one space",
         "kind": "joint-embedding model",
         "what": "photos and sentences in one space: search, rank, demo (the default model)",
@@ -295,7 +330,7 @@ def card_vse() -> dict[str, Any]:
         + (f"training photos seen as {recipe['train_views']} views; " if recipe.get("train_views") else "")
         + f"ensemble of {members} seeds ({', '.join(map(str, seeds))}), {h['config']['embed_dim']}-d",
         "backbone": BACKBONES[recipe["backbone"]][0],
-        "text_encoder": "all-MiniLM-L6-v2 (frozen) + trained residual head",
+        "text_encoder": f"all-MiniLM-L6-v2 ({_minilm_state(recipe)}) + trained residual head",
         "recipe": h["extra"]["recipe"],
         "data": split(recipe["train_split"]),
         "selected_on": measured.get("selected_on", recipe.get("dev_split", "dev")),
@@ -564,19 +599,19 @@ def card_captioner() -> dict[str, Any]:
     if "dev_rerank" in h["extra"]:  # tuned on dev (before the selection protocol)
         same("captioner dev rerank CIDEr-D", h["extra"]["dev_rerank"]["best"]["cider"], row["cider"])
     chosen = _captioner_choice(h, recipe)
-    vse = PRETRAINED / "vse.safetensors"
+    joint, vse = _rerank_joint(rerank["joint_model_sha256"])
     return {
         "name": "captioner",
-        "summary": f"m-RNN LSTM, beam {rerank['beam_size']}, reranked by `vse`",
+        "summary": f"m-RNN LSTM, beam {rerank['beam_size']}, reranked by {joint}",
         "use": "describe photos (`vsekit caption`, the page)",
         "kind": "captioner",
         "what": "describe photos (`vsekit caption`, the page)",
         "method": f"Karpathy & Fei-Fei 2015 m-RNN with an LSTM cell, cross-entropy; "
-        f"beam {rerank['beam_size']} reranked by `vse` (weight {rerank['weight']:g}, "
+        f"beam {rerank['beam_size']} reranked by {joint} (weight {rerank['weight']:g}, "
         f"length penalty {rerank['length_penalty']:g})",
         "backbone": BACKBONES[recipe["backbone"]][0],
         "text_encoder": f"trained word vectors {recipe['word_dim']}, LSTM {recipe['hidden_dim']} "
-        "(reranking uses `vse`)",
+        f"(reranking uses {joint})",
         "recipe": recipe["name"],
         "data": split(recipe["train_split"]),
         **chosen,
@@ -604,6 +639,22 @@ def card_captioner() -> dict[str, Any]:
 
 
 RETRAIN_TUNING = "captioner_rerank_val1000_views.json"
+#: the same tuning with the proxy of the vse shipped after it: the slice's choice of the rerank's model
+RERANK_WITH_NEWER_VSE = "captioner_rerank_val1000_views_ft1.json"
+
+
+def _rerank_joint(pin: str) -> tuple[str, Path]:
+    """Which joint model the captioner reranks with (its pin): the shipped `vse`, or the earlier release
+    kept in pretrained/previous/ whose file the pin names (the captioner then loads that one)."""
+    vse = PRETRAINED / "vse.safetensors"
+    if pin in (file_sha256(vse), content_fingerprint(vse)):
+        return "`vse`", vse
+    kept = json.loads((PRETRAINED / "previous" / "previous.json").read_text(encoding="utf-8"))["models"]
+    for entry in kept:
+        path = PRETRAINED / "previous" / entry["file"]
+        if entry["name"] == "vse" and pin in (file_sha256(path), content_fingerprint(path)):
+            return f"the previous `vse` (vsekit {entry['release']}, pretrained/previous/)", path
+    raise SystemExit(f"model_cards.py: the captioner's rerank pins {pin[:12]}, which no vse file here has")
 
 
 def _captioner_choice(h: dict[str, Any], recipe: dict[str, Any]) -> dict[str, Any]:
@@ -627,7 +678,7 @@ def _captioner_choice(h: dict[str, Any], recipe: dict[str, Any]) -> dict[str, An
         "selection": f"val1000-selected: {recipe['epochs']} epochs (mrnn-lstm-effnet-val1000's best on "
         f"{split('val1000')}), beam and rerank weights (bench/results/{RETRAIN_TUNING}, tuned with a joint "
         f"model that never saw the slice); then retrained on {split(recipe['train_split'])} for exactly "
-        f"{recipe['epochs']} epochs; dev read once, for the report",
+        f"{recipe['epochs']} epochs; dev read once, for the report" + _rerank_model_choice(h, best),
         "validation": {
             "headline": f"beam {tuning['chosen_beam']} + rerank: BLEU-4 {best['bleu4']:.1f}, CIDEr-D "
             f"{best['cider']:.1f} (the run without the slice)",
@@ -635,6 +686,21 @@ def _captioner_choice(h: dict[str, Any], recipe: dict[str, Any]) -> dict[str, An
             "cider": round(best["cider"], 2),
         },
     }
+
+
+def _rerank_model_choice(h: dict[str, Any], best: dict[str, Any]) -> str:
+    """Why the captioner reranks with an earlier `vse` than the shipped one, when it does: the slice
+    chose it (the same tuning with the newer recipe's proxy scored lower)."""
+    joint, path = _rerank_joint(h["extra"]["rerank"]["joint_model_sha256"])
+    if path == PRETRAINED / "vse.safetensors":
+        return ""
+    newer = load(RERANK_WITH_NEWER_VSE)
+    other = next(b for b in newer["beams"] if b["beam"] == newer["chosen_beam"])["best"]
+    return (
+        f"; the rerank's joint model too: {joint} ({best['cider']:.1f} CIDEr-D on the slice) against the "
+        f"shipped `vse` ({other['cider']:.1f}, beam {newer['chosen_beam']}, weight {other['weight']:g}; "
+        f"bench/results/{RERANK_WITH_NEWER_VSE}), each recipe's proxy trained without the slice"
+    )
 
 
 def _packed_runs(parts: list[dict[str, Any]], runs: dict[str, Any]) -> list[dict[str, Any]]:

@@ -24,6 +24,11 @@ def main() -> None:
     parser.add_argument("--run", type=Path, required=True, help="the ensemble run directory")
     parser.add_argument("--seeds", type=int, nargs="+", required=True, help="members to keep")
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--selected-on",
+        help="what chose the members' recipe (default: the run's dev_split; a fixed-epoch retrain whose "
+        "recipe was chosen on the slice: val1000)",
+    )
     args = parser.parse_args()
     config = json.loads((args.run / "config.json").read_text(encoding="utf-8"))
     members, meta = [], []
@@ -40,7 +45,7 @@ def main() -> None:
         "recipe": config["name"],
         "train": config,
         "members": meta,
-        "selected_on": config.get("dev_split"),
+        "selected_on": args.selected_on or config.get("dev_split"),
     }
     save_model(EnsembleEmbedding(members), args.out, fne, extra_meta=extra, half=True)
     print(f"wrote {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB): seeds {args.seeds}")

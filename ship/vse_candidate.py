@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 
 from _common import RESULTS as RESULTS_DIR
-from _common import model_extra, read_run_log, run_meta, write_result
+from _common import model_extra, read_run_log, run_meta, time_v, write_result
 from vsekit.resources import pretrained_path
 
 RESULTS = RESULTS_DIR / "vse_views_candidate.json"
@@ -91,10 +91,26 @@ def main() -> None:
     parser.add_argument("--model", type=Path, help="the packed ensemble (default: RUN/model.safetensors)")
     parser.add_argument("--ensemble-dev", type=Path, help="`vsekit eval --split dev --json` of --model")
     parser.add_argument("--evidence", choices=sorted(EVIDENCE), default="views")
+    parser.add_argument(
+        "--time-logs",
+        type=Path,
+        nargs="+",
+        help="per member, in the recipe's seed order: the log of its `/usr/bin/time -v` run (wall, peak RSS)",
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="the vse file the candidate is compared with (default: the shipped one; after shipping the "
+        "candidate, the previous release's file in src/vsekit/pretrained/previous/)",
+    )
     args = parser.parse_args()
     config = json.loads((args.recipe or args.run / "config.json").read_text())
     evidence, out = EVIDENCE[args.evidence]
     members = {}
+    seeds = config["ensemble_seeds"]
+    if args.time_logs and len(args.time_logs) != len(seeds):
+        parser.error(f"--time-logs: {len(args.time_logs)} logs for the {len(seeds)} members {seeds}")
+    time_logs = dict(zip(seeds, args.time_logs, strict=True)) if args.time_logs else {}
     for seed in config["ensemble_seeds"]:
         log = read_run_log(args.run / f"seed-{seed}")
         scored = [e for e in log if e.get("dev")]
@@ -103,6 +119,7 @@ def main() -> None:
             "dev_reads": len(scored),
             "dev": _dev(scored[-1]["dev"]) if scored else None,
             "train_s": round(sum(e.get("time_s", 0.0) for e in log), 1),
+            **(time_v(time_logs[seed]) if seed in time_logs else {}),
         }
     payload = {
         "benchmark": f"the next vse candidate: {config['name']}, chosen on val1000, retrained on train",
@@ -112,7 +129,8 @@ def main() -> None:
         "val1000_evidence": evidence(),
         "members": members,
         "ensemble_dev": _ensemble_dev(args.model or args.run / "model.safetensors", args.ensemble_dev),
-        "shipped_vse_dev": _file_dev(pretrained_path("vse")),
+        "shipped_vse_dev": _file_dev(args.baseline or pretrained_path("vse")),
+        "baseline": str(args.baseline) if args.baseline else "the shipped vse",
     }
     write_result(out, payload, indent=2)
     print(json.dumps({k: payload[k] for k in ("members", "ensemble_dev", "shipped_vse_dev")}, indent=1))

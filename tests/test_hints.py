@@ -10,6 +10,7 @@ one of HINT_SITES, and no message writes a `vsekit ...` command by hand."""
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import re
 import shlex
@@ -109,6 +110,54 @@ def test_building_with_another_model_names_the_rebuild_with_that_model(mine):
     hint = the_hint(back)
     assert hint == f"vsekit index build '{photos}' --out {index} --rebuild"  # vse: no --model
     assert run_hint(hint).exit_code == 0 and model_of(index) == "vse"
+
+
+def _upgrade_vse(tmp_path: Path, monkeypatch) -> None:
+    """What installing a vsekit that ships a new ``vse`` does: the file named ``vse`` holds another model
+    (bow's weights here) and the file the indexes were built with is kept, with its calibrations, as the
+    previous release's."""
+    import vsekit.resources as resources
+    from vsekit.retrieval.answer import load_policy
+    from vsekit.retrieval.arithmetic import load_arithmetic_rule
+    from vsekit.retrieval.confidence import load_confidence
+
+    kept = tmp_path / "previous"
+    kept.mkdir()
+    shutil.copyfile(pretrained_path("vse"), kept / "vse-old.safetensors")
+    for kind in ("confidence", "routes", "arithmetic"):
+        shutil.copyfile(pretrained_path("vse").with_name(f"vse-{kind}.json"), kept / f"vse-old-{kind}.json")
+    sha = hashlib.sha256((kept / "vse-old.safetensors").read_bytes()).hexdigest()
+    entry = {"name": "vse", "release": "0.1.9", "file": "vse-old.safetensors", "sha256": sha}
+    (kept / "previous.json").write_text(json.dumps({"models": [entry]}), encoding="utf-8")
+    shutil.copyfile(pretrained_path("bow"), tmp_path / "new-vse.safetensors")
+    monkeypatch.setattr(resources, "PREVIOUS_DIR", kept)
+    monkeypatch.setitem(PRETRAINED, "vse", (str(tmp_path / "new-vse.safetensors"), *PRETRAINED["vse"][1:]))
+    for cached in (load_confidence, load_policy, load_arithmetic_rule):  # a new process: nothing read yet
+        cached.cache_clear()
+
+
+def test_an_index_of_the_previous_vse_keeps_working_and_names_the_rebuild(mine, tmp_path, monkeypatch):
+    photos, index = mine
+
+    def search(name: str):
+        out = tmp_path / f"{name}.jsonl"
+        result = cli("search", index, "a birthday cake with candles", "--json", out)
+        assert result.exit_code == 0, result.output
+        return result, out.read_text(encoding="utf-8")
+
+    _, before = search("before")
+    _upgrade_vse(tmp_path, monkeypatch)
+    after, answer = search("after")
+    assert answer == before and json.loads(before)["weak"]  # the same model and calibrations: the same
+    # answer, scores and weak flag
+    assert "built with the vse model of vsekit 0.1.9" in after.stderr
+    assert cli("index", "update", index).exit_code == 0  # an update embeds with the kept file too
+    hint = the_hint(after)
+    assert hint == f"vsekit index build '{photos}' --out {index} --rebuild"
+    done = run_hint(hint)
+    assert done.exit_code == 0 and "rebuilt with vse" in done.output, done.output
+    moved, answer = search("moved")
+    assert "vsekit 0.1.9" not in moved.stderr and answer != before  # the new vse's space now
 
 
 def test_a_changed_model_file_names_the_rebuild_with_that_file(built, tmp_path):

@@ -66,3 +66,22 @@ def test_the_captioner_reranks_with_a_joint_model_on_another_backbone(photos, on
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert captions != gen.describe_features(own, n, own, progress=False)
+
+
+def test_the_captioner_reranks_with_the_joint_model_its_weights_were_tuned_with(photos, monkeypatch):
+    """The rerank's weights were chosen on the validation slice with one joint model; by default the
+    captioner reranks with that file, also when it is an earlier release of `vse` that this install keeps
+    (the slice chose it to rerank with), and says nothing; when no kept file matches, the shipped `vse`
+    reranks and the caption warns."""
+    import vsekit.resources as resources
+    from vsekit.captioning.generator import CaptionGenerator
+    from vsekit.fileio import fingerprint_matches
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shipped = CaptionGenerator("mrnn", device="cpu")
+    assert fingerprint_matches(shipped.joint.path, shipped.rerank.joint_model_sha256)
+    monkeypatch.setattr(resources, "PREVIOUS_DIR", resources.PREVIOUS_DIR.with_name("no-such-folder"))
+    if shipped.joint.path != pretrained_path("vse"):  # it reranks with a kept earlier release
+        with pytest.warns(UserWarning, match="tuned with another joint model"):
+            CaptionGenerator("mrnn", device="cpu")

@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 
 from vsekit.cli import app
 from vsekit.fileio import content_fingerprint
-from vsekit.resources import MODEL_CARDS, PACKAGE_DIR, PRETRAINED, model_cards
+from vsekit.resources import (
+    MODEL_CARDS,
+    PACKAGE_DIR,
+    PRETRAINED,
+    PREVIOUS_DIR,
+    model_cards,
+    previous_models,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED_DIR = PACKAGE_DIR / "pretrained"
@@ -67,6 +74,25 @@ def test_the_pins_between_shipped_files_hold():
         assert card.get("pin_matches", True), card["name"]
         for extra in card["attachments"]:
             assert extra["pin_matches"], extra["name"]
+
+
+def test_every_kept_earlier_release_is_whole():
+    """A `vse` file replaced by a later release is kept for the indexes built with it: the file
+    previous.json names, with that sha256, and beside it its calibrations, pinned to it."""
+    kept = previous_models()
+    listed = json.loads((PREVIOUS_DIR / "previous.json").read_text(encoding="utf-8"))["models"]
+    assert len(kept) == len(listed), "previous.json names a file that is not there"
+    on_disk = {p.name for p in PREVIOUS_DIR.iterdir()}
+    named = {"previous.json"}
+    for entry in kept:
+        assert hashlib.sha256(entry["path"].read_bytes()).hexdigest() == entry["sha256"], entry["file"]
+        assert entry["path"] != PACKAGE_DIR / "pretrained" / PRETRAINED[entry["name"]][0]
+        named.add(entry["path"].name)
+        for kind in ("confidence", "routes", "arithmetic"):
+            sidecar = entry["path"].with_name(f"{entry['path'].stem}-{kind}.json")
+            assert json.loads(sidecar.read_text(encoding="utf-8"))["model_sha256"] == entry["sha256"]
+            named.add(sidecar.name)
+    assert on_disk == named, "a file in pretrained/previous/ that previous.json does not account for"
 
 
 def edit_bench_json(gen, monkeypatch, name, edit) -> None:

@@ -29,6 +29,9 @@ __all__ = [
     "model_card",
     "model_cards",
     "pretrained_path",
+    "previous_model",
+    "previous_models",
+    "PREVIOUS_DIR",
     "recipe_names",
     "resolve_model_path",
     "sample_data_path",
@@ -157,18 +160,54 @@ def pretrained_path(name: str) -> Path:
     return PACKAGE_DIR / "pretrained" / PRETRAINED[name][0]
 
 
+#: Shipped model files that a later release replaced, kept so that an index built with one keeps working
+#: until ``index build --rebuild`` moves it (``previous.json`` lists them by name and file sha256).
+PREVIOUS_DIR = PACKAGE_DIR / "pretrained" / "previous"
+
+
+def previous_models() -> list[dict[str, Any]]:
+    """The kept files of earlier releases (``previous.json`` entries: ``name``, ``release``, ``sha256``,
+    with ``path``) that this install holds."""
+    try:
+        listed = json.loads((PREVIOUS_DIR / "previous.json").read_text(encoding="utf-8"))["models"]
+        entries = [{**entry, "path": PREVIOUS_DIR / str(entry["file"])} for entry in listed]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [entry for entry in entries if entry["path"].is_file()]
+
+
+def previous_model(name: str, sha256: str) -> dict[str, Any] | None:
+    """The earlier release of shipped model ``name`` whose file has ``sha256``, or None when this install
+    keeps no such file."""
+    found = [e for e in previous_models() if e.get("name") == name and e.get("sha256") == sha256]
+    return found[0] if found else None
+
+
 def pinned_sidecar(model: str, model_sha256: str, kind: str, file_format: str) -> dict[str, Any] | None:
     """The shipped ``<model>-<kind>.json`` beside model ``model`` (a shipped name), if it is in format
     ``file_format`` and was made for exactly the file with ``model_sha256``; else None (not a shipped name,
-    no such file, not JSON, or made for another file: a setting chosen for another model is noise)."""
+    no such file, not JSON, or made for another file: a setting chosen for another model is noise). For
+    the file of an earlier release (:func:`previous_model`), the sidecar kept beside it."""
     try:
         path = pretrained_path(model).with_name(f"{model}-{kind}.json")
+    except VsekitError:
+        return None
+    data = _read_sidecar(path, file_format)
+    if data is not None and data.get("model_sha256") == model_sha256:
+        return data
+    previous = previous_model(model, model_sha256)
+    if previous is None:
+        return None
+    data = _read_sidecar(previous["path"].with_name(f"{previous['path'].stem}-{kind}.json"), file_format)
+    return data if data is not None and data.get("model_sha256") == model_sha256 else None
+
+
+def _read_sidecar(path: Path, file_format: str) -> dict[str, Any] | None:
+    try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (VsekitError, OSError, ValueError):
+    except (OSError, ValueError):
         return None
-    if not isinstance(data, dict) or data.get("format") != file_format:
-        return None
-    return data if data.get("model_sha256") == model_sha256 else None
+    return data if isinstance(data, dict) and data.get("format") == file_format else None
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str] | None, default: str) -> Path:

@@ -37,7 +37,7 @@ from vsekit.device import resolve_device
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.errors import ImageError, VsekitError, command
 from vsekit.fileio import fingerprint_matches
-from vsekit.resources import resolve_model_path
+from vsekit.resources import previous_models, resolve_model_path
 from vsekit.vision import features as vision_features
 from vsekit.vision.backbones import BACKBONES
 from vsekit.vision.classes import Classifier, load_classifier
@@ -180,7 +180,7 @@ class CaptionGenerator:
         self.image, self.fne = dict(self.joint.image_spec), self.joint.fne
 
     def _load_joint(self) -> None:
-        self.joint = VSEModel.load(self._joint_name, device=self.device)
+        self.joint = VSEModel.load(self._joint_name or self._tuned_joint(), device=self.device)
         if self.rerank is not None and self.rerank.joint_model_sha256:
             assert self.joint.path is not None  # VSEModel.load keeps the file's path
             if not fingerprint_matches(self.joint.path, self.rerank.joint_model_sha256):
@@ -189,6 +189,23 @@ class CaptionGenerator:
                     f"{self.joint.path}; captions may be reranked suboptimally",
                     stacklevel=3,
                 )
+
+    def _tuned_joint(self) -> Path | None:
+        """The joint model that reranks by default: the shipped ``vse``, unless the rerank weights were
+        chosen with an earlier release of it that this install keeps (``pretrained/previous/``): the
+        validation slice chose that one to rerank with (docs/captioning.md), so it is the one used."""
+        pin = self.rerank.joint_model_sha256 if self.rerank is not None else ""
+        if not pin or fingerprint_matches(resolve_model_path(None, "vse"), pin):
+            return None
+        for entry in previous_models():
+            if entry["name"] == "vse" and fingerprint_matches(entry["path"], pin):
+                logger.info(
+                    "the rerank uses %s (vse of vsekit %s), its weights' model",
+                    entry["path"],
+                    entry["release"],
+                )
+                return Path(entry["path"])
+        return None
 
     def fit_nn(self, corpus: Corpus, split: str = "train", cache_root: Path | None = None) -> None:
         """nn method: index the captioned images of ``split`` of ``corpus`` (features through the cache)."""

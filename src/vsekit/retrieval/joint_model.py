@@ -8,6 +8,7 @@ models do not share one space, so a query embedded by the new one would rank non
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -22,6 +23,8 @@ from vsekit.resources import (
     PRETRAINED,
     is_shipped_joint_model,
     pretrained_path,
+    previous_model,
+    previous_models,
     resolve_model_path,
     sample_data_path,
 )
@@ -84,15 +87,22 @@ def _shipped_name(path: Path) -> str | None:
     for name in PRETRAINED:
         if is_shipped_joint_model(name) and pretrained_path(name).resolve() == path.resolve():
             return name
+    for entry in previous_models():  # an earlier release's file, kept for the indexes built with it
+        if entry["path"].resolve() == path.resolve():
+            return str(entry["name"])
     return None
 
 
 def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str | None = None) -> VSEModel:
-    """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`); a model
+    """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`). A model
     file whose sha256 changed since the build (a newer shipped ``vse``, say) is refused, with the command
-    that re-embeds the index's ``photos`` with it (the same model name, its new file)."""
+    that re-embeds the index's ``photos`` with it (the same model name, its new file); unless this
+    vsekit keeps the file the index was built with (an earlier release's, :func:`_previous_release`)."""
     model, name = load_model(recorded["name"], "auto")
-    _same_file(index_dir, recorded, model_identity(model, name)["sha256"], photos)
+    found = model_identity(model, name)["sha256"]
+    if found != recorded["sha256"] and (previous := _previous_release(index_dir, recorded, photos)):
+        return load_model(previous, "auto")[0]
+    _same_file(index_dir, recorded, found, photos)
     return model
 
 
@@ -103,7 +113,37 @@ def check_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str 
     path = resolve_model_path(recorded["name"], "vse")
     if not path.is_file():
         raise VsekitError(f"{path}: model file not found (the model of the index {index_dir})")
-    _same_file(index_dir, recorded, _file_sha256(path), photos)
+    found = _file_sha256(path)
+    if found != recorded["sha256"] and _previous_release(index_dir, recorded, photos):
+        return
+    _same_file(index_dir, recorded, found, photos)
+
+
+def _previous_release(index_dir: Path, recorded: dict[str, Any], photos: str | None) -> Path | None:
+    """The kept file of an earlier release of the shipped model an index was built with, when the shipped
+    file changed since (an upgrade that shipped a new ``vse``): the index's vectors live in the earlier
+    model's space, so its searches and updates keep using that file, and the user is told how to move."""
+    if not is_shipped_joint_model(recorded["name"]):
+        return None
+    previous = previous_model(str(recorded["name"]), str(recorded["sha256"]))
+    if previous is None:
+        return None
+    _warn_previous_once(str(index_dir), str(recorded["name"]), str(previous["release"]), photos)
+    return Path(previous["path"])
+
+
+@functools.lru_cache(maxsize=64)  # once per index and process: a server asks on every search
+def _warn_previous_once(index_dir: str, name: str, release: str, photos: str | None) -> None:
+    rebuild = build_command(Path(index_dir), photos, name, "--rebuild")
+    logger.warning(
+        "%s: built with the %s model of vsekit %s, which this vsekit keeps so the index still works; "
+        "the new %s searches better: %s embeds every photo again with it",
+        index_dir,
+        name,
+        release,
+        name,
+        rebuild,
+    )
 
 
 def _same_file(index_dir: Path, recorded: dict[str, Any], found: str, photos: str | None) -> None:
