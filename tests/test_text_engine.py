@@ -19,6 +19,7 @@ from vsekit.fileio import file_sha256
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.concepts import SentenceVectors
 from vsekit.retrieval.text_engine import TOLERANCE, TextTower, prepare_tower, tower_path
+from vsekit.text.pretrained import MiniLMEncoder
 
 TEXTS = [
     "a dog runs on the beach",
@@ -45,7 +46,8 @@ def test_the_graph_gives_the_models_vectors(shipped, tower_cache):
     tower = TextTower.open(sha, tower_cache)
     assert tower is not None
     np.testing.assert_allclose(tower.embed_texts(TEXTS), model.embed_texts(TEXTS), atol=1e-5)
-    sentences = model.network.text_encoder.prepare(TEXTS)["sentence"].numpy()
+    # the pretrained MiniLM's sentence vectors (the shipped vse tunes its top layer for the joint side only)
+    sentences = MiniLMEncoder(output_dim=1, head="linear").prepare(TEXTS)["sentence"].numpy()
     np.testing.assert_allclose(tower.sentences(TEXTS), sentences, atol=1e-5)
     # the concept route's sentence vectors: the same from either engine
     np.testing.assert_allclose(
@@ -96,12 +98,12 @@ def test_a_graph_is_hashed_once_per_version_of_its_file_and_a_changed_one_is_ref
     """A cold search hashed the 105 MB graph every time; now once per version of the file (its stat
     recorded beside it): loaded unhashed from the file while the stat is the same, hashed again when it
     is not, even after a write that kept the size and put the modification time back."""
-    from vsekit.retrieval import text_engine
+    from vsekit.retrieval import file_versions, text_engine
 
     _, sha = shipped
     root = tmp_path / "cache"
     path, graph = _copied_cache(tower_cache, sha, root)
-    monkeypatch.setattr(text_engine, "SETTLE_NS", -(10**12))  # as if written long ago
+    monkeypatch.setattr(file_versions, "SETTLE_NS", -(10**12))  # as if written long ago
     loaded = []  # how each load read the graph: from hashed bytes, or from the file unhashed
     real = text_engine._session
     monkeypatch.setattr(

@@ -29,7 +29,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from collections.abc import Sequence
 from importlib.metadata import version
 from pathlib import Path
@@ -40,6 +39,7 @@ import numpy as np
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_write_json, exclusive_lock, read_json_record
 from vsekit.resources import default_cache_root
+from vsekit.retrieval.file_versions import remember, settled, stat_key
 from vsekit.text.lru import LRUCache
 from vsekit.text.minilm_files import MINILM_PACKAGE, minilm_max_length, minilm_model_dir
 
@@ -58,8 +58,6 @@ TOLERANCE = 1e-4
 #: Sentences a tower keeps (a server asked the same query again answers from here).
 CACHE_SIZE = 1024
 _BATCH = 64  # sentences per ONNX Runtime call, sorted by length (less padding)
-#: A graph file changed less than this long ago (ns) is not recorded as verified (:func:`_settled`).
-SETTLE_NS = 1_000_000_000
 
 
 def _graph_config(model_sha256: str) -> dict[str, Any]:
@@ -183,11 +181,6 @@ class TextTower:
         return out
 
 
-def _stat_key(st: os.stat_result) -> list[int]:
-    """What identifies one version of a file: any write, rename over it or utime moves one of these."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def _verified_path(path: Path) -> Path:
     return path.with_suffix(".verified.json")
 
@@ -197,9 +190,9 @@ def _load_graph(path: Path, sha256: str) -> _Graph | None:
     stat is the one recorded when they last matched (and still is after the load), else read, hashed and
     loaded from the bytes hashed; None when they do not match."""
     known = read_json_record(_verified_path(path))
-    if known.get("sha256") == sha256 and known.get("stat") == _stat_key(path.stat()):
+    if known.get("sha256") == sha256 and known.get("stat") == stat_key(path.stat()):
         graph = _Graph(str(path), path)
-        if known["stat"] == _stat_key(path.stat()):  # not replaced while ONNX Runtime read it
+        if known["stat"] == stat_key(path.stat()):  # not replaced while ONNX Runtime read it
             return graph
     with open(path, "rb") as f:
         before = os.fstat(f.fileno())
@@ -208,22 +201,9 @@ def _load_graph(path: Path, sha256: str) -> _Graph | None:
     if hashlib.sha256(data).hexdigest() != sha256:
         logger.warning("%s: does not match its recorded sha256; the PyTorch model is used", path)
         return None
-    if _stat_key(before) == _stat_key(after) and _settled(after):
-        _remember(path, {"sha256": sha256, "stat": _stat_key(after)})
+    if stat_key(before) == stat_key(after) and settled(after):
+        remember(_verified_path(path), {"sha256": sha256, "stat": stat_key(after)})
     return _Graph(data, path)
-
-
-def _settled(st: os.stat_result) -> bool:
-    """Whether the file's last change is a second old: a write in the same tick of the file system's clock
-    as the one before would leave its times as they were, so a newer file is hashed again next time."""
-    return time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLE_NS
-
-
-def _remember(path: Path, verified: dict[str, Any]) -> None:
-    try:
-        atomic_write_json(_verified_path(path), verified)
-    except (OSError, VsekitError) as exc:  # a read-only cache: the graph is hashed on every load
-        logger.debug("%s: not recorded as verified (%s)", path, exc)
 
 
 def _passed(check: dict[str, Any]) -> bool:
