@@ -15,7 +15,8 @@ Reported: the median of ``--runs`` fresh processes (wall and CPU), for ``--engin
 and one process's stages (imports, open, text side, first sentence, first search). The page cache is
 not dropped (a shared machine): the segments were just written, so "cold" means a new process.
 
-    python bench/bench_cold_search_1m.py [--photos 1000000] [--runs 5] [--dir /big/disk]
+    python bench/bench_cold_search_1m.py [--photos 1000000] [--runs 5] [--dir /big/disk] [--keep DIR]
+        [--against-previous PAIRS]
 """
 
 from __future__ import annotations
@@ -82,6 +83,62 @@ def build(out: Path, n: int, identity: dict) -> float:
     return time.perf_counter() - start
 
 
+def retarget(out: Path, identity: dict) -> bool:
+    """Make a kept index record ``identity`` (the shipped vse now) when it recorded another model of the
+    same dimension (the vse of an earlier release): its vectors are synthetic, so they belong to no model,
+    and the search must embed its sentence with the shipped text side. True when it changed."""
+    import sqlite3
+
+    from vsekit.retrieval.store.settings import write_settings
+
+    conn = sqlite3.connect(out / "store.sqlite", isolation_level=None)
+    try:
+        recorded = json.loads(conn.execute("SELECT value FROM settings WHERE key = 'model'").fetchone()[0])
+        if recorded["sha256"] == identity["sha256"]:
+            return False
+        if recorded["embed_dim"] != identity["embed_dim"]:
+            raise SystemExit(f"{out}: its vectors have {recorded['embed_dim']} dimensions; build it again")
+        with writer_lock(out):
+            conn.execute("BEGIN IMMEDIATE")
+            write_settings(conn, {"model": identity})
+            conn.execute("COMMIT")
+        return True
+    finally:
+        conn.close()
+
+
+def against_previous(out: Path, identity: dict, pairs: int, env: dict[str, str]) -> dict:
+    """Median wall and CPU of ``pairs`` alternating cold searches (ivfpq) with the index recording the
+    previous shipped vse, then the shipped one (the synthetic vectors fit either): the same machine and
+    load for both, so the difference is the model's text side (graph size, file checksum)."""
+    from vsekit.resources import previous_models
+    from vsekit.retrieval.joint_model import load_model, model_identity
+
+    kept = next(e for e in previous_models() if e["name"] == "vse")
+    old = model_identity(load_model(kept["path"], "cpu")[0], "vse")
+    argv = ["search", str(out), QUERY, "--engine", "ivfpq", "--top", "5"]
+    runs: dict[str, list] = {"previous": [], "shipped": []}
+    for i in range(pairs + 1):  # the first pair writes each model's graph and its checksum record
+        for label, ident in (("previous", old), ("shipped", identity)):
+            retarget(out, ident)
+            timed = time_vsekit(argv, 1, env, expect="IMG_")
+            if i:
+                runs[label].append(timed)
+    retarget(out, identity)
+    return {
+        "previous_sha256": kept["sha256"],
+        "release": kept["release"],
+        **{
+            label: {
+                "median_s": round(float(np.median([r["median_s"] for r in rs])), 3),
+                "median_cpu_s": round(float(np.median([r["median_cpu_s"] for r in rs])), 3),
+                "pairs": len(rs),
+            }
+            for label, rs in runs.items()
+        },
+    }
+
+
 def stages(out: Path, env: dict[str, str]) -> dict[str, float]:
     done = subprocess.run(
         [sys.executable, "-c", STAGES, str(out), QUERY], capture_output=True, text=True, env=env, check=True
@@ -95,6 +152,14 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--dir", type=Path, default=None, help="where the 4 GB index is written")
     parser.add_argument("--keep", type=Path, default=None, help="build here and keep it (or reuse it)")
+    parser.add_argument(
+        "--against-previous",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="also time PAIRS alternating pairs of searches with the index recording the previous shipped "
+        "vse (pretrained/previous/) and the shipped one: what the new model's text side costs, same load",
+    )
     args = parser.parse_args()
     from vsekit.embedding.pipeline import VSEModel
     from vsekit.retrieval.joint_model import model_identity
@@ -114,6 +179,8 @@ def main() -> None:
         result["build_s"] = round(build(out, args.photos, identity), 1)
     else:
         result["reused_index"] = str(out)  # built by an earlier run (its build time is not in this file)
+        if retarget(out, identity):
+            result["retargeted_to_shipped_vse"] = identity["sha256"]
     if not any(segment.ann for segment in Index.open(out)._view.segments):
         start = time.perf_counter()
         compact_store(out)  # one segment, with the ANN structure `auto` gives it (IVF-PQ at this size)
@@ -126,6 +193,8 @@ def main() -> None:
             time_vsekit(argv, 1, env, expect="IMG_")  # the bytecode cache written, the page cache warm
             result[f"search_{engine}"] = time_vsekit(argv, args.runs, env, expect="IMG_")
         result["stages"] = stages(out, env)
+        if args.against_previous:
+            result["against_previous_vse"] = against_previous(out, identity, args.against_previous, env)
     finally:
         if tmp:
             shutil.rmtree(tmp)

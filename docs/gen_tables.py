@@ -1743,6 +1743,13 @@ def t_cold_search_1m() -> str:
         run = r[f"search_{engine}"]
         rows.append([f"`--engine {engine}`", f2(run["median_s"]), f2(run["median_cpu_s"]), f2(run["min_s"]),
                      f"{run['load_1min'][0]:.1f}"])  # fmt: skip
+    if "against_previous_vse" in r:  # the same index recording the previous vse, alternated with it
+        a = r["against_previous_vse"]
+        for label, key in ((f"`--engine ivfpq`, the `vse` of {a['release']}", "previous"),
+                           ("`--engine ivfpq`, the shipped `vse`", "shipped")):  # fmt: skip
+            run = a[key]
+            rows.append([f"{label} ({run['pairs']} alternating pairs)", f2(run["median_s"]),
+                         f2(run["median_cpu_s"]), "-", "-"])  # fmt: skip
     header = ["1M photos, 2,048-d float16", "`vsekit search`: wall s (median)", "CPU s", "fastest s", "load"]
     stages = ", ".join(f"{name.replace('_', ' ')} {seconds:.2f} s" for name, seconds in r["stages"].items())
     note = (

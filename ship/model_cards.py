@@ -653,7 +653,7 @@ def _rerank_joint(pin: str) -> tuple[str, Path]:
     for entry in kept:
         path = PRETRAINED / "previous" / entry["file"]
         if entry["name"] == "vse" and pin in (file_sha256(path), content_fingerprint(path)):
-            return f"the previous `vse` (vsekit {entry['release']}, pretrained/previous/)", path
+            return f"`vse` {entry['release']} (kept)", path
     raise SystemExit(f"model_cards.py: the captioner's rerank pins {pin[:12]}, which no vse file here has")
 
 

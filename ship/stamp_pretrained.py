@@ -68,13 +68,23 @@ def _pins(folder: Path) -> list[tuple[str, str, str]]:
     for path in sorted(folder.glob("*.safetensors")):
         rerank = json.loads(_header(path)[0].get("__metadata__", {}).get("extra", "{}")).get("rerank") or {}
         if rerank.get("joint_model_sha256"):
-            found.append((f"{path.name} rerank", rerank["joint_model_sha256"], "vse.safetensors"))
+            pin = rerank["joint_model_sha256"]
+            found.append((f"{path.name} rerank", pin, _kept_vse(folder, pin) or "vse.safetensors"))
     for path in sorted(folder.glob("fusion-*.json")):
         spec = json.loads(path.read_text())
         for role in ("joint", "aligner"):
             if spec.get(f"{role}_sha256"):
                 found.append((f"{path.name} {role}", spec[f"{role}_sha256"], f"{spec[role]}.safetensors"))
     return found
+
+
+def _kept_vse(folder: Path, pin: str) -> str | None:
+    """The kept earlier release of vse (``previous/``, never restamped: indexes pin its file sha256) whose
+    content ``pin`` names, as a path under ``folder``; None when the pin names no kept file."""
+    for path in sorted((folder / "previous").glob("vse-*.safetensors")):
+        if fingerprint_matches(path, pin):
+            return f"previous/{path.name}"
+    return None
 
 
 def stamp(folder: Path, dry_run: bool = False) -> list[dict[str, Any]]:

@@ -154,10 +154,12 @@ def test_an_index_of_the_previous_vse_keeps_working_and_names_the_rebuild(mine, 
     assert cli("index", "update", index).exit_code == 0  # an update embeds with the kept file too
     hint = the_hint(after)
     assert hint == f"vsekit index build '{photos}' --out {index} --rebuild"
+    assert the_hint(cli("index", "info", index)) == hint  # info names the release and the move too
     done = run_hint(hint)
     assert done.exit_code == 0 and "rebuilt with vse" in done.output, done.output
     moved, answer = search("moved")
     assert "vsekit 0.1.9" not in moved.stderr and answer != before  # the new vse's space now
+    assert "model_release" not in cli("index", "info", index).output
 
 
 def test_a_changed_model_file_names_the_rebuild_with_that_file(built, tmp_path):

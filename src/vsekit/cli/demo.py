@@ -72,7 +72,7 @@ def demo(
     title = f"ranking the whole sample ({len(ids)} photos x {n_captions} captions)"
     console.print(metrics_table(title, space.evaluate("flickr")))
     _show_photo_search(folder, vse, top)
-    _show_generated(corpus, ids, by_image, vse, device, n_images * 2)
+    _show_generated(corpus, ids, by_image, model, device, n_images * 2)
 
 
 def _show_photo_search(folder: Path, vse, top: int) -> None:  # noqa: ANN001
@@ -114,8 +114,11 @@ def _table(title: str, *columns: tuple[str, int | None]) -> Table:
     return table
 
 
-def _show_generated(corpus, ids: list[str], by_image: dict, vse, device: str, count: int) -> None:  # noqa: ANN001
-    """The shipped captioner describing sample photos, beside a human caption of each."""
+def _show_generated(  # noqa: ANN001
+    corpus, ids: list[str], by_image: dict, model: str | None, device: str, count: int
+) -> None:
+    """The shipped captioner describing sample photos, beside a human caption of each; reranked by the
+    demo's ``--model`` when one is given, else by the joint model its rerank weights were tuned with."""
     from vsekit.captioning.generator import CaptionGenerator
     from vsekit.resources import pretrained_path
 
@@ -124,7 +127,7 @@ def _show_generated(corpus, ids: list[str], by_image: dict, vse, device: str, co
         return
     shown = ids[:: max(1, len(ids) // max(1, count))][:count]
     with user_errors():
-        generator = CaptionGenerator("mrnn", joint_model=vse.path, device=device)
+        generator = CaptionGenerator("mrnn", joint_model=model, device=device)
         generated = generator.describe_corpus(corpus, shown)
     table = Table(
         title="captions by the shipped captioner (m-RNN LSTM, beam search + joint-embedding rerank)",

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from vsekit.errors import VsekitError, command, printable
+from vsekit.resources import previous_model
 from vsekit.retrieval.build import Builder, BuildReport, ChunkResult, ChunkRunner, compact, embed_chunk
 from vsekit.retrieval.joint_model import (
     calibration_sentences,
@@ -49,7 +50,15 @@ from vsekit.retrieval.query import SearchHit, Searching
 from vsekit.retrieval.relocate import Relocation, moved_hint, relocate
 from vsekit.retrieval.search import resolve_engine
 from vsekit.retrieval.segments import LivePaths, LiveVectors, Segment, Snapshot, open_snapshot
-from vsekit.retrieval.store import DB, LEGACY_MANIFEST, SEGMENTS, check_out_dir, reader, writer_lock
+from vsekit.retrieval.store import (
+    DB,
+    LEGACY_MANIFEST,
+    SEGMENTS,
+    build_command,
+    check_out_dir,
+    reader,
+    writer_lock,
+)
 from vsekit.retrieval.store.schema import open_probe
 from vsekit.retrieval.text_engine import TextTower, prepare_tower
 
@@ -313,6 +322,7 @@ class Index(Searching):
             "failed": failed,
             "model": m["model"]["name"],
             "model_sha256": m["model"]["sha256"],
+            **_kept_release(m["model"], self.path, m["photos"]),
             "embed_dim": m["model"]["embed_dim"],
             "dtype": m["dtype"],
             "engine": resolve_engine(m["engine"], len(self), int(m["model"]["embed_dim"])),
@@ -504,3 +514,13 @@ def _segment_file(view: Snapshot, segment: Segment) -> str:
     if not view.generation:
         return (read_manifest(view.out) or {}).get("embeddings", "")
     return f"{SEGMENTS}/{segment.n}.npy"
+
+
+def _kept_release(model: dict[str, Any], out: Path, photos: str) -> dict[str, str]:
+    """``{"model_release": ...}`` for an index of a shipped model's earlier release that vsekit keeps
+    (:func:`vsekit.resources.previous_model`): which release, and the command that moves the index."""
+    kept = previous_model(str(model["name"]), str(model["sha256"]))
+    if kept is None:
+        return {}
+    rebuild = build_command(out, photos, str(model["name"]), "--rebuild")
+    return {"model_release": f"{model['name']} of vsekit {kept['release']} (kept; {rebuild} moves it)"}
