@@ -124,6 +124,20 @@ def test_thumbnails_by_id_only(client, index):
     assert max(Image.open(io.BytesIO(response.content)).size) <= 256
 
 
+def _same_answer(got: object, want: object) -> bool:
+    """``got`` is ``want``, its floats within 1e-5: a concurrent request may embed its sentence on a thread
+    whose PyTorch reductions split differently (one torch thread in the caller, more in a worker), moving
+    a score by 1e-7, which can flip its sixth decimal. Everything else (photos, order, routes, labels,
+    flags) must be the same."""
+    if isinstance(want, float) and isinstance(got, float):
+        return abs(got - want) <= 1e-5
+    if isinstance(want, dict) and isinstance(got, dict):
+        return got.keys() == want.keys() and all(_same_answer(got[k], want[k]) for k in want)
+    if isinstance(want, list) and isinstance(got, list):
+        return len(got) == len(want) and all(_same_answer(g, w) for g, w in zip(got, want, strict=True))
+    return got == want
+
+
 def test_concurrent_requests_agree_with_sequential_ones(client):
     queries = [
         f"a {w} on the grass" for w in ("dog", "man", "child", "bike", "ball", "cat", "girl", "boy")
@@ -131,4 +145,5 @@ def test_concurrent_requests_agree_with_sequential_ones(client):
     expected = {q: client.get("/api/search", params={"q": q, "k": 3}).json() for q in set(queries)}
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda q: client.get("/api/search", params={"q": q, "k": 3}).json(), queries))
-    assert answers == [expected[q] for q in queries]
+    for query, answer in zip(queries, answers, strict=True):
+        assert _same_answer(answer, expected[query]), (query, answer, expected[query])
