@@ -20,8 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vsekit.fileio import content_fingerprint, file_sha256
+from vsekit.fileio import content_fingerprint, file_sha256, fingerprint_matches
 from vsekit.resources import PRETRAINED as SHIPPED
+from vsekit.resources import previous_models
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -647,13 +648,11 @@ def _rerank_joint(pin: str) -> tuple[str, Path]:
     """Which joint model the captioner reranks with (its pin): the shipped `vse`, or the earlier release
     kept in pretrained/previous/ whose file the pin names (the captioner then loads that one)."""
     vse = PRETRAINED / "vse.safetensors"
-    if pin in (file_sha256(vse), content_fingerprint(vse)):
+    if fingerprint_matches(vse, pin):
         return "`vse`", vse
-    kept = json.loads((PRETRAINED / "previous" / "previous.json").read_text(encoding="utf-8"))["models"]
-    for entry in kept:
-        path = PRETRAINED / "previous" / entry["file"]
-        if entry["name"] == "vse" and pin in (file_sha256(path), content_fingerprint(path)):
-            return f"`vse` {entry['release']} (kept)", path
+    for entry in previous_models():
+        if entry["name"] == "vse" and fingerprint_matches(entry["path"], pin):
+            return f"`vse` {entry['release']} (kept)", entry["path"]
     raise SystemExit(f"model_cards.py: the captioner's rerank pins {pin[:12]}, which no vse file here has")
 
 

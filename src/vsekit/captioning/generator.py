@@ -180,32 +180,21 @@ class CaptionGenerator:
         self.image, self.fne = dict(self.joint.image_spec), self.joint.fne
 
     def _load_joint(self) -> None:
-        self.joint = VSEModel.load(self._joint_name or self._tuned_joint(), device=self.device)
-        if self.rerank is not None and self.rerank.joint_model_sha256:
-            assert self.joint.path is not None  # VSEModel.load keeps the file's path
-            if not fingerprint_matches(self.joint.path, self.rerank.joint_model_sha256):
-                warnings.warn(
-                    f"the captioner's rerank weights were tuned with another joint model than "
-                    f"{self.joint.path}; captions may be reranked suboptimally",
-                    stacklevel=3,
-                )
-
-    def _tuned_joint(self) -> Path | None:
-        """The joint model that reranks by default: the shipped ``vse``, unless the rerank weights were
-        chosen with an earlier release of it that this install keeps (``pretrained/previous/``): the
-        validation slice chose that one to rerank with (docs/captioning.md), so it is the one used."""
         pin = self.rerank.joint_model_sha256 if self.rerank is not None else ""
-        if not pin or fingerprint_matches(resolve_model_path(None, "vse"), pin):
-            return None
-        for entry in previous_models():
-            if entry["name"] == "vse" and fingerprint_matches(entry["path"], pin):
-                logger.info(
-                    "the rerank uses %s (vse of vsekit %s), its weights' model",
-                    entry["path"],
-                    entry["release"],
-                )
-                return Path(entry["path"])
-        return None
+        name, tuned_with = self._joint_name, None
+        if name is None and pin:  # the file the rerank weights were tuned with, when this install has it
+            name = _pinned_vse(pin)
+            tuned_with = name is not None
+        self.joint = VSEModel.load(name, device=self.device)
+        if pin and tuned_with is None:  # a joint model named by the caller: is it the one tuned with?
+            assert self.joint.path is not None  # VSEModel.load keeps the file's path
+            tuned_with = fingerprint_matches(self.joint.path, pin)
+        if pin and not tuned_with:
+            warnings.warn(
+                f"the captioner's rerank weights were tuned with another joint model than "
+                f"{self.joint.path}; captions may be reranked suboptimally",
+                stacklevel=3,
+            )
 
     def fit_nn(self, corpus: Corpus, split: str = "train", cache_root: Path | None = None) -> None:
         """nn method: index the captioned images of ``split`` of ``corpus`` (features through the cache)."""
@@ -463,3 +452,19 @@ class CaptionGenerator:
     def _need_fitted(self) -> None:
         if self.captioner is None:
             raise VsekitError("the nearest-neighbour method needs training images: call fit_nn(corpus) first")
+
+
+def _pinned_vse(pin: str) -> Path | None:
+    """The ``vse`` file whose content ``pin`` names: the shipped one, or an earlier release this install
+    keeps (``pretrained/previous/``; the validation slice may choose an earlier ``vse`` to rerank with,
+    docs/captioning.md); None when neither is."""
+    shipped = resolve_model_path(None, "vse")
+    if fingerprint_matches(shipped, pin):
+        return shipped
+    for entry in previous_models():
+        if entry["name"] == "vse" and fingerprint_matches(entry["path"], pin):
+            logger.info(
+                "the rerank uses %s (vse of vsekit %s), its weights' model", entry["path"], entry["release"]
+            )
+            return Path(entry["path"])
+    return None

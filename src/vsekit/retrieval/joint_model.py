@@ -96,29 +96,31 @@ def _shipped_name(path: Path) -> str | None:
 
 
 def load_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str | None = None) -> VSEModel:
-    """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`). A model
-    file whose sha256 changed since the build (a newer shipped ``vse``, say) is refused, with the command
-    that re-embeds the index's ``photos`` with it (the same model name, its new file); unless this
-    vsekit keeps the file the index was built with (an earlier release's, :func:`_previous_release`)."""
-    model, name = load_model(recorded["name"], "auto")
-    found = model_identity(model, name)["sha256"]
-    if found != recorded["sha256"] and (previous := _previous_release(index_dir, recorded, photos)):
-        return load_model(previous, "auto")[0]
-    _same_file(index_dir, recorded, found, photos)
-    return model
+    """The model an index in ``index_dir`` recorded (``recorded``: its :func:`model_identity`), loaded once
+    from the file :func:`_recorded_file` says is the index's (refused as it refuses)."""
+    return load_model(_recorded_file(index_dir, recorded, photos), "auto")[0]
 
 
 def check_recorded_model(index_dir: Path, recorded: dict[str, Any], photos: str | None = None) -> None:
     """Refuse, as :func:`load_recorded_model` would, a model file whose sha256 changed since the build,
     from the file's bytes alone (no model loads, no torch): what an update checks before it knows whether
     a photo needs the model. A missing file is refused as loading it would be."""
+    _recorded_file(index_dir, recorded, photos)
+
+
+def _recorded_file(index_dir: Path, recorded: dict[str, Any], photos: str | None) -> Path:
+    """The model file of the index: the file its name resolves to, when it still has the sha256 the index
+    recorded; else the kept file of that model's earlier release that has it (:func:`_previous_release`).
+    A missing file, or one whose sha256 changed and is not kept, is refused, with the command that
+    re-embeds the index's ``photos`` with the new file."""
     path = resolve_model_path(recorded["name"], "vse")
     if not path.is_file():
         raise VsekitError(f"{path}: model file not found (the model of the index {index_dir})")
     found = sha256_once(path, _model_record(path))
-    if found != recorded["sha256"] and _previous_release(index_dir, recorded, photos):
-        return
+    if found != recorded["sha256"] and (previous := _previous_release(index_dir, recorded, photos)):
+        return previous
     _same_file(index_dir, recorded, found, photos)
+    return path
 
 
 def _model_record(path: Path) -> Path:
