@@ -417,8 +417,9 @@ def _guard_attachment() -> dict[str, Any]:
         "short": "concept guard table",
         "what": "evidence of each object word from the CNN's ImageNet classes (WordNet 3.0 hyponymy plus how "
         "often Flickr8K train captions outside val1000 name the word for photos seen as the class) and the "
-        "familiarity reference (those 5,000 photos in a 128-d basis): the guard decodes only photos unlike "
-        "them; `vsekit caption --no-guard` turns it off",
+        "familiarity reference (those 5,000 photos in a 128-d basis) and the classes none of them is surely "
+        "seen as: the guard decodes only photos unlike them or sure of such a class; `vsekit caption "
+        "--no-guard` turns it off",
         "made_with": "ship/ship_caption_guard.py",
         "pins": {"captioner": pinned},
         "pin_matches": pinned == content_fingerprint(PRETRAINED / "captioner.safetensors"),

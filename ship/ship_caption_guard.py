@@ -20,7 +20,9 @@ What :mod:`vsekit.captioning.guard` needs, computed once from data it cannot hav
   first, at most ``NAME_DEPTH`` up) that the captioner itself says (a Flickr8K word: "tabby" -> "cat",
   "goldfish" -> "fish"), else its own first lemma ("pliers");
 * **the familiarity reference**: the same photos' features in a 128-d basis (:class:`Familiarity`), so the
-  guard can leave photos like the captioner's training photos alone.
+  guard can leave photos like the captioner's training photos alone;
+* **the novel classes**: those that are the sure top class (p >= ``SEEN``) of none of these photos, so the
+  guard can tell a photo the classifier is sure shows something Flickr8K never does.
 """
 
 from __future__ import annotations
@@ -165,6 +167,12 @@ def typical_evidence(photo_evidence: np.ndarray, mentions: np.ndarray) -> np.nda
     )
 
 
+def novel_classes(probs: np.ndarray) -> np.ndarray:
+    """``[classes]`` bool: the classes that are no photo's top class with probability >= ``SEEN``."""
+    top = probs.argmax(axis=1)[probs.max(axis=1) >= SEEN]
+    return np.bincount(top, minlength=probs.shape[1]) == 0
+
+
 def class_names(synsets: dict, table, say: set[str]) -> list[str]:
     """Each class's name in a caption: the nearest hypernym (at most ``NAME_DEPTH`` up) that the captioner
     says and that covers at least ``BASIC_CLASSES`` classes, i.e. the basic-level word of a fine-grained
@@ -224,8 +232,10 @@ def main() -> None:
             threads=1, photos=len(ids), prior_photos=PRIOR_PHOTOS, seen=SEEN, min_count=MIN_COUNT
         ),
     }
-    path = save_guard_table(args.out, evidence, meta, typical, Familiarity.fit(feats))
-    print(f"{path}: {len(words)} object words; {json.dumps(meta['class_names'][:20])}")
+    novel = novel_classes(probs)
+    path = save_guard_table(args.out, evidence, meta, typical, Familiarity.fit(feats), novel)
+    names = json.dumps(meta["class_names"][:20])
+    print(f"{path}: {len(words)} object words, {int(novel.sum())} novel classes; {names}")
 
 
 if __name__ == "__main__":

@@ -154,6 +154,48 @@ def test_only_unfamiliar_photos_are_guarded_and_the_reference_round_trips(tmp_pa
     assert loaded.unfamiliar(np.vstack([train[:2], strange])).tolist() == [False, False, True]
 
 
+def test_a_familiar_photo_sure_of_a_novel_class_is_guarded_and_the_flags_round_trip(tmp_path) -> None:
+    """novel_at: a photo like the training photos is still guarded when its classifier puts that much of
+    its probability on classes no training photo shows (here "cat")."""
+    rng = np.random.default_rng(3)
+    train = np.abs(rng.standard_normal((30, 4))) + np.array([5.0, 0, 0, 0])
+    photos = train[:3]
+    probs = np.array([[0.9, 0.1], [0.4, 0.6], [0.0, 1.0]], dtype=np.float32)  # p(dog), p(cat)
+    meta = {"words": ["dog", "cat"], "class_names": ["dog", "cat"], "backbone": "tiny"}
+    path = save_guard_table(
+        tmp_path / "g.safetensors",
+        np.eye(2, dtype=np.float32),
+        meta,
+        familiarity=Familiarity.fit(train, 3, 5),
+        novel=np.array([False, True]),
+    )
+    g = load_guard(VOCAB, "tiny", path, GuardSettings(familiar_at=0.9, novel_at=0.5))
+    assert g.novel.tolist() == [False, True]
+    assert g.novelty(probs) == pytest.approx([0.1, 0.6, 1.0])
+    assert g.unfamiliar(photos).tolist() == [False, False, False]  # without probabilities: familiarity only
+    assert g.unfamiliar(photos, probs).tolist() == [False, True, True]
+    g.settings = GuardSettings(familiar_at=0.9, novel_at=2.0)  # above 1: never
+    assert g.unfamiliar(photos, probs).tolist() == [False, False, False]
+    old = save_guard_table(tmp_path / "old.safetensors", np.eye(2, dtype=np.float32), meta)
+    assert not load_guard(VOCAB, "tiny", old).novel.any()  # a table from before the flags: no novel class
+    with pytest.raises(VsekitError, match="novel flags"):
+        ConceptGuard(["dog"], np.ones((2, 1)), ["dog", "cat"], VOCAB, novel=np.array([True]))
+
+
+def test_a_guarded_caption_must_name_an_object_its_evidence_supports() -> None:
+    """grounded: "a dog sits" (dog supported) stays; "a sits" (names nothing) and "a cat sits" (cat
+    unsupported) go; words the guard does not watch ("sits") neither ground nor bar a caption."""
+    from vsekit.captioning.decode import Caption
+
+    settings = GuardSettings(floor=1.0)
+    g = ConceptGuard(["dog", "cat"], np.eye(2, dtype=np.float32), ["dog", "cat"], VOCAB, settings)
+    bias = g.word_bias(np.array([[1.0, 0.0]], dtype=np.float32))[0]  # sure of a dog
+    assert bias[DOG] == 0 and bias[CAT] < -1
+    caps = [Caption((A, DOG, SITS), -1.0), Caption((A, SITS), -1.0), Caption((A, CAT, SITS), -1.0)]
+    assert g.grounded(caps, bias) == [caps[0]]
+    assert g.grounded(caps[1:], bias) == []
+
+
 def test_the_shipped_captioner_captions_familiar_photos_as_without_the_guard() -> None:
     """The guard decodes only the photos its familiarity marks; the others get the plain beam's caption."""
     from vsekit.captioning.generator import CaptionGenerator
@@ -170,7 +212,7 @@ def test_the_shipped_captioner_captions_familiar_photos_as_without_the_guard() -
     everywhere = guarded.describe_features(feats)
     middle = float(np.median(guarded.guard.familiarity.scores(feats)))
     guarded.guard.settings = GuardSettings(familiar_at=middle)
-    mask = guarded.guard.unfamiliar(feats)
+    mask = guarded.guard.unfamiliar(feats, guarded.classifier.probabilities(feats))
     mixed, unguarded = guarded.describe_features(feats), plain.describe_features(feats)
     assert 0 < mask.sum() < len(feats)
     assert everywhere != unguarded  # the guard changes some caption, so the mix is a real test

@@ -339,8 +339,8 @@ class CaptionGenerator:
     ) -> list[list[str]]:
         """The concept guard for the photos unlike the captioner's training photos, the plain beam for the
         rest (:mod:`vsekit.captioning.guard`, "When")."""
-        assert self.guard is not None
-        unfamiliar = self.guard.unfamiliar(features)
+        assert self.guard is not None and self.classifier is not None  # set together
+        unfamiliar = self.guard.unfamiliar(features, self.classifier.probabilities(features))
         out: list[list[str]] = [[] for _ in range(len(features))]
         for mask, decode in ((unfamiliar, self._beam_guarded), (~unfamiliar, self._beam_plain)):
             rows = np.flatnonzero(mask)
@@ -397,7 +397,8 @@ class CaptionGenerator:
         bias = guard.word_bias(probs)
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = [
-            guard.fluent(caps) for caps in self.captioner.decode(features, word_bias=bias, **kwargs)
+            guard.grounded(guard.fluent(caps), bias[i])
+            for i, caps in enumerate(self.captioner.decode(features, word_bias=bias, **kwargs))
         ]
         plain: dict[int, str] = {}
         forced: dict[int, list[int]] = {}
