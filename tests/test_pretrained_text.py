@@ -6,6 +6,7 @@ import importlib
 import importlib.util
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -130,3 +131,33 @@ def test_rejects_bad_arguments():
         MiniLMEncoder(output_dim=8, head="lstm")
     with pytest.raises(ValueError, match="finetune_last"):
         MiniLMEncoder(output_dim=8, finetune_last=7)
+
+
+@needs_minilm
+def test_the_concept_routes_sentences_share_a_tuned_encoders_frozen_pass(monkeypatch):
+    """SentenceVectors over an encoder whose top layer was tuned: the pretrained MiniLM's sentence vectors
+    (not the tuned layer's), from the tuned encoder's own frozen pass and cache (one bottom pass a query)."""
+    from vsekit.retrieval.concepts import SentenceVectors
+
+    encoded: list[str] = []  # every text any MiniLM runs its frozen transformer on
+    original = MiniLMEncoder._encode
+    monkeypatch.setattr(
+        MiniLMEncoder, "_encode", lambda self, texts: encoded.extend(texts) or original(self, texts)
+    )
+
+    torch.manual_seed(0)
+    tuned = MiniLMEncoder(output_dim=16, head="linear", finetune_last=1).eval()
+    with torch.no_grad():  # as if trained
+        for p in tuned.layers.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    frozen = MiniLMEncoder(output_dim=1, head="linear").eval()
+    expected = frozen.prepare(TEXTS)["sentence"].numpy()
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    encoded.clear()
+    tuned.prepare(TEXTS)  # the joint route's pass
+    vectors = SentenceVectors(tuned)(TEXTS)
+    np.testing.assert_allclose(vectors, expected, atol=1e-5)
+    assert sorted(encoded) == sorted(TEXTS)  # one frozen pass served both routes
+    own = tuned.sentences(TEXTS).numpy()
+    own /= np.linalg.norm(own, axis=1, keepdims=True)
+    assert np.abs(own - expected).max() > 1e-2  # the tuned layer's sentences are other ones

@@ -54,12 +54,14 @@ logger = logging.getLogger(__name__)
 
 
 class SentenceVectors:
-    """Unit sentence vectors of the frozen all-MiniLM-L6-v2 (mean-pooled): the vse's own text side when its
-    encoder is a frozen MiniLM (so a query is encoded once for both routes), run by PyTorch or as the ONNX
-    graph of :mod:`vsekit.retrieval.text_engine`; else a MiniLM of its own."""
+    """Unit sentence vectors of the pretrained all-MiniLM-L6-v2 (mean-pooled), computed with the vse's own
+    text side so that a query's MiniLM runs once for both routes: as the ONNX graph of
+    :mod:`vsekit.retrieval.text_engine`, or in PyTorch from the vse's encoder (a frozen one as it is; one
+    whose top layers were tuned lends its frozen bottom and its cache to pretrained copies of those layers);
+    else a MiniLM of its own."""
 
     def __init__(self, encoder: object | None = None) -> None:
-        self._known: dict[str, np.ndarray] = {}  # precomputed texts (the class table), the graph's path
+        self._known: dict[str, np.ndarray] = {}  # precomputed texts (the class table)
         if isinstance(encoder, TextTower):
             self._tower: TextTower | None = encoder
             return
@@ -67,30 +69,34 @@ class SentenceVectors:
 
         self._tower = None
         self.encoder: MiniLMEncoder
-        if not isinstance(encoder, MiniLMEncoder) or encoder.finetune_last:
+        if isinstance(encoder, MiniLMEncoder) and encoder.finetune_last:
+            pretrained = MiniLMEncoder(output_dim=1, head="linear", finetune_last=encoder.finetune_last)
+            pretrained.share_frozen(encoder)
+            encoder = pretrained.eval()
+        elif not isinstance(encoder, MiniLMEncoder):
             encoder = MiniLMEncoder(output_dim=1, head="linear")
         self.encoder = encoder
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        if self._tower is None:
-            vectors = self.encoder.prepare(texts)["sentence"].numpy().astype(np.float32)
-        elif all(t in self._known for t in texts):
+        if all(t in self._known for t in texts):
             vectors = np.stack([self._known[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
         else:
-            vectors = self._tower.sentences(texts)
+            vectors = self._encode(texts)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        if self._tower is not None:
+            return self._tower.sentences(texts)
+        return self.encoder.sentences(texts).numpy().astype(np.float32)
 
     def precompute(self, texts: Sequence[str]) -> None:
         """Read (or encode once per machine and keep on disk) the vectors of ``texts``; the graph reads
         what PyTorch wrote (it was checked against it: :mod:`vsekit.retrieval.text_engine`)."""
-        if self._tower is None:
-            self.encoder.precompute(texts)
-            return
         from vsekit.text.sentence_cache import cached_sentence_vectors
 
-        tower = self._tower
-        self._known.update(cached_sentence_vectors(texts, tower.sentences, tower.sentence_identity))
+        identity = self.encoder.identity() if self._tower is None else self._tower.sentence_identity
+        self._known.update(cached_sentence_vectors(texts, self._encode, identity))
 
 
 def concept_scores(similarity: np.ndarray, ids: np.ndarray, probs: np.ndarray) -> np.ndarray:

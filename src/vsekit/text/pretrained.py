@@ -268,6 +268,17 @@ class MiniLMEncoder(TextEncoder):
             out = out + self.skip(sentence)
         return out
 
+    @torch.inference_mode()
+    def sentences(self, texts: Sequence[str]) -> torch.Tensor:
+        """``[B, 384]`` float32 mean-pooled sentence vectors of the transformer as this encoder holds it
+        (its frozen bottom, then its top layers), before the head: for an encoder fresh from the package,
+        the pretrained MiniLM's sentence space whatever ``finetune_last`` is."""
+        prepared = self.prepare(texts)
+        if not self.finetune_last:
+            return prepared["sentence"]
+        states, mask = prepared["states"], prepared["mask"]
+        return mean_pool(self._run_top(states, mask), mask).float()
+
     # -- nn.Module plumbing for the hidden frozen part ----------------------------------------------
 
     def _apply(self, fn, recurse: bool = True):  # noqa: ANN001 - nn.Module's own signature
