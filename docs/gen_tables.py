@@ -1292,8 +1292,9 @@ def t_concepts_cost() -> str:
          f"{100 * build['slowdown']:+.1f}%"],
     ]  # fmt: skip
     note = (
-        f"search: synthetic vectors and classes, {search['queries']} distinct sentences, the sentence "
-        "encoder's pass taken out of both; build: best of the runs, the classes switched off as in a build "
+        f"search: synthetic vectors and classes, {search['queries']} distinct sentences, the joint side's "
+        "MiniLM pass taken out of both (the pretrained top layer the concept route runs over it, for a "
+        "`vse` whose top layer was tuned, is in its cost); build: best of the runs, the classes switched off as in a build "
         "before the concept route; `python bench/bench_concepts.py`"
     )
     return (
