@@ -147,6 +147,33 @@ def test_a_cold_search_imports_no_torch_and_answers_as_pytorch(photo_index, tmp_
     assert done.stdout.split() == expected
 
 
+def test_a_warm_index_answers_sentences_through_the_graph_once_it_is_there(
+    photo_index, tmp_path, monkeypatch
+):
+    """With its model loaded (a server, a photo query), an index still embeds sentences with the cached
+    graph, a third of PyTorch's time; without one it uses the model and tries no export per query."""
+    from vsekit.retrieval import index as index_module
+
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    index = photo_index("warm", 8)
+    _ = index.model  # loaded first, as the server's warm-up and a photo query do
+    exports: list[str] = []
+    failing = lambda model, sha, cache_root=None: exports.append(sha)  # noqa: E731 - an export that fails
+    monkeypatch.setattr(index_module, "prepare_tower", failing)
+    assert index.text_side() is index.model  # no graph on this machine
+    assert index.text_side() is index.model and exports == []  # and no export tried per query
+    monkeypatch.undo()
+    monkeypatch.setenv("VSEKIT_CACHE", str(tmp_path / "cache"))
+    assert index.prepare_text_graph()  # the server's warm-up makes it
+    side = index.text_side()
+    assert isinstance(side, TextTower)
+    np.testing.assert_allclose(
+        index.embed_texts(["a dog runs on the grass"]),
+        index.model.embed_texts(["a dog runs on the grass"]),
+        atol=1e-5,
+    )
+
+
 def test_explain_default_beta_is_the_aligners():
     from vsekit.alignment.align import DEFAULT_BETA
 

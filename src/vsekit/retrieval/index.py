@@ -402,32 +402,37 @@ class Index(Searching):
             return self._model
 
     def text_side(self) -> TextTower | VSEModel:
-        """What turns sentences into query vectors (``.embed_texts(texts)``): the model when it is loaded,
-        else the ONNX graph of its text side cached on this machine (:mod:`vsekit.retrieval.text_engine`:
-        no torch, a cold search in about a second), else the model, loaded now (and its graph exported,
-        so that the next process finds it)."""
+        """What turns sentences into query vectors (``.embed_texts(texts)``): the ONNX graph of the model's
+        text side cached on this machine (:mod:`vsekit.retrieval.text_engine`: no torch, a cold search in
+        about a second, and a third of PyTorch's time a sentence when warm), else the model (loaded now if
+        it is not, and its graph exported, so that the next search finds it)."""
         with self._lock:
-            if self._model is not None:
-                return self._model
             if self._tower is None:
                 recorded = self._view.settings["model"]
                 check_recorded_model(self.path, recorded, self._view.settings.get("photos") or None)
                 self._tower = TextTower.open(recorded["sha256"]) or False
             if isinstance(self._tower, TextTower):
                 return self._tower
+            if self._model is not None:  # no graph here, and none made when the model loaded for text
+                return self._model
         model = self.model
         self.prepare_text_graph()
         return model
 
     def prepare_text_graph(self) -> bool:
         """Export the model's text side for searches without torch (once per machine and model file; a
-        few seconds), if it can be (a frozen MiniLM text encoder); True when the graph is there."""
+        few seconds), if it can be (a MiniLM text encoder, frozen or with tuned top layers); True when the
+        graph is there."""
         sha256 = self._view.settings["model"]["sha256"]
         try:  # a graph already here: no model to load (a distributed build's driver has none loaded)
-            return TextTower.cached(sha256) or prepare_tower(self.model, sha256) is not None
+            ready = TextTower.cached(sha256) or prepare_tower(self.model, sha256) is not None
         except (VsekitError, OSError) as exc:  # the searches go on with PyTorch
             logger.warning("no ONNX graph of the text side (%s); searches load PyTorch", exc)
             return False
+        with self._lock:
+            if ready and self._tower is False:  # looked for before it was made: the next search opens it
+                self._tower = None
+        return ready
 
 
 def _write(

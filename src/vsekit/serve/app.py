@@ -716,13 +716,15 @@ def bind(host: str, port: int) -> Any:
 
 
 def warm_up(index: Index) -> None:
-    """Load what a search needs (the joint model, which a photo query needs and the sentences then go
-    through, the concept route's class vectors, the ANN structures) by answering one query, as a request
-    would. A failure is logged and left to the queries, which report it as before (a changed model file,
-    say: its rebuild hint is on the page)."""
+    """Load what a search needs (the joint model, which a photo query needs; the ONNX graph of its text
+    side, which the sentences go through, exported if this machine has none yet; the concept route's class
+    vectors; the ANN structures) by answering one query, as a request would. A failure is logged and left
+    to the queries, which report it as before (a changed model file, say: its rebuild hint is on the
+    page)."""
     started = time.perf_counter()
     try:
         _ = index.model
+        index.prepare_text_graph()
         index.answer("a photo", k=1)
     except VsekitError as exc:
         logger.warning("the models did not load before serving: %s", exc)
