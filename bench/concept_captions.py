@@ -3,7 +3,7 @@ guard, and with and without the repeat guard (issue 35 item 4).
 
     python bench/concept_captions.py                          # everyday + val1000, the settings below
     python bench/concept_captions.py --familiar 0.58 0.62     # the guard's familiarity threshold grid
-    python bench/concept_captions.py --pairs 0.6:0.6 0.58:0.6 # familiar_at:novel_at pairs
+    python bench/concept_captions.py --pairs 0.6:0.7 0.58:0.6 # familiar_at:novel_at pairs
     python bench/concept_captions.py --dev                    # and Flickr8K dev, read once for the report
 
 Writes bench/results/concept_captions.json. Three sets:

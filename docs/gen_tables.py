@@ -1211,7 +1211,7 @@ def t_concept_captions() -> str:
         "whose everyday captions invent least (CIDEr-D cost: against the repeat guard alone); broken: "
         "captions that lose their subject (a colour or size "
         "word straight before a verb, or three colour pairs: bench/concept_captions.py); "
-        "`python bench/concept_captions.py --pairs 0.6:0.6 0.58:0.6 0.6:0.8 0.62:0.7 --dev`"
+        "`python bench/concept_captions.py --pairs 0.6:0.7 0.6:0.6 0.58:0.6 0.59:0.7 0.61:0.6 --dev`"
     )
     out = table(header, rows) + "\n\n" + source("concept_captions.json", d["meta"], extra=note)
     if "dev" in d:
@@ -1294,8 +1294,8 @@ def t_concepts_cost() -> str:
     note = (
         f"search: synthetic vectors and classes, {search['queries']} distinct sentences, the joint side's "
         "MiniLM pass taken out of both (the pretrained top layer the concept route runs over it, for a "
-        "`vse` whose top layer was tuned, is in its cost); build: best of the runs, the classes switched off as in a build "
-        "before the concept route; `python bench/bench_concepts.py`"
+        "`vse` whose top layer was tuned, is in its cost); build: best of the runs, the classes switched "
+        "off as in a build before the concept route; `python bench/bench_concepts.py`"
     )
     return (
         table(["what", "joint space only", "with the concept route", "cost"], rows)

@@ -183,17 +183,21 @@ def test_a_familiar_photo_sure_of_a_novel_class_is_guarded_and_the_flags_round_t
 
 
 def test_a_guarded_caption_must_name_an_object_its_evidence_supports() -> None:
-    """grounded: "a dog sits" (dog supported) stays; "a sits" (names nothing) and "a cat sits" (cat
-    unsupported) go; words the guard does not watch ("sits") neither ground nor bar a caption."""
+    """grounded: "a dog sits" (a dog's evidence at its typical level) stays; "a sits" (names nothing) and
+    "a cat sits" (a cat's evidence below its typical) go; words the guard does not watch ("sits") neither
+    ground nor bar a caption. The bias never leaves "dog" free here (floor 4 x typical 0.5 > 1), so the
+    test is the evidence, not the bias."""
     from vsekit.captioning.decode import Caption
 
-    settings = GuardSettings(floor=1.0)
-    g = ConceptGuard(["dog", "cat"], np.eye(2, dtype=np.float32), ["dog", "cat"], VOCAB, settings)
-    bias = g.word_bias(np.array([[1.0, 0.0]], dtype=np.float32))[0]  # sure of a dog
-    assert bias[DOG] == 0 and bias[CAT] < -1
+    g = ConceptGuard(
+        ["dog", "cat"], np.eye(2, dtype=np.float32), ["dog", "cat"], VOCAB, typical=np.full(2, 0.5)
+    )
+    evidence = g.word_evidence(np.array([[0.6, 0.4]], dtype=np.float32))[0]
+    assert g.word_bias(np.array([[0.6, 0.4]], dtype=np.float32))[0][DOG] < 0
     caps = [Caption((A, DOG, SITS), -1.0), Caption((A, SITS), -1.0), Caption((A, CAT, SITS), -1.0)]
-    assert g.grounded(caps, bias) == [caps[0]]
-    assert g.grounded(caps[1:], bias) == []
+    assert g.grounded(caps, evidence) == [caps[0]]
+    assert g.grounded(caps[1:], evidence) == []
+    assert g.grounded(caps, np.array([0.5, 0.5])) == [caps[0], caps[2]]  # at the typical level: both
 
 
 def test_the_shipped_captioner_captions_familiar_photos_as_without_the_guard() -> None:

@@ -394,10 +394,10 @@ class CaptionGenerator:
         guard, classifier = self.guard, self.classifier
         assert guard is not None and classifier is not None  # set together when the guard is on
         probs = classifier.probabilities(features)
-        bias = guard.word_bias(probs)
+        bias, evidence = guard.word_bias(probs), guard.word_evidence(probs)
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = [
-            guard.grounded(guard.fluent(caps), bias[i])
+            guard.grounded(guard.fluent(caps), evidence[i])
             for i, caps in enumerate(self.captioner.decode(features, word_bias=bias, **kwargs))
         ]
         plain: dict[int, str] = {}

@@ -95,8 +95,8 @@ class GuardSettings:
     weight: float = 6.0
     floor: float = 4.0
     name_at: float = 0.3
-    familiar_at: float = 0.60
-    novel_at: float = 0.7
+    familiar_at: float = 0.59
+    novel_at: float = 0.6
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -250,13 +250,14 @@ class ConceptGuard:
                 out.append(c)
         return out
 
-    def grounded(self, captions: Sequence[Caption], bias: torch.Tensor) -> list[Caption]:
-        """The captions that name at least one watched object the evidence supports (its word costs nothing
-        under ``bias``, one image's row of :meth:`word_bias`): with its Flickr8K subjects barred, the
-        language model may write a caption about nothing ("a black and white is standing in front of a
-        sign"), which then fills the gap with scenery the photo may not have."""
-        free = set(self.word_ids[bias.numpy()[self.word_ids] > -1e-6].tolist())
-        return [c for c in captions if free.intersection(c.tokens)]
+    def grounded(self, captions: Sequence[Caption], evidence: np.ndarray) -> list[Caption]:
+        """The captions that name at least one watched object with evidence ``evidence`` (one image's row of
+        :meth:`word_evidence`) at least its typical evidence, as much as half the training photos that show
+        it: with its Flickr8K subjects barred, the language model may write a caption about nothing ("a
+        black and white is standing in front of a sign"), which then fills the gap with scenery the photo
+        may not have. (Not the words the bias leaves free: 50 words, "dog" among them, are never free.)"""
+        ids = set(self.word_ids[np.asarray(evidence) >= self.typical].tolist())
+        return [c for c in captions if ids.intersection(c.tokens)]
 
     @staticmethod
     def supported(captions: Sequence[Caption], bias: torch.Tensor, skip: int = 0) -> list[Caption]:
