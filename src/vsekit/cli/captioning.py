@@ -123,9 +123,9 @@ def caption(
     guard: bool = typer.Option(
         True,
         "--guard/--no-guard",
-        help="m-RNN beam: for photos unlike the captioner's training photos, check the caption's objects "
-        "against the CNN's ImageNet classes and name a class it is sure of (the concept guard: fewer "
-        "invented dogs and people on everyday photos).",
+        help="m-RNN beam: for photos unlike the captioner's training photos (or sure of a class they never "
+        "show), check the caption's objects against the CNN's ImageNet classes and name a class it is sure "
+        "of (the concept guard: fewer invented dogs and people on everyday photos).",
     ),
     joint_model: str | None = typer.Option(
         None, "--joint-model", help="Joint embedding for reranking and SC-NLM (name or file; default vse)."
