@@ -340,13 +340,18 @@ class CaptionGenerator:
         """The concept guard for the photos unlike the captioner's training photos, the plain beam for the
         rest (:mod:`vsekit.captioning.guard`, "When")."""
         assert self.guard is not None and self.classifier is not None  # set together
-        unfamiliar = self.guard.unfamiliar(features, self.classifier.probabilities(features))
+        probs = self.classifier.probabilities(features)  # the class probabilities, once per photo
+        unfamiliar = self.guard.unfamiliar(features, probs)
         out: list[list[str]] = [[] for _ in range(len(features))]
-        for mask, decode in ((unfamiliar, self._beam_guarded), (~unfamiliar, self._beam_plain)):
-            rows = np.flatnonzero(mask)
+        for rows, guarded in ((np.flatnonzero(unfamiliar), True), (np.flatnonzero(~unfamiliar), False)):
             if len(rows):
                 joint = None if joint_features is None else joint_features[rows]
-                for row, captions in zip(rows, decode(features[rows], n, joint), strict=True):
+                done = (
+                    self._beam_guarded(features[rows], probs[rows], n, joint)
+                    if guarded
+                    else self._beam_plain(features[rows], n, joint)
+                )
+                for row, captions in zip(rows, done, strict=True):
                     out[row] = captions
         return out
 
@@ -387,14 +392,15 @@ class CaptionGenerator:
         ]
 
     def _beam_guarded(
-        self, features: np.ndarray, n: int, joint_features: np.ndarray | None
+        self, features: np.ndarray, probs: np.ndarray, n: int, joint_features: np.ndarray | None
     ) -> list[list[str]]:
-        """Beam search under the concept guard (:mod:`vsekit.captioning.guard`, "the decoding policy"),
-        then the rerank, if any; captions that are only a name are not reranked."""
-        guard, classifier = self.guard, self.classifier
-        assert guard is not None and classifier is not None  # set together when the guard is on
-        probs = classifier.probabilities(features)
-        bias, evidence = guard.word_bias(probs), guard.word_evidence(probs)
+        """Beam search under the concept guard (:mod:`vsekit.captioning.guard`, "the decoding policy")
+        given the photos' class ``probs``, then the rerank, if any; captions that are only a name are not
+        reranked."""
+        guard = self.guard
+        assert guard is not None  # set with the classifier when the guard is on
+        evidence = guard.word_evidence(probs)
+        bias = guard.bias_of(evidence)
         kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
         candidates = [
             guard.grounded(guard.fluent(caps), evidence[i])

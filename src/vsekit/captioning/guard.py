@@ -214,8 +214,11 @@ class ConceptGuard:
     def word_bias(self, probabilities: np.ndarray) -> torch.Tensor:
         """``[n, V]`` additive log-probability bias: ``weight * log(min(1, e / (floor * typical)))`` on
         watched words, 0 elsewhere."""
+        return self.bias_of(self.word_evidence(probabilities))
+
+    def bias_of(self, e: np.ndarray) -> torch.Tensor:
+        """:meth:`word_bias` from the evidence ``e`` ``[n, W]`` already computed (:meth:`word_evidence`)."""
         s = self.settings
-        e = self.word_evidence(probabilities)
         cost = s.weight * np.log(np.clip(e / (s.floor * self.typical), 1e-6, 1.0))
         bias = np.zeros((len(e), len(self.vocab)), dtype=np.float32)
         bias[:, self.word_ids] = cost
