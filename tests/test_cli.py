@@ -50,6 +50,22 @@ def test_version_prints_the_version_and_each_shipped_models_content_sha256():
     assert done.stdout.splitlines()[-1] == "False"
 
 
+def test_the_command_line_starts_under_a_typer_without_the_help_hook_it_patches():
+    """Seen on a GPU machine whose typer lacks TyperOption.display_type_rich (the rich help's type column
+    that hide_flag_metavars patches): every command died with an AttributeError at import."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\nimport typer.core as core\n"
+        "for cls in core.TyperOption.__mro__:\n    cls.__dict__.get('display_type_rich') and "
+        "delattr(cls, 'display_type_rich')\n"
+        "from vsekit.cli import main\nsys.argv = ['vsekit', '--version']\nmain()"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.startswith("vsekit "), done.stderr[-600:]
+
+
 def test_help_lists_the_commands():
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0

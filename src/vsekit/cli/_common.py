@@ -100,12 +100,13 @@ def warn(message: str, label: str = "skipped") -> None:
 
 def hide_flag_metavars() -> None:
     """Show on/off flags as ``--fne``, not ``--fne <bool>`` (typer's rich help prints the type of every
-    option, which reads as if the flag took a value)."""
+    option, which reads as if the flag took a value). Cosmetic: a typer without that hook (its help is
+    drawn another way) is left as it is, never a reason for the command line not to start."""
     from typer.core import TyperOption
 
-    if getattr(TyperOption, "_vsekit_flags_hidden", False):
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(TyperOption, "_vsekit_flags_hidden", False):
         return
-    shown = TyperOption.display_type_rich
 
     def display_type_rich(self, ctx):  # noqa: ANN001, ANN202 - typer's hook
         return "" if self.is_flag else shown(self, ctx)
