@@ -1197,11 +1197,11 @@ def t_concept_captions() -> str:
         cost = f"{v['cider'] - unguarded:+.2f}" if run["guard"] else ""
         rows.append([label, pct(share["everyday"]), f2(e["chair_s"]), f2(e["chair_i"]),
                      pct(e["subject_named"]), e["person_words"], e["dog_words"], pct(e.get("broken")),
-                     pct(share["val1000"]), f1(v["bleu4"]), f1(v["cider"]), cost,
+                     pct(e.get("repeat_word")), pct(share["val1000"]), f1(v["bleu4"]), f1(v["cider"]), cost,
                      pct(v["repeat_trigram"])])  # fmt: skip
     header = ["captions", "everyday: guarded", "CHAIR_s", "CHAIR_i", "subject named", "person words",
-              "dog words", "broken", "val1000: guarded", "BLEU-4", "CIDEr-D", "CIDEr-D cost",
-              "repeat a trigram"]  # fmt: skip
+              "dog words", "broken", "repeat a word", "val1000: guarded", "BLEU-4", "CIDEr-D",
+              "CIDEr-D cost", "repeat a trigram"]  # fmt: skip
     e = d["after"]["everyday"]
     note = (
         f"validation sets only: everyday ({e['photos']} photos, not Flickr8K) and flickr8k-val1000 (1,000 "
@@ -1210,7 +1210,8 @@ def t_concept_captions() -> str:
         "that cost val1000 at most 1 CIDEr-D point against the captioner without the concept guard, the one "
         "whose everyday captions invent least (CIDEr-D cost: against the repeat guard alone); broken: "
         "captions that lose their subject (a colour or size "
-        "word straight before a verb, or three colour pairs: bench/concept_captions.py); "
+        "word straight before a verb, or three colour pairs: bench/concept_captions.py); repeat a word: "
+        "captions that say a content word twice; "
         "`python bench/concept_captions.py --pairs 0.6:0.7 0.6:0.6 0.58:0.6 0.59:0.7 0.61:0.6 --dev`"
     )
     out = table(header, rows) + "\n\n" + source("concept_captions.json", d["meta"], extra=note)
@@ -1229,6 +1230,41 @@ def t_concept_captions() -> str:
         ]
         out += "\n\n" + table(head, dev)
     return out
+
+
+def t_gpu_check() -> str:
+    d = load("gpu_check.json")
+    before, torch_f, auto_f = d["before_padding"], d["features_torch"], d["features_auto"]
+    cnn, first_before = d["torch_cnn"], d["before_padding"]["torch_cnn"]
+    firsts = lambda r: " / ".join(f"{r[k]:.0f}" for k in ("1", "3", "8"))  # noqa: E731
+    train = d["training"]
+    cap = d["captions"]
+    rows = [
+        ["image features, PyTorch engine, 100 photos: photos/s (first pass, before the padding)",
+         f1(before["features_torch"]["cpu_photos_per_s"]), f1(before["features_torch"]["cuda_photos_per_s"])],
+        ["the same, batches padded to 32 on CUDA (shipped): first pass / again",
+         f"{f1(torch_f['cpu_photos_per_s'])} / {f1(torch_f['cpu_photos_per_s_again'])}",
+         f"{f1(torch_f['cuda_photos_per_s'])} / {f1(torch_f['cuda_photos_per_s_again'])}"],
+        ["image features, `--engine auto` (ONNX Runtime): first pass / again",
+         f"{f1(auto_f['cpu_photos_per_s'])} / {f1(auto_f['cpu_photos_per_s_again'])}",
+         f"{f1(auto_f['cuda_photos_per_s'])} / {f1(auto_f['cuda_photos_per_s_again'])}"],
+        ["first batch of 1 / 3 / 8 photos after batches of 8, 32 and 4, ms (before the padding)",
+         firsts(first_before["cpu_first_batch_ms"]), firsts(first_before["cuda_first_batch_ms"])],
+        ["the same, ms (shipped)",
+         firsts(cnn["cpu_first_batch_ms"]), firsts(cnn["cuda_first_batch_ms"])],
+        ["largest difference of a feature, CPU against CUDA (largest value)",
+         "", f"{torch_f['max_abs_diff']:.4f} ({torch_f['max_abs_value']:.2f})"],
+        ["`vsekit caption` (concept guard, no rerank): captions equal to the CPU's", "",
+         f"{cap['same_captions']} of {cap['photos']}"],
+        ["`vsekit train` (bag-of-words `vse`, 1 epoch, then `--resume` to 2): loss, dev rsum",
+         f"{train['cpu']['train_last']['loss']:.4f}, {f1(train['cpu']['train_last']['dev']['rsum'])}",
+         f"{train['cuda']['train_last']['loss']:.4f}, {f1(train['cuda']['train_last']['dev']['rsum'])}"],
+        ["`vsekit train-captioner` (2 epochs): last training loss",
+         *(f"{train[device]['captioner_last']['train_loss']:.4f}" for device in ("cpu", "cuda"))],
+    ]  # fmt: skip
+    header = ["on the bundled sample", "CPU (16 cores)", f"CUDA ({d['cuda']})"]
+    note = f"torch {d['torch']}; {d['note']}; `python bench/gpu_check.py`"
+    return table(header, rows) + "\n\n" + source("gpu_check.json", d["meta"], extra=note)
 
 
 def t_duplicate_kinds() -> str:
@@ -2004,6 +2040,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "concept-regions": t_concept_regions,
     "concept-captions": t_concept_captions,
     "duplicate-kinds": t_duplicate_kinds,
+    "gpu-check": t_gpu_check,
     "cold-start": t_cold_start,
     "cold-search-1m": t_cold_search_1m,
     "text-finetune": t_text_finetune,

@@ -100,6 +100,24 @@ def test_onnxruntime_gives_the_features_of_pytorch(photos, kind):
     assert ort_cnn.onnx.check["max_abs_diff"] <= 1e-5 * ort_cnn.onnx.check["scale"] * 10
 
 
+@pytest.mark.parametrize("layers", ["one-layer", "grid"])
+def test_a_padded_batch_gives_each_photo_its_own_row(photos, layers):
+    """On CUDA the PyTorch engine pads a batch to a multiple of 32 (a new batch size costs cuDNN ~2 s,
+    bench/results/gpu_check.json); the same padding on CPU: the rows of the photos are the unpadded ones."""
+    spec = store_module._spec_for_layers("mobilenet_v2", layers, None)
+    cnn = extract_module._CNN(spec, CPU, "torch")
+    assert cnn.pad_to == 1  # CPU: no padding unless asked
+    _, crops, _ = extract_module._load_batch(
+        [(str(k), p) for k, p in enumerate(photos[:3])], spec.preprocessing
+    )
+    plain = cnn(crops)
+    cnn.pad_to = 4
+    padded = cnn(crops)
+    assert padded.shape == plain.shape == (3, cnn.dim)
+    assert within_one_step(plain, padded)
+    assert not within_one_step(plain, padded[::-1])  # the rows are the photos', in their order
+
+
 @needs_ort
 def test_export_is_cached_and_reexported_when_weights_or_opset_change(onnx_cache, tmp_path, monkeypatch):
     spec = FeatureSpec("mobilenet_v2")

@@ -57,6 +57,10 @@ _COMMIT_EVERY_S = 5.0
 
 #: Threads decoding and resizing photos ahead of the CNN (measured in bench/bench_extract.py).
 _DECODE_WORKERS = 2
+# On CUDA, PyTorch's first batch of each new size costs about 2 s (cuDNN builds a plan for each of the
+# CNN's convolutions; measured on an H100, bench/results/gpu_check.json) while a batch of 32 takes 40 ms:
+# batches are padded to a multiple of this, so a process sees one or two sizes, not one per photo count.
+_CUDA_BATCH_MULTIPLE = 32
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +101,7 @@ class _CNN:
         if self.full:
             self.dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
         self.model = prepare_for_inference(model) if self.onnx is None else None
+        self.pad_to = _CUDA_BATCH_MULTIPLE if self.device.type == "cuda" else 1
 
     @property
     def dim(self) -> int:
@@ -108,6 +113,14 @@ class _CNN:
         if self.onnx is not None:
             return self.onnx(pixels).astype(np.float16)
         assert self.model is not None  # built whenever there is no ONNX session
+        short = -len(pixels) % self.pad_to
+        if short:  # inference rows are independent (BatchNorm folded): the padding changes no row
+            blank = np.zeros((short, *pixels.shape[1:]), pixels.dtype)
+            return self._torch(np.concatenate([pixels, blank]))[: len(pixels)]
+        return self._torch(pixels)
+
+    def _torch(self, pixels: np.ndarray) -> np.ndarray:
+        assert self.model is not None
         # NHWC floats seen as NCHW: already the channels-last layout the network runs in, no copy.
         x = torch.from_numpy(self.preprocessing.normalise(pixels)).permute(0, 3, 1, 2)
         with torch.inference_mode():
