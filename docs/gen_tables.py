@@ -1212,7 +1212,7 @@ def t_concept_captions() -> str:
         "captions that lose their subject (a colour or size "
         "word straight before a verb, or three colour pairs: bench/concept_captions.py); repeat a word: "
         "captions that say a content word twice; "
-        "`python bench/concept_captions.py --pairs 0.6:0.7 0.6:0.6 0.58:0.6 0.59:0.7 0.61:0.6 --dev`"
+        "`python bench/concept_captions.py --pairs 0.6:0.7 0.59:0.6 0.58:0.6 0.59:0.7 0.61:0.6 --dev`"
     )
     out = table(header, rows) + "\n\n" + source("concept_captions.json", d["meta"], extra=note)
     if "dev" in d:

@@ -200,6 +200,22 @@ def test_a_guarded_caption_must_name_an_object_its_evidence_supports() -> None:
     assert g.grounded(caps, np.array([0.5, 0.5])) == [caps[0], caps[2]]  # at the typical level: both
 
 
+def test_a_guarded_caption_says_content_words_once_and_the_knobs_switch_the_checks_off() -> None:
+    """said_once: every word but function words and specials ("a", "an"; <end>) at most once; ``once``
+    and ``ground`` off give no mask and keep every caption."""
+    from vsekit.captioning.decode import Caption
+
+    g = ConceptGuard(["dog"], np.ones((1, 1), np.float32), ["dog"], VOCAB, typical=np.ones(1))
+    mask = g.said_once()
+    assert mask is not None and mask.tolist() == [False] * 4 + [w not in ("a", "an") for w in VOCAB.words[4:]]
+    quiet = ConceptGuard(["dog"], np.ones((1, 1)), ["dog"], VOCAB, GuardSettings(once=False))
+    assert quiet.said_once() is None
+    caps = [Caption((A, SITS), -1.0)]
+    assert g.grounded(caps, np.zeros(1)) == []
+    lax = ConceptGuard(["dog"], np.ones((1, 1)), ["dog"], VOCAB, GuardSettings(ground=False), np.ones(1))
+    assert lax.grounded(caps, np.zeros(1)) == caps
+
+
 def test_the_shipped_captioner_captions_familiar_photos_as_without_the_guard() -> None:
     """The guard decodes only the photos its familiarity marks; the others get the plain beam's caption."""
     from vsekit.captioning.generator import CaptionGenerator

@@ -189,6 +189,35 @@ def test_a_wide_beam_with_the_repeat_guard_finds_the_best_caption_without_repeat
         assert not any(repeats(c.tokens, n) for c in caps)
 
 
+def test_words_said_once_are_never_said_twice_by_hand_and_the_rest_may_be():
+    features = torch.zeros(1, 6)
+    once = torch.zeros(8, dtype=torch.bool)
+    once[5] = True  # w5 at most once; w4 free
+    # 4 5 4 5 ...: the second 5 is barred, so its slot takes the second best, w6 (then 4 again)
+    beam = beam_search(LoopModel(), features, beam_size=1, max_len=6, once=once)
+    assert beam[0][0].tokens == (4, 5, 4, 6, 4, 6)
+    forced = torch.tensor([[5]])
+    prefixed = beam_search(LoopModel(), features, beam_size=1, max_len=4, prefix=forced, once=once)
+    assert 5 not in prefixed[0][0].tokens[1:]  # the forced first word counts as said
+    with pytest.raises(VsekitError, match="once"):
+        beam_search(LoopModel(), features, once=torch.zeros(9, dtype=torch.bool))
+
+
+def test_a_wide_beam_with_words_said_once_finds_the_best_such_caption():
+    """Brute force: the argmax over every caption that says w5 and w6 at most once."""
+    model = tiny_model("lstm", vocab_size=7, seed=5)
+    features = torch.randn(2, 6) * 2
+    max_len = 4
+    every = [c for k in range(1, max_len + 1) for c in itertools.product([4, 5, 6], repeat=k)]
+    allowed = [list(c) for c in every if c.count(5) <= 1 and c.count(6) <= 1]
+    once = torch.tensor([False] * 5 + [True, True])
+    found = beam_search(model, features, beam_size=81, max_len=max_len, n_best=2, once=once)
+    for i, caps in enumerate(found):
+        scores = teacher_forced_log_prob(model, features[i : i + 1].expand(len(allowed), -1), allowed)
+        best = scores.argsort(descending=True)[:2].tolist()
+        assert [c.tokens for c in caps] == [tuple(allowed[j]) for j in best]
+
+
 def test_length_penalty_prefers_longer_captions():
     model = tiny_model("lstm", vocab_size=14, seed=1)
     features = torch.randn(16, 6)

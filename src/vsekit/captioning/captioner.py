@@ -85,11 +85,13 @@ class MRNNCaptioner:
         word_bias: torch.Tensor | None = None,
         prefix: torch.Tensor | None = None,
         no_repeat_ngram: int = 0,
+        once: torch.Tensor | None = None,
     ) -> list[list[Caption]]:
         """Decoded captions per image (``n_best`` for beam search, one otherwise), best first.
 
         Beam search only: ``word_bias`` ``[n, V]`` added to each step's log-probabilities, ``prefix``
-        ``[n, P]`` forced first words (:func:`vsekit.captioning.decode.beam_search`). Every decoding:
+        ``[n, P]`` forced first words, ``once`` ``[V]`` words said at most once
+        (:func:`vsekit.captioning.decode.beam_search`). Every decoding:
         ``no_repeat_ngram`` N > 0 bars a word that would repeat an N-word sequence of the caption."""
         if decoding not in DECODINGS:
             raise VsekitError(f"unknown decoding {decoding!r}; known: {', '.join(DECODINGS)}")
@@ -107,7 +109,7 @@ class MRNNCaptioner:
                 rows = slice(start, start + batch_size)
                 bias = None if word_bias is None else word_bias[rows]
                 forced = None if prefix is None else prefix[rows]
-                settings = (beam_size, max_len, length_penalty, n_best, bias, forced, no_repeat_ngram)
+                settings = (beam_size, max_len, length_penalty, n_best, bias, forced, no_repeat_ngram, once)
                 out.extend(beam_search(self.model, chunk, *settings))
             elif decoding == "greedy":
                 out.extend([c] for c in greedy(self.model, chunk, max_len, no_repeat_ngram))

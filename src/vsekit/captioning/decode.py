@@ -93,6 +93,15 @@ def _bar_repeats(logp: torch.Tensor, history: list[list[int]], n: int) -> torch.
     return logp
 
 
+def _bar_said(logp: torch.Tensor, history: torch.Tensor, once: torch.Tensor | None) -> torch.Tensor:
+    """``logp`` [rows, V] with -inf on every word of ``once`` [V] (bool) already in its row's ``history``
+    [rows, t]: words a caption may say only once; None leaves it alone."""
+    if once is None or history.shape[1] == 0:
+        return logp
+    said = torch.zeros(logp.shape, dtype=torch.bool).scatter_(1, history, True)
+    return logp.masked_fill(said & once.cpu(), _NEG_INF)
+
+
 def _check(features: torch.Tensor, max_len: int) -> None:
     if features.ndim != 2:
         raise VsekitError(f"decoding expects image features [n, D]; got shape {tuple(features.shape)}")
@@ -165,12 +174,14 @@ def beam_search(
     word_bias: torch.Tensor | None = None,
     prefix: torch.Tensor | None = None,
     no_repeat_ngram: int = 0,
+    once: torch.Tensor | None = None,
 ) -> list[list[Caption]]:
     """The ``n_best`` highest-scoring captions per image, best first (see the module docstring).
 
     ``word_bias`` ``[n, V]`` is added to every step's log-probabilities of image ``n`` (the concept guard,
     :mod:`vsekit.captioning.guard`), so scores include it; ``prefix`` ``[n, P]`` word ids every caption of
-    image ``n`` starts with (scored like the rest; P < ``max_len``)."""
+    image ``n`` starts with (scored like the rest; P < ``max_len``); ``once`` ``[V]`` (bool): words a
+    caption says at most once, the prefix included."""
     _check(features, max_len)
     if beam_size < 1:
         raise VsekitError(f"beam size must be at least 1, got {beam_size}")
@@ -183,6 +194,8 @@ def beam_search(
     )
     start, prefix_score, logp, state = _walk_prefix(model, logp, state, bias, prefix, max_len)
     vocab_size = logp.shape[1]
+    if once is not None and tuple(once.shape) != (vocab_size,):
+        raise VsekitError(f"once has shape {tuple(once.shape)}; the vocabulary has {vocab_size} words")
     # every image's k slots start as copies of the single (prefixed) hypothesis; only slot 0 is live.
     repeat = torch.arange(n, device=logp.device).repeat_interleave(k)
     logp, state = logp.index_select(0, repeat), model.reorder_state(state, repeat)
@@ -195,6 +208,7 @@ def beam_search(
     for t in range(start.shape[1], max_len + 1):
         step_logp = _constrain(logp, t, max_len).double().cpu() + slot_bias
         step_logp = _bar_repeats(step_logp, history.view(n * k, -1).tolist(), no_repeat_ngram)
+        step_logp = _bar_said(step_logp, history.view(n * k, -1), once)
         step_logp = step_logp.view(n, k, vocab_size)
         candidates = (live.unsqueeze(-1) + step_logp).view(n, k * vocab_size)
         top_scores, top_index = candidates.topk(k, dim=1)

@@ -401,7 +401,7 @@ class CaptionGenerator:
         assert guard is not None  # set with the classifier when the guard is on
         evidence = guard.word_evidence(probs)
         bias = guard.bias_of(evidence)
-        kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size}
+        kwargs = {**self._decode_kwargs(), "n_best": self.decode.beam_size, "once": guard.said_once()}
         candidates = [
             guard.grounded(guard.fluent(caps), evidence[i])
             for i, caps in enumerate(self.captioner.decode(features, word_bias=bias, **kwargs))

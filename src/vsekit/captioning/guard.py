@@ -20,11 +20,13 @@ photo's class probabilities ``p(c | x)`` cost one matrix product. The guard uses
    caption is decoded again with that name forced in (``"a cat ..."``, a one-constraint case of the
    constrained beam search of Anderson et al. 2017, the constraint put first).
 
-The decoding policy (:meth:`vsekit.captioning.generator.CaptionGenerator`): candidates that repeat a
-three-word sequence are dropped (:meth:`ConceptGuard.fluent`); a forced caption is kept only when the words
-after the name cost nothing (:meth:`ConceptGuard.supported`: its continuation invents no watched object);
-otherwise the caption is the plain name ("a fish", "a tape measure": the class's own lemma when the
-captioner has no word for it), and so it is when no candidate is left at all (the most probable name).
+The decoding policy (:meth:`vsekit.captioning.generator.CaptionGenerator`): a guarded caption says each
+content word at most once (:meth:`ConceptGuard.said_once`, a rule of the beam search); candidates that
+repeat a three-word sequence are dropped (:meth:`ConceptGuard.fluent`); a forced caption is kept only
+when the words after the name cost nothing (:meth:`ConceptGuard.supported`: its continuation invents no
+watched object); otherwise the caption is the plain name ("a fish", "a tape measure": the class's own
+lemma when the captioner has no word for it), and so it is when no candidate is left at all (the most
+probable name).
 
 **When.** The classifier has no person class, so on the photos the captioner knows best (Flickr8K's people
 outdoors) the guard would bar words it has every reason to say. It therefore decodes only photos *unlike*
@@ -57,7 +59,8 @@ import numpy as np
 import torch
 
 from vsekit.captioning.decode import Caption
-from vsekit.data.vocab import Vocabulary
+from vsekit.captioning.scnlm_rerank import STOPWORDS as FUNCTION_WORDS
+from vsekit.data.vocab import SPECIALS, Vocabulary
 from vsekit.errors import VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
 from vsekit.resources import PACKAGE_DIR
@@ -90,15 +93,18 @@ class GuardSettings:
     more than 1 CIDEr-D point. ``novel_at``: share of a photo's class probability on classes the training
     photos never show (:attr:`ConceptGuard.novel`) from which a familiar photo is guarded too (above 1:
     never); chosen with ``familiar_at``, the pair that invents least on the everyday set within that
-    CIDEr-D point."""
+    CIDEr-D point. ``ground``: a guarded caption must name a supported object (:meth:`ConceptGuard.grounded`);
+    ``once``: a guarded caption says each content word at most once (:meth:`ConceptGuard.said_once`)."""
 
     weight: float = 6.0
     floor: float = 4.0
     name_at: float = 0.3
-    familiar_at: float = 0.59
+    familiar_at: float = 0.6
     novel_at: float = 0.6
+    ground: bool = True
+    once: bool = True
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | bool]:
         return asdict(self)
 
 
@@ -253,12 +259,25 @@ class ConceptGuard:
                 out.append(c)
         return out
 
+    def said_once(self) -> torch.Tensor | None:
+        """``[V]`` bool: the words a guarded caption says at most once (None when ``once`` is off): every
+        word but the function words. Its Flickr8K subjects barred, the language model loops on colours and
+        scenery ("a fish sits in a green green and white yellow and yellow ..."); no repeated trigram
+        (:meth:`fluent`) misses most such loops, and a guarded photo's caption rarely has reason to say a
+        content word twice."""
+        if not self.settings.once:
+            return None
+        words = self.vocab.words
+        return torch.tensor([w not in FUNCTION_WORDS and w not in SPECIALS for w in words], dtype=torch.bool)
+
     def grounded(self, captions: Sequence[Caption], evidence: np.ndarray) -> list[Caption]:
         """The captions that name at least one watched object with evidence ``evidence`` (one image's row of
         :meth:`word_evidence`) at least its typical evidence, as much as half the training photos that show
         it: with its Flickr8K subjects barred, the language model may write a caption about nothing ("a
         black and white is standing in front of a sign"), which then fills the gap with scenery the photo
         may not have. (Not the words the bias leaves free: 50 words, "dog" among them, are never free.)"""
+        if not self.settings.ground:
+            return list(captions)
         ids = set(self.word_ids[np.asarray(evidence) >= self.typical].tolist())
         return [c for c in captions if ids.intersection(c.tokens)]
 
