@@ -3,8 +3,8 @@
 :class:`CaptionGenerator` puts the three generators behind one interface:
 
 * ``mrnn``: the multimodal RNN/LSTM (Karpathy & Fei-Fei 2015, sec. 3.2) with beam, greedy or sampled
-  decoding; a captioner that carries rerank settings tuned on dev reranks its beam with the joint
-  embedding (:mod:`vsekit.captioning.rerank`);
+  decoding; a captioner that carries rerank settings (tuned on validation data) reranks its beam with
+  the joint embedding (:mod:`vsekit.captioning.rerank`);
 * ``scnlm``: the structure-content NLM (Kiros et al. 2014, sec. 2.4 and 5.2), conditioned on the joint
   model's image embeddings;
 * ``nn``: nearest-neighbour caption transfer (Karpathy & Fei-Fei 2015, Table 2 baseline), fitted on the

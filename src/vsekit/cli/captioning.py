@@ -117,8 +117,8 @@ def caption(
     rerank: bool = typer.Option(
         True,
         "--rerank/--no-rerank",
-        help="m-RNN: rerank the beam with the joint embedding, using the weights tuned on dev (if the "
-        "captioner has them).",
+        help="m-RNN: rerank the beam with the joint embedding, using the weights the captioner carries "
+        "(the shipped one's were tuned on a validation slice of Flickr8K train).",
     ),
     guard: bool = typer.Option(
         True,
