@@ -41,7 +41,7 @@ from everyday.dataset import labels as everyday_labels
 from everyday.dataset import photo_path
 from vsekit.api import load_captioner
 from vsekit.captioning.evaluate import caption_split
-from vsekit.captioning.scnlm_rerank import STOPWORDS as FUNCTION_WORDS
+from vsekit.captioning.scnlm_rerank import count_repeats
 from vsekit.data import load_corpus
 from vsekit.data.splits import load_validation_slice
 from vsekit.metrics.captions import score_captions
@@ -82,13 +82,8 @@ def broken_share(captions: list[str]) -> float:
 
 def repeated_word_share(captions: list[str]) -> float:
     """The share of captions that say a content word (not a function word) twice ("a green green and
-    white yellow and yellow ...")."""
-
-    def repeats(words: list[str]) -> bool:
-        content = [w for w in words if w not in FUNCTION_WORDS]
-        return len(set(content)) < len(content)
-
-    return sum(repeats(c.split()) for c in captions) / max(len(captions), 1)
+    white yellow and yellow ...": the SC-NLM rerank's repeat count, footnote 9 of Kiros et al. 2014)."""
+    return sum(count_repeats(c.split()) > 0 for c in captions) / max(len(captions), 1)
 
 
 def variety(captions: list[str]) -> dict[str, float]:

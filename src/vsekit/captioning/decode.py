@@ -99,7 +99,7 @@ def _bar_said(logp: torch.Tensor, history: torch.Tensor, once: torch.Tensor | No
     if once is None or history.shape[1] == 0:
         return logp
     said = torch.zeros(logp.shape, dtype=torch.bool).scatter_(1, history, True)
-    return logp.masked_fill(said & once.cpu(), _NEG_INF)
+    return logp.masked_fill(said & once, _NEG_INF)
 
 
 def _check(features: torch.Tensor, max_len: int) -> None:
@@ -196,6 +196,7 @@ def beam_search(
     vocab_size = logp.shape[1]
     if once is not None and tuple(once.shape) != (vocab_size,):
         raise VsekitError(f"once has shape {tuple(once.shape)}; the vocabulary has {vocab_size} words")
+    once = None if once is None else once.cpu()  # the step's log-probabilities are barred on the CPU
     # every image's k slots start as copies of the single (prefixed) hypothesis; only slot 0 is live.
     repeat = torch.arange(n, device=logp.device).repeat_interleave(k)
     logp, state = logp.index_select(0, repeat), model.reorder_state(state, repeat)

@@ -197,6 +197,8 @@ class ConceptGuard:
         self._name_index = {n: i for i, n in enumerate(names)}
         self._names = names
         self._groups = np.array([self._name_index[n] for n in self.class_names])
+        content = [w not in FUNCTION_WORDS and w not in SPECIALS for w in vocab.words]
+        self._content = torch.tensor(content, dtype=torch.bool)  # the said-once mask, built once
 
     def unfamiliar(self, features: np.ndarray, probabilities: np.ndarray | None = None) -> np.ndarray:
         """``[n]`` bool: the photos to guard (module docstring, "When"): those unlike the training photos
@@ -265,10 +267,7 @@ class ConceptGuard:
         scenery ("a fish sits in a green green and white yellow and yellow ..."); no repeated trigram
         (:meth:`fluent`) misses most such loops, and a guarded photo's caption rarely has reason to say a
         content word twice."""
-        if not self.settings.once:
-            return None
-        words = self.vocab.words
-        return torch.tensor([w not in FUNCTION_WORDS and w not in SPECIALS for w in words], dtype=torch.bool)
+        return self._content if self.settings.once else None
 
     def grounded(self, captions: Sequence[Caption], evidence: np.ndarray) -> list[Caption]:
         """The captions that name at least one watched object with evidence ``evidence`` (one image's row of
