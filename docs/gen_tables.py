@@ -1504,6 +1504,31 @@ def t_gpo() -> str:
     return table(["image side", *_RUN_HEADER], rows) + "\n\n" + source("gpo.json", d["meta"], None, note)
 
 
+def t_aligner_backbone() -> str:
+    """The aligner's grid regions from Lite0 against MobileNetV2, same recipe and seed, on val1000."""
+    d = load("aligner_backbone.json")
+    rows = []
+    for r in d["rows"]:
+        b = r["best"]
+        recalls = [f1(b[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
+        later = [e["time_s"] for e in r["val1000"][1:]]
+        rss = f"{r['peak_rss_mb'] / 1024:.1f}" if r["peak_rss_mb"] else "-"
+        rows.append([r["name"], f"{r['epochs_done']}/{r['epochs']}", str(b["epoch"]), *recalls, f1(b["rsum"]),
+                     f"{sum(later) / len(later):.0f}", rss])  # fmt: skip
+    header = ["regions from", "epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10",
+              "val1000 rsum", "s / epoch (2-12)", "peak RSS (GiB)"]  # fmt: skip
+    curves = [[e["rsum"] for e in r["val1000"]] for r in d["rows"]]
+    curve_rows = [[str(k + 1), *(f1(c[k]) for c in curves), f"{curves[1][k] - curves[0][k]:+.1f}"]
+                  for k in range(min(len(c) for c in curves))]  # fmt: skip
+    curve = table(
+        ["epoch", *(f"{r['name'].split(' (')[0]} rsum" for r in d["rows"]), "difference"], curve_rows
+    )
+    note = f"{d['protocol']}; `python bench/aligner_backbone.py`"
+    return (
+        table(header, rows) + "\n\n" + curve + "\n\n" + source("aligner_backbone.json", d["meta"], None, note)
+    )
+
+
 def t_text_finetune() -> str:
     """MiniLM's top layer fine-tuned against the frozen encoder, same seed and schedule, on val1000."""
     d = load("text_finetune.json")
@@ -2053,6 +2078,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "vse-views-ft1-candidate": t_vse_views_ft1_candidate,
     "joint-space": t_joint_space,
     "gpo": t_gpo,
+    "aligner-backbone": t_aligner_backbone,
     "attention-captioner": t_attention_captioner,
     "int8": t_int8,
     "fault-campaign": t_fault_campaign,
