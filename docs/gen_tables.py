@@ -1529,6 +1529,18 @@ def t_aligner_backbone() -> str:
     )
 
 
+def t_cnn_head_probe() -> str:
+    """Lite0's head tuned with the joint space against frozen, same seed and schedule, on val1000."""
+    d = load("cnn_head_probe.json")
+    rows = [[r["name"], *_run_cells(r)] for r in d["rows"]]
+    note = f"{d['protocol']}; `python bench/cnn_head_probe.py --report`"
+    return (
+        table(["image side", *_RUN_HEADER], rows)
+        + "\n\n"
+        + source("cnn_head_probe.json", d["meta"], None, note)
+    )
+
+
 def t_text_finetune() -> str:
     """MiniLM's top layer fine-tuned against the frozen encoder, same seed and schedule, on val1000."""
     d = load("text_finetune.json")
@@ -2079,6 +2091,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "joint-space": t_joint_space,
     "gpo": t_gpo,
     "aligner-backbone": t_aligner_backbone,
+    "cnn-head-probe": t_cnn_head_probe,
     "attention-captioner": t_attention_captioner,
     "int8": t_int8,
     "fault-campaign": t_fault_campaign,
