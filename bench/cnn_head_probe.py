@@ -237,7 +237,10 @@ def report() -> None:
         "cnn_head_probe.json",
         {
             "benchmark": "Lite0's head (1 x 1 conv 320 -> 1280) tuned with the joint space, on val1000",
-            "meta": run_meta(threads=1, note="arms two at a time beside feature extraction, nice 5"),
+            "meta": run_meta(
+                threads=1,
+                note="arms two at a time, nice 5, beside feature extraction or (views arms) a test suite",
+            ),
             "protocol": "train-minus-val1000 / val1000 (flickr8k-val1000 slice); dev not read; seed 1; "
             "15 epochs; bench/recipes/joint-onevector-seed1.json with the head in front of W_I",
             "head_lr": config.lr,
