@@ -4,10 +4,13 @@ Every shipped `vse` learns projections over a frozen EfficientNet-Lite0. This pr
 the CNN's last layer with the joint space pays, before any library code is written for it. The layer is
 Lite0's head: a 1 x 1 convolution from the last block's 7 x 7 x 320 map to 1280 channels, BatchNorm and
 ReLU6, then the average pool the `one-layer` features are. Its input is computed once per photo and
-cached (7 x 7 x 320 float16, 31 KB a photo), so an epoch adds only the head's 20 MFLOP per photo.
+cached (7 x 7 x 320 float16, 31 KB a photo), so an epoch adds only the head's 20 million multiply-adds
+per photo.
 
     python bench/cnn_head_probe.py --arm frozen --out /work/runs/head-frozen
     python bench/cnn_head_probe.py --arm tuned --out /work/runs/head-tuned
+    python bench/cnn_head_probe.py --arm tuned --views six-crop [--seed 3] --out /work/runs/head-views-tuned
+    python bench/cnn_head_probe.py --extract br bl --views six-crop   # fill views' caches in another process
     python bench/cnn_head_probe.py --report      # write bench/results/cnn_head_probe.json from the logs
 
 Each arm is member seed 1 of the re-selected `vse` recipe without training views
@@ -66,8 +69,6 @@ ARMS = {
     "views-tuned-seed3": "six-crop views, head tuned, seed 3",
 }
 RUNS = {name: Path(f"/work/runs/head-{name}") for name in ARMS}
-
-log = logging.getLogger("cnn_head_probe")
 
 
 def _cache_dir() -> Path:
