@@ -14,6 +14,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
@@ -180,3 +181,25 @@ def read_run_log(run: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise FileNotFoundError(path)
     return read_log(path, upto=sys.maxsize)
+
+
+def time_v(path: Path) -> dict[str, float]:
+    """Wall seconds and peak RSS (``peak_rss_gb``, decimal GB; ``peak_rss_mb``, MiB) from ``/usr/bin/time -v``
+    output in ``path`` (a run started under it: its log), or {} when the file is missing or holds none."""
+    if not path.is_file():
+        return {}
+    text = path.read_text(errors="replace")
+    out: dict[str, float] = {}
+    if m := re.search(r"Maximum resident set size \(kbytes\): (\d+)", text):
+        out["peak_rss_gb"] = round(int(m.group(1)) / 1e6, 2)
+        out["peak_rss_mb"] = round(int(m.group(1)) / 1024, 1)
+    if m := re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text):
+        h, mnt, sec = int(m.group(1) or 0), int(m.group(2)), float(m.group(3))
+        out["wall_seconds"] = round(3600 * h + 60 * mnt + sec, 1)
+    return out
+
+
+def dev_recalls(dev: dict[str, Any]) -> dict[str, float]:
+    """A run log's ranking entry (``{"i2t": {"r1", ...}, "t2i": ..., "rsum"}``) as flat rounded fields."""
+    out = {f"{side}_{k}": round(dev[side][k], 2) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")}
+    return {**out, "rsum": round(dev["rsum"], 2)}

@@ -20,11 +20,10 @@ MobileNetV2's. Dev is not read.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
-from _common import run_meta, write_result
+from _common import dev_recalls, read_run_log, run_meta, time_v, write_result
 
 RUNS = Path("/work/runs")
 ROWS = [
@@ -41,28 +40,14 @@ ROWS = [
 ]
 
 
-def _recalls(dev: dict[str, Any]) -> dict[str, float]:
-    out = {f"{way}_r{k}": round(dev[way][f"r{k}"], 2) for way in ("i2t", "t2i") for k in (1, 5, 10)}
-    return {**out, "rsum": round(dev["rsum"], 2)}
-
-
-def _peak_rss_mb(time_log: Path) -> float | None:
-    found = (
-        re.search(r"Maximum resident set size \(kbytes\): (\d+)", time_log.read_text())
-        if time_log.is_file()
-        else None
-    )
-    return round(int(found.group(1)) / 1024, 1) if found else None
-
-
 def row(spec: dict[str, Any]) -> dict[str, Any]:
     run = spec["run"]
-    history = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    history = read_run_log(run)
     epochs = [
         {
             "epoch": h["epoch"],
             "loss": round(h["loss"], 4),
-            **_recalls(h["dev"]),
+            **dev_recalls(h["dev"]),
             "time_s": round(h["time_s"], 1),
         }
         for h in history
@@ -79,7 +64,7 @@ def row(spec: dict[str, Any]) -> dict[str, Any]:
         "best": best,
         "val1000": epochs,
         "training_s": round(sum(e["time_s"] for e in epochs), 1),
-        "peak_rss_mb": _peak_rss_mb(run.with_suffix(".time")),
+        "peak_rss_mb": time_v(run.with_suffix(".time")).get("peak_rss_mb"),
     }
 
 

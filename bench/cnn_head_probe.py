@@ -36,7 +36,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -46,7 +45,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from _common import REPO, run_meta, write_result
+from _common import REPO, dev_recalls, read_run_log, run_meta, time_v, write_result
 from vsekit.data.corpus import load_corpus
 from vsekit.embedding.recipe import load_recipe
 from vsekit.embedding.train_data import _split_pairs
@@ -189,28 +188,17 @@ def run_arm(arm: str, out: Path, head_lr_scale: float, threads: int, views: str,
     return run.run()
 
 
-def _recalls(dev: dict[str, Any]) -> dict[str, float]:
-    out = {f"{side}_{k}": round(dev[side][k], 2) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")}
-    return {**out, "rsum": round(dev["rsum"], 2)}
-
-
-def _peak_rss_mb(time_log: Path) -> float | None:
-    text = time_log.read_text(errors="replace") if time_log.is_file() else ""
-    found = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    return round(int(found.group(1)) / 1024, 1) if found else None
-
-
 def arm_row(arm: str, run: Path, epochs: int) -> dict[str, Any] | None:
     """One arm's val1000 curve, best epoch, time and peak RSS (the gpo table's row fields)."""
-    lines = (run / "log.jsonl").read_text().splitlines() if (run / "log.jsonl").is_file() else []
+    history = read_run_log(run) if (run / "log.jsonl").is_file() else []
     curve = [
         {
             "epoch": h["epoch"],
-            **_recalls(h["dev"]),
+            **dev_recalls(h["dev"]),
             "loss": round(h["loss"], 4),
             "time_s": round(h["time_s"], 1),
         }
-        for h in map(json.loads, lines)
+        for h in history
     ]
     if not curve:
         return None
@@ -227,7 +215,7 @@ def arm_row(arm: str, run: Path, epochs: int) -> dict[str, Any] | None:
         "best": max(curve, key=lambda c: c["rsum"]),
         "val1000": curve,
         "later_epoch_mean_s": round(sum(later) / len(later), 1) if later else None,
-        "peak_rss_mb": _peak_rss_mb(time_log),
+        "peak_rss_mb": time_v(time_log).get("peak_rss_mb"),
     }
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -43,27 +42,13 @@ model_extra = _bench.model_extra
 read_run_log = _bench.read_run_log
 peak_rss_mb = _bench.peak_rss_mb
 latency_ms = _bench.latency_ms
+time_v = _bench.time_v
 
 if str(REPO / "bench") not in sys.path:
     sys.path.append(str(REPO / "bench"))
 
 #: The Flickr8K download beside the checkout (``../shared/data/flickr8k``), or ``$VSEKIT_SHARED_DATA``.
 SHARED = Path(os.environ.get("VSEKIT_SHARED_DATA", REPO.parent / "shared" / "data" / "flickr8k"))
-
-
-def time_v(path: Path) -> dict[str, float]:
-    """Wall seconds and peak RSS (GB) from ``/usr/bin/time -v`` output in ``path`` (a run started under it:
-    its log), or {} when the file is missing or holds none."""
-    if not path.is_file():
-        return {}
-    text = path.read_text(errors="replace")
-    out: dict[str, float] = {}
-    if m := re.search(r"Maximum resident set size \(kbytes\): (\d+)", text):
-        out["peak_rss_gb"] = round(int(m.group(1)) / 1e6, 2)
-    if m := re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", text):
-        h, mnt, sec = int(m.group(1) or 0), int(m.group(2)), float(m.group(3))
-        out["wall_seconds"] = round(3600 * h + 60 * mnt + sec, 1)
-    return out
 
 
 #: Where the shipped files live (``src/vsekit/pretrained/``): what ``ship_*.py`` and the stamping write.
