@@ -57,6 +57,7 @@ from vsekit.vision.extract import _load_batch
 from vsekit.vision.spec import FeatureSpec
 
 RECIPE = REPO / "bench" / "recipes" / "joint-onevector-seed1.json"
+FT1_RECIPE = REPO / "bench" / "recipes" / "joint-views-ft1-seed1.json"  # the shipped vse's member recipe
 DATA = REPO.parent / "shared" / "data" / "flickr8k"
 CELLS, PRE_DIM, HEAD_DIM = 49, 320, 1280
 ARMS = {
@@ -66,6 +67,8 @@ ARMS = {
     "views-tuned": "six-crop views, head tuned",
     "views-frozen-seed3": "six-crop views, head frozen, seed 3",
     "views-tuned-seed3": "six-crop views, head tuned, seed 3",
+    "views-ft1-tuned": "six-crop views, MiniLM's top layer and the head tuned",
+    "views-ft1-tuned-seed3": "six-crop views, MiniLM's top layer and the head tuned, seed 3",
 }
 RUNS = {name: Path(f"/work/runs/head-{name}") for name in ARMS}
 
@@ -158,8 +161,10 @@ class HeadRun(_EmbeddingRun):
         torch.save(self.net.state_dict(), self.dir.path / "best.pt")  # a probe's weights, not a model file
 
 
-def run_arm(arm: str, out: Path, head_lr_scale: float, threads: int, views: str, seed: int) -> dict[str, Any]:
-    config = dataclasses.replace(load_recipe(str(RECIPE)), train_views=views, seed=seed)
+def run_arm(
+    arm: str, out: Path, head_lr_scale: float, threads: int, views: str, seed: int, recipe: Path = RECIPE
+) -> dict[str, Any]:
+    config = dataclasses.replace(load_recipe(str(recipe)), train_views=views, seed=seed)
     corpus = selection_corpus(load_corpus(DATA), config)
     maps: dict[str, np.ndarray] = {}
 
@@ -249,6 +254,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1, help="the recipe's seed (1: as on file)")
     parser.add_argument("--views", default="centre", help="the recipe's train_views (six-crop: the shipped)")
+    parser.add_argument(
+        "--recipe", type=Path, default=RECIPE, help=f"the member recipe (the ft1 arms: {FT1_RECIPE.name})"
+    )
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--extract", nargs="+", metavar="VIEW", help="only fill the maps of these views")
     args = parser.parse_args()
@@ -270,7 +278,7 @@ def main() -> None:
             {
                 k: v
                 for k, v in run_arm(
-                    args.arm, args.out, args.head_lr_scale, args.threads, args.views, args.seed
+                    args.arm, args.out, args.head_lr_scale, args.threads, args.views, args.seed, args.recipe
                 ).items()
                 if k != "history"
             },

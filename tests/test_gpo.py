@@ -275,9 +275,11 @@ def test_grid_features_are_the_cells_whose_mean_is_the_one_layer_vector(tmp_path
     np.testing.assert_allclose(grid.reshape(3, 49, 1280).mean(axis=1), plain, atol=2e-3, rtol=2e-3)
     # cached and uncached are the same numbers; a second read comes from the cache
     files = [corpus.images[i] for i in ids]
-    np.testing.assert_array_equal(
-        compute_features(files, grid_spec, cache=False, device="cpu", progress=False, engine="torch"), grid
-    )
+    uncached = compute_features(files, grid_spec, cache=False, device="cpu", progress=False)
+    np.testing.assert_array_equal(uncached, grid)
+    # either engine: the same numbers up to one float16 step of the largest values (2^-10 of them)
+    by_torch = compute_features(files, grid_spec, cache=False, device="cpu", progress=False, engine="torch")
+    np.testing.assert_allclose(by_torch, grid, rtol=0, atol=2e-3 * np.abs(grid).max())
     again, _ = image_features(corpus, ids, "mobilenet_v2", "grid", **kw)
     np.testing.assert_array_equal(again, grid)
 

@@ -11,6 +11,11 @@ Full-Network Embedding (FN-MME, whose {-1, 0, 1} int8 codes are cast to float). 
 
     cells phi_1..phi_M [D]  --W_I per cell-->  W_I phi_m  --GPO over m-->  x  --L2 norm-->  x / |x|
 
+With ``pre-head`` features (the cells of the CNN's last block) the model holds a trainable copy of the
+CNN's head (:mod:`vsekit.embedding.cnn_head`) whose pooled output W_I reads:
+
+    cells c_1..c_M [320]  --head per cell, ReLU6, mean-->  q [1280]  --W_I-->  x  --L2 norm-->  x / |x|
+
 The text side is any :class:`~vsekit.text.TextEncoder`. Everything needed to rebuild the model (encoder
 config, vocabulary, image feature spec, the pool) travels with it, and ``save_model`` writes one
 safetensors file: weights as tensors, the rest as JSON in the header metadata. Nothing is pickled.
@@ -36,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vsekit.data.vocab import Vocabulary
+from vsekit.embedding.cnn_head import CNNHead
 from vsekit.embedding.gpo import GPO
 from vsekit.errors import CorpusError, VsekitError
 from vsekit.fileio import atomic_save_safetensors, read_vsekit_safetensors
@@ -175,8 +181,11 @@ class JointEmbedding(_JointSpace):
             column projects into K).
         pool: for ``grid`` features, one of :data:`IMAGE_POOLS` (``"gpo"``: ``image_proj`` maps every
             cell to K, then GPO pools the M projected cells, VSE-infinity sec. 3); None for pooled kinds.
-        cells: M, the number of vectors in a ``grid`` feature row (49 for a 7 x 7 map).
+        cells: M, the number of vectors in a ``grid`` or ``pre-head`` feature row (49 for a 7 x 7 map).
         grid_dropout: one of :data:`GRID_DROPOUTS`, how ``image_dropout`` masks a grid row.
+        head_dim: for ``pre-head`` features, the width of the CNN head's output (1280): the model's
+            :class:`~vsekit.embedding.cnn_head.CNNHead` maps each of the ``cells`` cells of
+            ``image_dim // cells`` values to it, then averages them; None for the other kinds.
     """
 
     def __init__(
@@ -193,8 +202,16 @@ class JointEmbedding(_JointSpace):
         pool: str | None = None,
         cells: int | None = None,
         grid_dropout: str = "cell",
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
+        if (kind == "pre-head") != (head_dim is not None) or (
+            head_dim is not None and (not cells or cells < 1 or image_dim % cells)
+        ):
+            raise ValueError(
+                f"pre-head features need head_dim and cells that split the row, other kinds neither; got "
+                f"kind {kind!r}, head_dim {head_dim!r}, cells {cells!r} for a {image_dim}-wide row"
+            )
         if (kind == "grid") != (pool is not None) or (pool is not None and pool not in IMAGE_POOLS):
             raise ValueError(
                 f"grid features need a pool ({', '.join(IMAGE_POOLS)}) and pooled ones none; "
@@ -218,8 +235,9 @@ class JointEmbedding(_JointSpace):
         self.embed_dim = int(embed_dim or text_encoder.output_dim)
         self.image_dim = int(image_dim)  # the width of a feature row
         self.cells = int(cells) if pool is not None and cells else None
-        # what W_I reads: the whole row, or one cell of a grid row
+        # what W_I reads: the whole row, one cell of a grid row, or the CNN head's pooled output
         proj_dim = self.image_dim // self.cells if self.cells else self.image_dim
+        proj_dim = int(head_dim) if head_dim is not None else proj_dim
         if not 0.0 <= image_dropout < 1.0:
             raise ValueError(f"image_dropout must be in [0, 1), got {image_dropout}")
         # W_I in R^{K x D} (Kiros sec. 2.2): x = W_I q. The bias makes it the affine map of Vilalta sec. 3.2.
@@ -248,6 +266,12 @@ class JointEmbedding(_JointSpace):
         # Dropout on the image features (training only): regularises the wide FNE projection, which
         # otherwise fits the 6,000 training images within a few epochs.
         self.image_dropout = nn.Dropout(image_dropout) if image_dropout else nn.Identity()
+        # Built after every other layer, so that a seed draws the same W_I and text head as a one-layer
+        # model's; its weights are the CNN's ImageNet head until training or a file sets them.
+        self.cnn_head: CNNHead | None = None
+        if head_dim is not None:
+            assert cells is not None  # checked above
+            self.cnn_head = CNNHead(int(cells), self.image_dim // int(cells), int(head_dim))
         self.text_encoder = text_encoder
         self.vocab = vocab
         encoder_name, encoder_kwargs = encoder_spec(text_encoder)
@@ -269,14 +293,20 @@ class JointEmbedding(_JointSpace):
             self.config["image"].update(pool=pool, cells=self.cells)
             if grid_dropout != "cell":
                 self.config["image"]["grid_dropout"] = grid_dropout
+        if head_dim is not None:  # absent for the other kinds: their configs read as they always did
+            self.config["image"].update(cells=int(cells or 0), head_dim=int(head_dim))
 
     # -- training path -------------------------------------------------------------------------------
 
     def encode_images(self, features: torch.Tensor) -> torch.Tensor:
         """Unit-norm image embeddings ``[n, K]`` with autograd (FNE int8 codes are cast to float).
 
-        Grid rows ``[n, M*D]`` are seen as M cells of D values: each cell projected, then pooled."""
+        Grid rows ``[n, M*D]`` are seen as M cells of D values: each cell projected, then pooled.
+        Pre-head rows go through the model's copy of the CNN head first (its pooled output is the vector
+        W_I reads)."""
         dtype = next(self.image_proj.parameters()).dtype
+        if self.cnn_head is not None:
+            features = self.cnn_head(features)
         if self.image_pool is not None:
             assert self.cells is not None  # set with the pool
             cells = features.to(dtype).reshape(features.shape[0], self.cells, -1)
@@ -472,6 +502,7 @@ def load_model(
             pool=image.get("pool"),
             cells=image.get("cells"),
             grid_dropout=image.get("grid_dropout", "cell"),
+            head_dim=image.get("head_dim"),
         )
 
     if n_members is None:

@@ -56,6 +56,10 @@ class TrainConfig(Recipe):
     ``"channel"`` (one mask per image over the channels, shared by its cells: with uniform GPO weights
     the one-vector model's dropout exactly).
 
+    ``image_features="pre-head"``: the cells of the last block's map (the input of the CNN's 1 x 1 head
+    conv); the model keeps a copy of the head, started from the CNN's ImageNet weights, and trains it with
+    the rest (:mod:`vsekit.embedding.cnn_head`), so the pooled vector W_I reads is learned one layer deep.
+
     ``ensemble_seeds``: train one model per seed (``seed`` is then unused) and ship their ensemble (see
     the module docstring); None trains the single model of ``seed``.
 
@@ -126,8 +130,8 @@ class TrainConfig(Recipe):
             raise bad("grid_dropout", "masks the cells of grid features; leave it 'cell' for pooled ones")
         if self.train_views not in TRAIN_VIEW_SETS:
             raise bad("train_views", f"must be one of {', '.join(TRAIN_VIEW_SETS)}")
-        if self.train_views != "centre" and self.image_features != "one-layer":
-            raise bad("train_views", "views of a photo exist for one-layer image features only")
+        if self.train_views != "centre" and self.image_features not in ("one-layer", "pre-head"):
+            raise bad("train_views", "views of a photo exist for one-layer and pre-head image features only")
         if self.max_violation_after_epoch is not None:
             if self.loss != "max_violation":
                 raise bad(

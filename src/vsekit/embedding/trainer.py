@@ -65,6 +65,7 @@ from vsekit.training import (
     step_lr,
     sync_gradients,
 )
+from vsekit.vision.backbones import head_affine, load_backbone
 from vsekit.vision.features import FeatureSpec, image_features
 
 __all__ = [
@@ -280,7 +281,9 @@ def _dev_rsum(model: JointEmbedding | EnsembleEmbedding, data: RunData) -> dict[
 def _build_model(
     config: TrainConfig, data: RunData, device: torch.device, share_text_from: TextEncoder | None
 ) -> JointEmbedding:
-    """The seeded initial model: the same seed builds the same weights."""
+    """The seeded initial model: the same seed builds the same weights (a pre-head model's copy of the
+    CNN head: the CNN's ImageNet head, read before seeding since building the CNN draws from the RNG)."""
+    imagenet_head = _imagenet_head(config.backbone) if config.image_features == "pre-head" else None
     seed_all(config.seed)
     enc_kwargs = {EMBED_DIM_KWARG[config.text_encoder]: config.embed_dim, **config.text_encoder_kwargs}
     encoder = build_text_encoder(config.text_encoder, data.vocab, **enc_kwargs)
@@ -291,7 +294,9 @@ def _build_model(
             f"text encoder {config.text_encoder!r} gives {encoder.output_dim}-d vectors, embed_dim is "
             f"{config.embed_dim}"
         )
-    return JointEmbedding(
+    with_cells = config.image_pool is not None or imagenet_head is not None
+    cells = FeatureSpec(config.backbone, "grid").grid_cells if with_cells else None
+    model = JointEmbedding(
         encoder,
         data.features["image_dim"],
         config.backbone,
@@ -303,8 +308,18 @@ def _build_model(
         embed_dim=config.embed_dim,
         pool=config.image_pool,
         grid_dropout=config.grid_dropout,
-        cells=FeatureSpec(config.backbone, "grid").grid_cells if config.image_pool else None,
-    ).to(device)
+        cells=cells,
+        head_dim=imagenet_head[0].shape[0] if imagenet_head is not None else None,
+    )
+    if model.cnn_head is not None and imagenet_head is not None:
+        model.cnn_head.load_affine(*imagenet_head)
+    return model.to(device)
+
+
+def _imagenet_head(backbone: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CNN's head as one affine map per cell, BatchNorm folded in (``head_affine``), from its
+    installed ImageNet weights: where a pre-head model's trainable copy starts."""
+    return head_affine(load_backbone(backbone))
 
 
 class _WithLoss(torch.nn.Module):

@@ -473,7 +473,7 @@ class Builder:
         features are not the classifier's input). Told from the recorded identity's image spec: an index
         whose classes are all stored needs neither the model nor the classifier here."""
         spec = self._image_spec()
-        if spec.get("kind") != "one-layer" or "backbone" not in spec:
+        if spec.get("kind") not in ("one-layer", "pre-head") or "backbone" not in spec:
             return None
         wanted = concepts_setting(spec["backbone"])
         if settings.get("concepts") == wanted or photo_classifier(spec) is None:

@@ -159,13 +159,20 @@ def concepts_setting(backbone: str) -> dict[str, object]:
 
 def photo_classifier(spec: dict) -> Classifier | None:
     """The ImageNet classifier over the image features of a model whose image spec (``config["image"]``)
-    is ``spec``, or None when its features are not the classifier's input (FNE codes): then its indexes
-    have no concept route."""
+    is ``spec``, or None when its features are not the classifier's input (FNE codes, grid cells): then
+    its indexes have no concept route. A model over ``pre-head`` cells (which trains its own copy of the
+    CNN's head) gets the classifier behind the CNN's original head: the same classes as a one-layer
+    model's."""
     from vsekit.vision.backbones import BACKBONES
 
-    if spec.get("kind") != "one-layer" or spec.get("backbone") not in BACKBONES:
+    kind = spec.get("kind")
+    if kind not in ("one-layer", "pre-head") or spec.get("backbone") not in BACKBONES:
         return None
-    classifier = load_classifier(spec["backbone"])
+    classifier = load_classifier(spec["backbone"], pre_head=kind == "pre-head")
+    if kind == "pre-head":
+        assert classifier.head is not None  # asked for
+        cell_width, image_dim = classifier.head[0].shape[1], int(spec.get("image_dim", 0))
+        return classifier if image_dim and image_dim % cell_width == 0 else None
     return classifier if classifier.dim == int(spec.get("image_dim", classifier.dim)) else None
 
 

@@ -28,13 +28,15 @@ __all__ = [
     "BACKBONES",
     "Backbone",
     "BackboneSpec",
+    "feature_rows",
+    "head_affine",
     "load_backbone",
     "resolve_weights",
     "weights_fingerprint",
 ]
 
-# the networks a backbone name builds: both have forward_features, forward_map, classify, tap_names, tap_dims,
-# conv_bn_pairs and pooled_dim, which the extractors call
+# the networks a backbone name builds: both have forward_features, forward_map, forward_pre_head, classify,
+# tap_names, tap_dims, conv_bn_pairs, head_layers, pooled_dim and pre_head_dim, which the extractors call
 Backbone: TypeAlias = MobileNetV2 | EfficientNetLite
 
 
@@ -247,3 +249,34 @@ def prepare_for_inference(model: Backbone) -> Backbone:
         setattr(modules[parent_name] if parent_name else model, leaf, nn.Identity())
     # Module.to(memory_format=...) is documented and works; torch's overloads of Module.to leave it out
     return model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+
+
+@torch.no_grad()
+def head_affine(model: Backbone) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CNN's head (1 x 1 conv 320 -> 1280 and its BatchNorm, before ReLU6) as one affine map of each
+    cell of the last block's map: ``(weight [pooled_dim, pre_head_dim], bias [pooled_dim])``, float32.
+
+    ``relu6(cells @ weight.T + bias).mean(cells)`` is the pooled ``one-layer`` vector, which is what
+    lets a joint model start its trainable copy of the head from the ImageNet weights. Works before and
+    after :func:`prepare_for_inference` (which folds the same BatchNorm into the conv)."""
+    conv, bn = model.head_layers()
+    weight = conv.weight[:, :, 0, 0].float()
+    bias = conv.bias.float() if conv.bias is not None else torch.zeros(weight.shape[0])
+    if isinstance(bn, nn.BatchNorm2d):
+        assert bn.running_var is not None and bn.running_mean is not None  # tracked by both backbones
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        weight, bias = weight * scale[:, None], (bias - bn.running_mean) * scale + bn.bias
+    return weight.clone(), bias.clone()
+
+
+def feature_rows(model: Backbone, x: torch.Tensor, layers: str) -> torch.Tensor:
+    """What a feature store keeps of a normalised batch ``x [n, 3, h, w]`` for ``layers``: ``[n, dim]``.
+
+    ``one-layer``: the pooled vector; ``full``: every tap's spatial mean, concatenated; ``grid`` and
+    ``pre-head``: the cells of the last conv map or of the last block's map, row-major, channels last
+    (``flatten``, not a reshape by the batch size, so an exported graph keeps a dynamic batch)."""
+    if layers in ("grid", "pre-head"):
+        fmap = model.forward_pre_head(x) if layers == "pre-head" else model.forward_map(x)
+        return fmap.permute(0, 2, 3, 1).flatten(1)
+    pooled, taps = model.forward_features(x, taps=layers == "full")
+    return torch.cat(taps, dim=1) if taps is not None else pooled  # a list exactly when layers is full

@@ -61,24 +61,46 @@ def class_table() -> ClassTable:
 
 
 class Classifier:
-    """A backbone's ImageNet classifier head (the Linear layer after pooling), as NumPy arrays."""
+    """A backbone's ImageNet classifier head (the Linear layer after pooling), as NumPy arrays.
 
-    def __init__(self, backbone: str, weight: np.ndarray, bias: np.ndarray) -> None:
+    With ``head`` (the CNN's 1 x 1 head conv as ``(A [D, C], b [D])``, BatchNorm folded in) it reads
+    ``pre-head`` rows, the last block's cells ``[n, cells * C]``, and pools them through that head first
+    (ReLU6, then the mean over the cells): the same probabilities as from the ``one-layer`` vector."""
+
+    def __init__(
+        self,
+        backbone: str,
+        weight: np.ndarray,
+        bias: np.ndarray,
+        head: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         self.backbone = backbone
         self.weight = np.ascontiguousarray(weight, dtype=np.float32)  # [1000, D]
         self.bias = np.asarray(bias, dtype=np.float32)  # [1000]
+        # the CNN's head (A [D, C], b [D]) when the classifier reads pre-head rows
+        self.head = (np.asarray(head[0], np.float32), np.asarray(head[1], np.float32)) if head else None
 
     @property
     def dim(self) -> int:
+        """The width of the pooled vector the Linear layer reads (D)."""
         return int(self.weight.shape[1])
 
-    def probabilities(self, pooled: np.ndarray) -> np.ndarray:
-        """Softmax class probabilities ``[n, 1000]`` of pooled features ``[n, D]``."""
-        pooled = np.asarray(pooled, dtype=np.float32)
-        if pooled.ndim != 2 or pooled.shape[1] != self.dim:
-            raise VsekitError(
-                f"{self.backbone} classifier reads [n, {self.dim}] features, got {pooled.shape}"
-            )
+    def _pooled(self, features: np.ndarray) -> np.ndarray:
+        x = np.asarray(features, dtype=np.float32)
+        width = self.dim if self.head is None else self.head[0].shape[1]
+        if x.ndim != 2 or x.shape[1] % width or (self.head is None and x.shape[1] != width):
+            what = f"[n, {width}] features" if self.head is None else f"[n, cells * {width}] pre-head rows"
+            raise VsekitError(f"{self.backbone} classifier reads {what}, got {x.shape}")
+        if self.head is None:
+            return x
+        weight, bias = self.head
+        cells = x.reshape(len(x), -1, width)
+        return np.clip(cells @ weight.T + bias, 0.0, 6.0).mean(axis=1)
+
+    def probabilities(self, features: np.ndarray) -> np.ndarray:
+        """Softmax class probabilities ``[n, 1000]`` of pooled features ``[n, D]`` (or of pre-head rows,
+        with ``head``)."""
+        pooled = self._pooled(features)
         logits = pooled @ self.weight.T + self.bias
         logits -= logits.max(axis=1, keepdims=True)
         e = np.exp(logits)
@@ -86,13 +108,16 @@ class Classifier:
 
 
 @functools.cache
-def load_classifier(backbone: str) -> Classifier:
-    """The ImageNet classifier of ``backbone`` (its installed weights), cached per process."""
-    from vsekit.vision.backbones import load_backbone
+def load_classifier(backbone: str, pre_head: bool = False) -> Classifier:
+    """The ImageNet classifier of ``backbone`` (its installed weights), cached per process; with
+    ``pre_head`` it reads the last block's cells through the CNN's own head (see :class:`Classifier`)."""
+    from vsekit.vision.backbones import head_affine, load_backbone
 
     model = load_backbone(backbone)
     linear = _last_linear(model)
-    return Classifier(backbone, linear.weight.detach().numpy(), linear.bias.detach().numpy())
+    weight, bias = head_affine(model)
+    head = (weight.numpy(), bias.numpy()) if pre_head else None
+    return Classifier(backbone, linear.weight.detach().numpy(), linear.bias.detach().numpy(), head)
 
 
 def _last_linear(model: torch.nn.Module) -> torch.nn.Linear:

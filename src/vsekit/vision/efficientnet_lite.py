@@ -277,10 +277,24 @@ class EfficientNetLite(nn.Module):
 
     def forward_map(self, x: torch.Tensor) -> torch.Tensor:
         """The last conv feature map ``[B, 1280, H/32, W/32]`` (its spatial mean is the pooled vector)."""
+        return F.relu6(self._bn1(self._conv_head(self.forward_pre_head(x))))
+
+    def forward_pre_head(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's map ``[B, pre_head_dim, H/32, W/32]``: the input of the head (1 x 1 conv, BN,
+        ReLU6), which ``pre-head`` features keep so that a joint model can train the head."""
         h = F.relu6(self._bn0(self._conv_stem(x)))
         for block in self._blocks:
             h = block(h, None)
-        return F.relu6(self._bn1(self._conv_head(h)))
+        return h
+
+    @property
+    def pre_head_dim(self) -> int:
+        """Channels of the last block's map (320 for Lite0)."""
+        return int(self._conv_head.in_channels)
+
+    def head_layers(self) -> tuple[nn.Conv2d, nn.Module]:
+        """The head's 1 x 1 conv and its BatchNorm (an Identity once folded); ReLU6 follows them."""
+        return self._conv_head, self._bn1
 
     def classify(self, pooled: torch.Tensor) -> torch.Tensor:
         """ImageNet logits of pooled features ``[B, 1280]``."""

@@ -7,7 +7,8 @@ than our PyTorch pass on CPU (``bench/results/extract.json``), so it is the defa
 The ONNX graph is exported from OUR PyTorch module (the BN-folded backbone of
 :func:`~vsekit.vision.backbones.prepare_for_inference`), with the input normalisation inside the graph:
 it takes the uint8 RGB crops ``[n, crop, crop, 3]`` the input pipeline produces and returns what the
-cache stores (the pooled penultimate activations, or every FNE tap concatenated). The file is cached as
+cache stores (:func:`~vsekit.vision.backbones.feature_rows`: the pooled penultimate activations, every FNE
+tap concatenated, or the cells of the last conv map or of the last block's map). The file is cached as
 ``<cache root>/onnx/<backbone>-<layers>-<key>.onnx``, the key hashing the backbone, the weights' sha256,
 the layer set, the preprocessing and the exporter (TorchScript exporter, opset, torch and onnx versions).
 Exports are atomic (temporary file + rename, under an exclusive lock), so concurrent runs and kills leave
@@ -29,8 +30,8 @@ record. Its rows are not the float rows (:data:`INT8_MIN_COSINE` bounds how far 
 first use like the float graph), so a feature cache filled by it is keyed apart
 (:func:`precision_of`); ``bench/bench_int8.py`` measures its speed and what it does to ranking.
 
-The region/grid path of :mod:`vsekit.vision.regions` stays on PyTorch: it reads conv feature maps of
-crops, not the pooled pass, so it would need its own graphs.
+The region path of :mod:`vsekit.vision.regions` stays on PyTorch: it pools boxes of the conv map, so it
+would need its own graphs. The int8 graph is for pooled rows only.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from vsekit.fileio import atomic_write_bytes, atomic_write_json, exclusive_lock,
 from vsekit.resources import default_cache_root, sample_data_path
 from vsekit.vision.backbones import (
     Backbone,
+    feature_rows,
     load_backbone,
     prepare_for_inference,
     resolve_weights,
@@ -175,17 +177,16 @@ class _Exported(nn.Module):
     mean: torch.Tensor  # buffers
     std: torch.Tensor
 
-    def __init__(self, model: Backbone, full: bool, preprocessing: Preprocessing) -> None:
+    def __init__(self, model: Backbone, layers: str, preprocessing: Preprocessing) -> None:
         super().__init__()
-        self.model, self.full = model, full
+        self.model, self.layers = model, layers
         self.register_buffer("mean", torch.tensor(preprocessing.mean).view(1, 3, 1, 1))
         self.register_buffer("std", torch.tensor(preprocessing.std).view(1, 3, 1, 1))
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         x = pixels.permute(0, 3, 1, 2).float()
         x = (x / 255.0 - self.mean) / self.std
-        pooled, taps = self.model.forward_features(x, taps=self.full)
-        return torch.cat(taps, dim=1) if taps is not None else pooled  # a list exactly when self.full
+        return feature_rows(self.model, x, self.layers)
 
 
 def _export_config(spec: FeatureSpec) -> dict[str, Any]:
@@ -223,7 +224,7 @@ def _torch_model(spec: FeatureSpec) -> Backbone:
 def _export(spec: FeatureSpec, model: Backbone, path: Path) -> bytes:
     """Export ``model`` for ``spec`` to ``path`` atomically; returns the file's bytes."""
     assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
-    module = _Exported(model, spec.layers == "full", spec.preprocessing).eval()
+    module = _Exported(model, spec.layers, spec.preprocessing).eval()
     crop = spec.preprocessing.crop
     example = torch.zeros(2, crop, crop, 3, dtype=torch.uint8)
     for stale in path.parent.glob(f"{path.name}.*.tmp"):  # left by a killed export (we hold the lock)
@@ -264,11 +265,8 @@ def _compare(session: Any, model: Backbone, spec: FeatureSpec) -> dict[str, floa
     assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     crops = _check_crops(spec.preprocessing)
     with torch.inference_mode():
-        pooled, taps = model.forward_features(
-            torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
-            taps=spec.layers == "full",
-        )
-        ref = (torch.cat(taps, dim=1) if taps is not None else pooled).numpy()
+        x = torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2)
+        ref = feature_rows(model, x, spec.layers).numpy()
     got = session.run(None, {"pixels": crops})[0]
     scale = float(np.abs(ref).max())
     diff = float(np.abs(got - ref).max()) if got.shape == ref.shape else float("inf")
@@ -285,11 +283,8 @@ def _compare_int8(session: Any, model: Backbone, spec: FeatureSpec) -> dict[str,
     assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
     crops = _sample_crops(spec.preprocessing)[:16]
     with torch.inference_mode():
-        pooled, taps = model.forward_features(
-            torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2),
-            taps=spec.layers == "full",
-        )
-        ref = (torch.cat(taps, dim=1) if taps is not None else pooled).numpy().astype(np.float64)
+        x = torch.from_numpy(spec.preprocessing.normalise(crops)).permute(0, 3, 1, 2)
+        ref = feature_rows(model, x, spec.layers).numpy().astype(np.float64)
     got = session.run(None, {"pixels": crops})[0].astype(np.float64)
     if got.shape != ref.shape:
         return {"min_cosine": -1.0, "mean_cosine": -1.0, "images": len(crops)}

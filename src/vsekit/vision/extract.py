@@ -33,7 +33,7 @@ from vsekit.data.images import ImageCollection
 from vsekit.device import resolve_device
 from vsekit.errors import ImageError, VsekitError
 from vsekit.fileio import preallocate
-from vsekit.vision.backbones import load_backbone, prepare_for_inference
+from vsekit.vision.backbones import feature_rows, load_backbone, prepare_for_inference
 from vsekit.vision.engine import INT8, OnnxCNN, OnnxMismatchError, default_engine, resolve_engine
 from vsekit.vision.fne import DEFAULT_THRESHOLDS
 from vsekit.vision.preprocess import Preprocessing, load_image, upright_rgb
@@ -76,12 +76,12 @@ class _CNN:
         self.full = spec.layers == "full"
         assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         self.preprocessing: Preprocessing = spec.preprocessing
-        self.grid = spec.layers == "grid"
+        self.cells = spec.cell_rows  # grid / pre-head: a row is the cells of a map
         requested = engine if engine is not None else default_engine()
-        if self.grid:  # the exported graph gives pooled vectors only: the map comes from PyTorch
-            if requested == INT8:
-                raise VsekitError(f"grid features have no {INT8} engine; use --engine torch")
-            requested = "torch"
+        if self.cells and requested == INT8:  # quantised for pooled rows only
+            raise VsekitError(
+                f"{spec.kind} features have no {INT8} engine; use --engine onnxruntime or torch"
+            )
         self.engine = resolve_engine(requested, self.device)
         self.onnx: OnnxCNN | None = None
         if self.engine == INT8:  # asked for by name: no silent fallback to other numbers
@@ -96,8 +96,9 @@ class _CNN:
                 self.engine = "torch"
         model = load_backbone(spec.backbone, spec.weights, device=self.device)
         self.dims: dict[str, Any] = {"dim": sum(model.tap_dims()) if self.full else model.pooled_dim}
-        if self.grid:  # every cell of the last conv map, each a pooled_dim vector
-            self.dims["dim"] = spec.grid_cells * model.pooled_dim
+        if self.cells:  # every cell of the last conv map (or of the last block's), each a vector
+            cell_dim = model.pre_head_dim if spec.kind == "pre-head" else model.pooled_dim
+            self.dims["dim"] = spec.grid_cells * cell_dim
         if self.full:
             self.dims.update(tap_names=model.tap_names(), tap_dims=model.tap_dims())
         self.model = prepare_for_inference(model) if self.onnx is None else None
@@ -108,8 +109,9 @@ class _CNN:
         return int(self.dims["dim"])
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
-        """Pooled activations (one-layer), all taps concatenated (full) or the last conv map's cells
-        (grid: row-major cells, channels last) of uint8 crops [n, h, w, 3], float16 [n, dim]."""
+        """Pooled activations (one-layer), all taps concatenated (full) or the cells of the last conv map
+        (grid) or of the last block's map (pre-head), row-major cells, channels last, of uint8 crops
+        [n, h, w, 3], float16 [n, dim]."""
         if self.onnx is not None:
             return self.onnx(pixels).astype(np.float16)
         assert self.model is not None  # built whenever there is no ONNX session
@@ -124,18 +126,11 @@ class _CNN:
         # NHWC floats seen as NCHW: already the channels-last layout the network runs in, no copy.
         x = torch.from_numpy(self.preprocessing.normalise(pixels)).permute(0, 3, 1, 2)
         with torch.inference_mode():
-            if self.grid:  # [n, C, h, w] -> [n, h, w, C] -> [n, h*w*C]: the mean of the cells is pooled
-                fmap = self.model.forward_map(x.to(self.device, memory_format=torch.channels_last))
-                cells = fmap.float().permute(0, 2, 3, 1).reshape(len(fmap), -1)
-                if cells.shape[1] != self.dim:
-                    raise VsekitError(
-                        f"the {self.spec.backbone} map has {cells.shape[1]} values, not {self.dim}"
-                    )
-                return cells.cpu().numpy().astype(np.float16)
-            pooled, taps = self.model.forward_features(
-                x.to(self.device, memory_format=torch.channels_last), taps=self.full
+            out = feature_rows(
+                self.model, x.to(self.device, memory_format=torch.channels_last), self.spec.layers
             )
-            out = torch.cat(taps, dim=1) if taps is not None else pooled  # a list exactly when self.full
+            if out.shape[1] != self.dim:  # a map of another size than the crop's (grid / pre-head)
+                raise VsekitError(f"the {self.spec.backbone} map has {out.shape[1]} values, not {self.dim}")
             return out.float().cpu().numpy().astype(np.float16)
 
     def batches(

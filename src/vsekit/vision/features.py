@@ -17,6 +17,9 @@ Two kinds of features come out of one CNN pass:
 A third kind, ``grid``, keeps the last conv map unpooled (7 x 7 cells of 1280 at 224 pixels, the same crop,
 so the mean of its cells is the ``one-layer`` vector up to float16 rounding): the set of vectors a learned
 pooling (GPO, :mod:`vsekit.embedding.gpo`) reads. One row per image of ``cells * C`` floats, cell-major.
+A fourth, ``pre-head``, keeps the same cells one layer earlier (the last block's 320 channels, the input of
+the CNN's 1 x 1 head conv), for a joint model that trains its own copy of the head
+(:mod:`vsekit.embedding.cnn_head`).
 
 Where the rows live: :mod:`vsekit.vision.store` (the on-disk store, its layout and its lock). How a store
 is filled: :mod:`vsekit.vision.extract`. This module keeps the routes callers use, and hands on the
@@ -279,9 +282,9 @@ def image_features(
     ``kind="one-layer"``: float32 pooled activations. ``kind="fne"``: int8 {-1,0,1} Full-Network Embedding
     codes. For FNE, pass the ``fne`` a model was trained with (its statistics travel with the model and
     are applied unchanged to new images); without one, the statistics are fitted on ``fit_split`` of this
-    corpus. ``view`` (keyword, one-layer only): another view of each photo than the evaluation crop (one
-    of :data:`~vsekit.vision.preprocess.VIEWS`), cached apart. Returns ``(features, fne_used)``. (The
-    signature of the trainers' feature function; a thin adapter over :func:`compute_features`.)
+    corpus. ``view`` (keyword, one-layer and pre-head only): another view of each photo than the evaluation
+    crop (one of :data:`~vsekit.vision.preprocess.VIEWS`), cached apart. Returns ``(features, fne_used)``.
+    (The signature of the trainers' feature function; a thin adapter over :func:`compute_features`.)
     """
     if kind not in FEATURE_KINDS:
         raise VsekitError(f"unknown feature kind {kind!r}; known: {', '.join(FEATURE_KINDS)}")
@@ -290,11 +293,13 @@ def image_features(
     spec = FeatureSpec(backbone, kind, weights=kwargs.pop("weights", None))
     view = kwargs.pop("view", "centre")
     if view != "centre":  # a training-time view (see vision.preprocess.VIEWS), cached apart by its key
-        if kind != "one-layer":
-            raise VsekitError(f"view {view!r}: views of a photo exist for one-layer features only")
+        if kind not in ("one-layer", "pre-head"):
+            raise VsekitError(
+                f"view {view!r}: views of a photo exist for one-layer and pre-head features only"
+            )
         assert spec.preprocessing is not None  # FeatureSpec.__post_init__ fills it in
         spec = dataclasses.replace(spec, preprocessing=spec.preprocessing.with_view(view))
-    if kind in ("one-layer", "grid"):
+    if kind in ("one-layer", "grid", "pre-head"):
         return compute_features(corpus, spec, image_ids=ids, cache=True, **kwargs), None
     if fne is not None:
         return compute_features(corpus, spec, fne, image_ids=ids, cache=True, **kwargs), fne

@@ -176,6 +176,24 @@ class MobileNetV2(nn.Module):
         """The last conv feature map ``[B, 1280, H/32, W/32]`` (its spatial mean is the pooled vector)."""
         return self.features(x)
 
+    def forward_pre_head(self, x: torch.Tensor) -> torch.Tensor:
+        """The last block's map ``[B, 320, H/32, W/32]``: the input of the head (1 x 1 conv, BN, ReLU6),
+        which ``pre-head`` features keep so that a joint model can train the head."""
+        return self.features[:-1](x)
+
+    @property
+    def pre_head_dim(self) -> int:
+        """Channels of the last block's map (320)."""
+        return int(self.head_layers()[0].in_channels)
+
+    def head_layers(self) -> tuple[nn.Conv2d, nn.Module]:
+        """The head's 1 x 1 conv and its BatchNorm (an Identity once folded); ReLU6 follows them."""
+        head = self.features[-1]
+        assert isinstance(head, ConvBNReLU6)
+        conv, bn = head[0], head[1]
+        assert isinstance(conv, nn.Conv2d)
+        return conv, bn
+
     def classify(self, pooled: torch.Tensor) -> torch.Tensor:
         """ImageNet logits of pooled features ``[B, 1280]``."""
         return self.classifier(pooled)

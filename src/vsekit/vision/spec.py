@@ -22,7 +22,7 @@ from vsekit.vision.preprocess import Preprocessing
 
 __all__ = ["FEATURE_KINDS", "GRID_STRIDE", "FeatureSpec"]
 
-FEATURE_KINDS = ("one-layer", "fne", "grid")
+FEATURE_KINDS = ("one-layer", "fne", "grid", "pre-head")
 
 #: The total stride of the backbones' last conv map (MobileNetV2 and EfficientNet-Lite): a ``crop``-sided
 #: input gives a ``ceil(crop / 32)``-sided map (7 x 7 at 224 pixels).
@@ -38,7 +38,9 @@ class FeatureSpec:
         kind: ``"one-layer"`` (float32 pooled penultimate activations), ``"fne"`` (int8 {-1, 0, 1}
             Full-Network Embedding codes, computed from all layers' activations) or ``"grid"`` (the
             ``h x w`` cells of the last conv map of the same crop, each a ``C``-vector, one row of
-            ``h*w*C`` floats per image, cell-major: their mean is the ``one-layer`` vector).
+            ``h*w*C`` floats per image, cell-major: their mean is the ``one-layer`` vector) or
+            ``"pre-head"`` (the same cells one layer earlier: the last block's map, the input of the CNN's
+            1 x 1 head conv, ``h*w*320`` floats, which a joint model with a trainable head reads).
         weights: None for the backbone's installed weights package, else the path of a weights file.
         preprocessing: None for the backbone's own (what its weights were trained with).
     """
@@ -71,12 +73,19 @@ class FeatureSpec:
 
     @property
     def layers(self) -> str:
-        """The layer set the CNN taps: ``"one-layer"``, ``"full"`` (every layer) for FNE, or ``"grid"``."""
-        return {"one-layer": "one-layer", "fne": "full", "grid": "grid"}[self.kind]
+        """The layer set the CNN taps: ``"one-layer"``, ``"full"`` (every layer) for FNE, ``"grid"`` or
+        ``"pre-head"``."""
+        return {"one-layer": "one-layer", "fne": "full", "grid": "grid", "pre-head": "pre-head"}[self.kind]
+
+    @property
+    def cell_rows(self) -> bool:
+        """Whether a feature row is the cells of a map (``grid``, ``pre-head``), not one pooled vector."""
+        return self.kind in ("grid", "pre-head")
 
     @property
     def grid_cells(self) -> int:
-        """The number of cells of the last conv map on this spec's crop (49 at 224 pixels)."""
+        """The number of cells of the last conv map (and of the last block's) on this spec's crop (49 at
+        224 pixels)."""
         assert self.preprocessing is not None  # __post_init__ fills it in
         side = -(-self.preprocessing.crop // GRID_STRIDE)
         return side * side

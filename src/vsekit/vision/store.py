@@ -14,7 +14,8 @@ Layout of a cache directory::
 
     meta.json         configuration, image ids and file identities, dims, failed images, generation
     raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims;
-                      grid: cells x pooled_dim, the last conv map's cells row-major, channels last)
+                      grid: cells x pooled_dim, the last conv map's cells row-major, channels last;
+                      pre-head: cells x pre_head_dim, the same for the last block's map)
     done.npy          bool [n_images]: rows that hold finished features
                       (generation g > 0, after the image set changed: raw.g.f16 and done.g.npy; the new
                       generation's files are written beside the old ones and meta.json swaps them in)
@@ -60,7 +61,7 @@ __all__ = [
 
 FORMAT_VERSION = 1
 
-LAYER_SETS = ("one-layer", "full", "grid")
+LAYER_SETS = ("one-layer", "full", "grid", "pre-head")
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def _spec_for_layers(backbone: str, layers: str, weights: str | Path | None) -> 
         raise VsekitError(f"unknown backbone {backbone!r}; known: {', '.join(sorted(BACKBONES))}")
     if layers not in LAYER_SETS:
         raise VsekitError(f"unknown layer set {layers!r}; known: {', '.join(LAYER_SETS)}")
-    kind = {"one-layer": "one-layer", "full": "fne", "grid": "grid"}[layers]
+    kind = {"one-layer": "one-layer", "full": "fne", "grid": "grid", "pre-head": "pre-head"}[layers]
     return FeatureSpec(backbone, kind, weights=weights)
 
 
