@@ -169,6 +169,8 @@ class TrainingRun(ABC, Generic[C, D, M]):
         ckpt = self.dir.open_checked(self.resume, self.config)  # a changed recipe fails before data work
         if self.config.num_threads:
             torch.set_num_threads(self.config.num_threads)
+        # a first run extracts every photo's features before epoch 1 (minutes): say so, bars or not
+        self.say("preparing the data: photo features (extracted and cached on a first run), captions")
         with main_first():  # rank 0 fills the caches, the other ranks read them
             data = self.load_data(resumed=ckpt is not None)
         if ckpt is not None:
