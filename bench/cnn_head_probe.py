@@ -47,6 +47,8 @@ from tqdm import tqdm
 
 from _common import REPO, dev_recalls, read_run_log, run_meta, time_v, write_result
 from vsekit.data.corpus import load_corpus
+from vsekit.embedding.evaluate import evaluate_model
+from vsekit.embedding.model import EnsembleEmbedding, load_model, save_model
 from vsekit.embedding.recipe import load_recipe
 from vsekit.embedding.train_data import _split_pairs
 from vsekit.embedding.trainer import _build_model, _EmbeddingRun
@@ -193,6 +195,48 @@ def run_arm(
     return run.run()
 
 
+#: The probe's parameter names -> the library's (image_proj was Sequential(head, dropout, W_I)).
+LIBRARY_NAMES = {
+    "image_proj.0.proj.weight": "cnn_head.proj.weight",
+    "image_proj.0.proj.bias": "cnn_head.proj.bias",
+    "image_proj.2.weight": "image_proj.weight",
+    "image_proj.2.bias": "image_proj.bias",
+}
+
+
+def export_model(run: Path, recipe: Path, seed: int) -> Path:
+    """The probe's best epoch (``RUN/best.pt``) as a library model file over ``pre-head`` features
+    (``RUN/model.safetensors``, float32): the same weights under the library's names."""
+    config = dataclasses.replace(load_recipe(str(recipe)), image_features="pre-head", seed=seed)
+    data = SimpleNamespace(features={"image_dim": CELLS * PRE_DIM}, vocab=None)
+    model = _build_model(config, data, torch.device("cpu"), None)  # type: ignore[arg-type]
+    state = torch.load(run / "best.pt", map_location="cpu", weights_only=True)
+    model.load_state_dict({LIBRARY_NAMES.get(k, k): v for k, v in state.items()}, strict=True)
+    best = max((h for h in read_run_log(run) if h.get("dev")), key=lambda h: h["dev"]["rsum"])
+    extra = {"recipe": config.name, "probe": str(run), "epoch": best["epoch"], "val1000": best["dev"]}
+    return save_model(model, run / "model.safetensors", extra_meta=extra)
+
+
+def pack(runs: list[Path], out: Path) -> Path:
+    """The exported members packed as one ensemble, float16, as ship/pack_members.py writes the shipped
+    ``vse`` (here: a val1000 proxy, trained without the slice)."""
+    members = [load_model(run / "model.safetensors")[0] for run in runs]
+    for member in members[1:]:
+        member.text_encoder.share_frozen(members[0].text_encoder)
+    extra = {"members": [str(r) for r in runs], "selected_on": "val1000", "proxy": "trained without val1000"}
+    return save_model(EnsembleEmbedding(members), out, extra_meta=extra, half=True)  # type: ignore[arg-type]
+
+
+def evaluate_val1000(path: Path, threads: int) -> dict[str, Any]:
+    """A library model file ranked on val1000 through the library's own pre-head features (the check
+    that an export is the probe's model: its rsum should repeat the logged best)."""
+    torch.set_num_threads(threads)
+    model, _, _ = load_model(path)
+    config = load_recipe(str(RECIPE))
+    corpus = selection_corpus(load_corpus(DATA), config)
+    return evaluate_model(model, None, corpus, config.dev_split, progress=False)
+
+
 def arm_row(arm: str, run: Path, epochs: int) -> dict[str, Any] | None:
     """One arm's val1000 curve, best epoch, time and peak RSS (the gpo table's row fields)."""
     history = read_run_log(run) if (run / "log.jsonl").is_file() else []
@@ -259,10 +303,23 @@ def main() -> None:
     )
     parser.add_argument("--report", action="store_true")
     parser.add_argument("--extract", nargs="+", metavar="VIEW", help="only fill the maps of these views")
+    parser.add_argument("--export", nargs="+", type=Path, metavar="RUN", help="write RUN/model.safetensors")
+    parser.add_argument("--pack", type=Path, metavar="FILE", help="with --export: pack the runs into FILE")
+    parser.add_argument("--evaluate", type=Path, metavar="FILE", help="rank a model file on val1000")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO)
     if args.report:
         report()
+        return
+    if args.export:  # each run's seed is in its config.json (the probe's run directory)
+        for run in args.export:
+            seed = json.loads((run / "config.json").read_text(encoding="utf-8"))["seed"]
+            print(export_model(run, args.recipe, seed))
+        if args.pack:
+            print(pack(args.export, args.pack))
+        return
+    if args.evaluate:
+        print(json.dumps(evaluate_val1000(args.evaluate, args.threads), indent=1))
         return
     if args.extract:  # a second process fills other views' caches while a run extracts its own
         config = dataclasses.replace(load_recipe(str(RECIPE)), train_views=args.views)
