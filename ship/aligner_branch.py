@@ -6,7 +6,7 @@
 ``minilm-grid-val1000`` (Adam 5e-4, times 0.1 after 6 epochs) and ``minilm-grid-constant-lr-val1000``
 (5e-4 throughout) are the same run for epochs 1..6: same seed, data order, model and learning rate. So the
 constant-lr run need not train those six epochs again: its directory is made from SRC_RUN's copy of the
-checkpoint after epoch K (``epochs/ep<K>.pt``, taken by the caller), with the recipe swapped in, no
+checkpoint after epoch K (``epochs/ep<K>.pt``, kept by ``--keep-epochs``), with the recipe swapped in, no
 learning-rate scheduler and the learning rate back at the recipe's, the first K log lines, and the best
 model file as it was after epoch K (``epochs/best-after-ep<N>.safetensors``, N <= K). ``--resume`` then
 continues exactly as the uninterrupted run would (the engine's resume is bit-exact, tested; on the

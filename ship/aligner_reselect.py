@@ -5,11 +5,12 @@
 
 The two runs are ``vsekit train-aligner`` with the recipes ``minilm-grid-val1000`` and
 ``minilm-grid-constant-lr-val1000`` (train minus the slice; every epoch ranked on the slice). A run's
-``epochs/ep<N>.pt`` are copies of its ``checkpoint.pt`` taken after epoch N (the trainer keeps only the last
-one), so any epoch can be a member. The packing is ship/ship_aligner.py's (the members' word-region dots
-summed, float16), and every choice is made on val1000: each run's epoch is its best val1000 rsum, then the
-candidate packings below are ranked by val1000 rsum. Dev is read once, for the chosen one. Nothing is
-written to src/vsekit/pretrained/: the packed file goes to ``--out-model``.
+``epochs/ep<N>.pt`` are copies of its ``checkpoint.pt`` after epoch N (``vsekit train-aligner --keep-epochs``;
+the trainer otherwise keeps only the last one), so any epoch can be a member. The packing is
+ship/ship_aligner.py's (the members' word-region dots summed, float16), and every choice is made on val1000:
+each run's epoch is its best val1000 rsum, then the candidate packings below are ranked by val1000 rsum. Dev
+is read once, for the chosen one. Nothing is written to src/vsekit/pretrained/: the packed file goes to
+``--out-model``.
 
 Then, with ``--retrained --grid RUN --const RUN --out-model OTHER``: the same members (the epochs chosen on
 val1000, read from the JSON) taken from runs of the base recipes on all of train (``minilm-grid

@@ -104,6 +104,35 @@ def test_resume_after_two_epochs_equals_an_uninterrupted_run(corpus, tmp_path):
     assert resumed["best_epoch"] == full["best_epoch"] and resumed["best_rsum"] == full["best_rsum"]
 
 
+def test_kept_epochs_are_the_checkpoints_and_best_models_of_shorter_runs(corpus, tmp_path):
+    """``keep_epochs``: epoch N's kept copy is what a run stopped after N epochs leaves, so resuming from
+    it (a branch, or a member chosen afterwards) continues exactly as the run did."""
+    _run(corpus, RESUME_CONFIG, tmp_path / "full", keep_epochs=True)
+    kept = tmp_path / "full" / "epochs"
+    assert sorted(p.name for p in kept.iterdir()) == sorted(
+        [f"ep{n}.pt" for n in range(1, 5)] + [f"best-after-ep{n}.safetensors" for n in range(1, 5)]
+    )
+    _run(corpus, dataclasses.replace(RESUME_CONFIG, epochs=2), tmp_path / "two")
+    # the same state as the 2-epoch run's (whose files differ only in the recipe's epoch count)
+    a, b = load_checkpoint(kept / "ep2.pt"), load_checkpoint(tmp_path / "two" / "checkpoint.pt")
+    assert a["epoch"] == b["epoch"] == 2 and a["model"].keys() == b["model"].keys()
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    ma, mb = load_file(kept / "best-after-ep2.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
+    assert ma.keys() == mb.keys() and all(torch.equal(ma[k], mb[k]) for k in ma)
+    assert (kept / "ep4.pt").read_bytes() == (tmp_path / "full" / "checkpoint.pt").read_bytes()
+    # a run directory made of epoch 2's copies resumes to the full run's weights
+    branch = tmp_path / "branch"
+    branch.mkdir()
+    (branch / "checkpoint.pt").write_bytes((kept / "ep2.pt").read_bytes())
+    (branch / "model.safetensors").write_bytes((kept / "best-after-ep2.safetensors").read_bytes())
+    (branch / "log.jsonl").write_text(
+        "".join((tmp_path / "full" / "log.jsonl").read_text().splitlines(True)[:2])
+    )
+    _run(corpus, RESUME_CONFIG, branch, resume=True)
+    _assert_same_run(tmp_path / "full", branch)
+    assert not (tmp_path / "two" / "epochs").exists()  # off by default
+
+
 def test_resume_after_a_crash_inside_an_epoch(corpus, tmp_path, monkeypatch):
     _run(corpus, TINY, tmp_path / "full")
     calls = {"n": 0}

@@ -50,6 +50,14 @@ NumThreadsOption = Annotated[int | None, typer.Option("--num-threads", min=1, he
 DeviceOption = Annotated[str, typer.Option("--device", help=DEVICE_HELP)]
 CacheRootOption = Annotated[Path | None, typer.Option("--cache-root", help=CACHE_ROOT_HELP)]
 ProgressOption = Annotated[bool, typer.Option("--progress/--no-progress", help="Show progress bars.")]
+KeepEpochsOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep-epochs",
+        help="Also keep every epoch's checkpoint and best model under OUT/epochs/ (to pick epochs or "
+        "ensemble members afterwards).",
+    ),
+]
 TRAIN_INTERRUPTED = "finished epochs are saved in the checkpoint; run the same command with --resume"
 
 

@@ -14,6 +14,7 @@ from vsekit.cli._common import (
     CacheRootOption,
     DeviceOption,
     EpochsOption,
+    KeepEpochsOption,
     NumThreadsOption,
     ProgressOption,
     ResumeOption,
@@ -43,6 +44,7 @@ def train_aligner(
     device: DeviceOption = "auto",
     cache_root: CacheRootOption = None,
     progress: ProgressOption = True,
+    keep_epochs: KeepEpochsOption = False,
 ) -> None:
     """Train a region-word aligner; the best epoch on the selection split goes to OUT/aligner.safetensors."""
     from vsekit.alignment.trainer import load_aligner_recipe
@@ -65,6 +67,7 @@ def train_aligner(
             device=device,
             cache_root=cache_root,
             log=say,
+            keep_epochs=keep_epochs,
         )
     if summary["best_dev"] is not None:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"

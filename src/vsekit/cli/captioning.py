@@ -19,6 +19,7 @@ from vsekit.cli._common import (
     DEVICE_HELP,
     JSON_HELP_SUFFIX,
     SPLIT_HELP,
+    KeepEpochsOption,
     console,
     err_console,
     plain,
@@ -54,6 +55,7 @@ def train_captioner(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    keep_epochs: KeepEpochsOption = False,
 ) -> None:
     """Train a caption generator; the best epoch on the selection split goes to OUT/captioner.safetensors.
 
@@ -78,7 +80,14 @@ def train_captioner(
             f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
         )
         summary = run_training(
-            corpus, config, out, resume=resume, progress=show_progress(progress), device=device, log=say
+            corpus,
+            config,
+            out,
+            resume=resume,
+            progress=show_progress(progress),
+            device=device,
+            log=say,
+            keep_epochs=keep_epochs,
         )
     best = summary["best_dev"]
     if best is None:

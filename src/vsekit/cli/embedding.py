@@ -17,6 +17,7 @@ from vsekit.cli._common import (
     RANK_MODEL_HELP,
     SKIP_BAD_HELP,
     SPLIT_HELP,
+    KeepEpochsOption,
     console,
     metrics_table,
     plain,
@@ -55,6 +56,7 @@ def train(
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     cache_root: Path | None = typer.Option(None, "--cache-root", help=CACHE_ROOT_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    keep_epochs: KeepEpochsOption = False,
 ) -> None:
     """Train a joint image-sentence embedding; the best epoch on the selection split (the recipe's
     dev_split: val1000 under the selection protocol) goes to OUT/model.safetensors.
@@ -92,6 +94,7 @@ def train(
             device=device,
             cache_root=cache_root,
             log=say,
+            keep_epochs=keep_epochs,
         )
     _print_training_summary(summary, out)
 

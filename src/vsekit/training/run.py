@@ -52,13 +52,15 @@ class RunOptions(TypedDict, total=False):
     start if there is none yet); the recipe may differ only in its ``RESUMABLE`` fields. Without it an
     existing checkpoint is an error, so a run is never overwritten by accident. ``progress`` (True):
     progress bars. ``device`` ("auto"): where to train. ``log``: receives the per-epoch lines (default:
-    the trainer module's logger, at INFO).
+    the trainer module's logger, at INFO). ``keep_epochs`` (False): keep a copy of every epoch's checkpoint
+    and best model under ``epochs/`` (see :class:`~vsekit.training.rundir.RunDir`).
     """
 
     resume: bool
     progress: bool
     device: str | torch.device
     log: Callable[[str], None] | None
+    keep_epochs: bool
 
 
 class SelectingRecipe(Protocol):
@@ -106,12 +108,13 @@ class TrainingRun(ABC, Generic[C, D, M]):
         progress: bool = True,
         device: str | torch.device = "auto",
         log: Callable[[str], None] | None = None,
+        keep_epochs: bool = False,
     ) -> None:
         if self.single_process is not None:  # from the environment: before any process group exists
             refuse_data_parallel(*self.single_process)
         self.config = config.validate()
         self.out = Path(out_dir)
-        self.dir = RunDir(self.out, self.kind)
+        self.dir = RunDir(self.out, self.kind, keep_epochs=keep_epochs, model_name=self.model_name)
         self.resume = resume
         self.device = resolve_device(device)
         self.progress = progress and is_main_process()  # with several ranks, rank 0 tells the story

@@ -13,28 +13,41 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vsekit.errors import VsekitError
-from vsekit.fileio import atomic_write_text
+from vsekit.fileio import atomic_write_bytes, atomic_write_text
 from vsekit.training.checkpoint import read_checkpoint, save_checkpoint
 from vsekit.training.distributed import broadcast_from_main, is_main_process
 
-__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "LOG_NAME", "RunDir"]
+__all__ = ["CHECKPOINT_NAME", "CONFIG_NAME", "EPOCHS_DIR", "LOG_NAME", "RunDir"]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 LOG_NAME = "log.jsonl"
 CONFIG_NAME = "config.json"
+EPOCHS_DIR = "epochs"  # the kept copies of each epoch (keep_epochs)
 
 if TYPE_CHECKING:
     from vsekit.training.recipe import Recipe
 
 
 class RunDir:
-    """The files of one run of a ``kind`` trainer ("joint-embedding", "captioner", "scnlm")."""
+    """The files of one run of a ``kind`` trainer ("joint-embedding", "captioner", "scnlm").
 
-    def __init__(self, path: str | os.PathLike[str], kind: str) -> None:
+    With ``keep_epochs`` every epoch's checkpoint is also kept as ``epochs/ep<N>.pt``, and the best model
+    file as it stood after that epoch as ``epochs/best-after-ep<N><suffix>`` (``model_name``'s suffix):
+    what choosing an epoch or an ensemble member afterwards needs (the run itself keeps only the last
+    checkpoint and the best model)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        kind: str,
+        keep_epochs: bool = False,
+        model_name: str | None = None,
+    ) -> None:
         self.path = Path(path)
         self.kind = kind
         self.checkpoint_path = self.path / CHECKPOINT_NAME
         self.log_path = self.path / LOG_NAME
+        self.keep_epochs, self.model_name = keep_epochs, model_name
 
     def open(self, resume: bool) -> dict[str, Any] | None:
         """The checkpoint to resume from (None: a fresh run). Without ``resume`` an existing checkpoint is
@@ -70,6 +83,17 @@ class RunDir:
     def save_checkpoint(self, state: dict[str, Any]) -> None:
         if is_main_process():
             save_checkpoint(state, self.checkpoint_path, self.kind)
+            if self.keep_epochs:
+                self._keep(int(state["epoch"]))
+
+    def _keep(self, epoch: int) -> None:
+        """Copies of the checkpoint just written and of the best model, for epoch ``epoch``."""
+        folder = self.path / EPOCHS_DIR
+        folder.mkdir(exist_ok=True)
+        atomic_write_bytes(folder / f"ep{epoch}.pt", self.checkpoint_path.read_bytes())
+        best = self.path / self.model_name if self.model_name else None
+        if best is not None and best.is_file():
+            atomic_write_bytes(folder / f"best-after-ep{epoch}{best.suffix}", best.read_bytes())
 
     def save_model(self, save: Callable[..., Any], *args: Any) -> None:
         """Call ``save(*args)`` (which writes the best model) on the main process only."""
