@@ -17,6 +17,11 @@ import numpy as np
 import pytest
 import torch
 
+from cell_rows_helpers import (
+    assert_embeds_photos_as_cached,
+    assert_rows_repeat,
+    assert_saves_and_loads_exactly,
+)
 from test_training import _assert_same_run, tiny_corpus
 from train_helpers import tiny_train_config
 from vsekit.data import Vocabulary
@@ -93,11 +98,7 @@ def test_a_model_with_a_head_saves_and_loads_exactly(tmp_path):
     assert model.cnn_head is not None
     with torch.no_grad():
         model.cnn_head.proj.weight.add_(0.25)
-    save_model(model, tmp_path / "m.safetensors")
-    loaded, _, _ = load_model(tmp_path / "m.safetensors")
-    assert isinstance(loaded, JointEmbedding) and loaded.config == model.config
-    rows = torch.randn(5, CELLS * CELL_DIM)
-    torch.testing.assert_close(loaded.embed_images(rows), model.embed_images(rows), rtol=0, atol=0)
+    assert_saves_and_loads_exactly(model, tmp_path)
 
 
 def test_pre_head_features_need_a_head_and_other_kinds_none():
@@ -215,34 +216,13 @@ def test_pre_head_cells_through_the_imagenet_head_are_the_one_layer_vector(tmp_p
     np.testing.assert_allclose(got, want, atol=2e-3)
     with pytest.raises(VsekitError, match=r"pre-head rows"):
         classifier.probabilities(rows[:, :100])
-    # cached and uncached are the same numbers; a second read comes from the cache
-    files = [corpus.images[i] for i in ids]
-    uncached = compute_features(files, spec, cache=False, device="cpu", progress=False)
-    np.testing.assert_array_equal(uncached, rows)
-    # either engine: the same numbers up to one float16 step of the largest values (2^-10 of them)
-    by_torch = compute_features(files, spec, cache=False, device="cpu", progress=False, engine="torch")
-    np.testing.assert_allclose(by_torch, rows, rtol=0, atol=2e-3 * np.abs(rows).max())
-    again, _ = image_features(corpus, ids, "mobilenet_v2", "pre-head", **kw)
-    np.testing.assert_array_equal(again, rows)
+    assert_rows_repeat(corpus, ids, spec, rows, kw)
 
 
 @needs_weights
 def test_a_head_model_embeds_photos_from_their_pre_head_cells(tmp_path):
     """The path of search and ``Index.build``: photos -> pre-head rows -> head -> W_I -> vector."""
-    from vsekit.data import load_corpus
-    from vsekit.embedding.pipeline import VSEModel
-
-    corpus = load_corpus(sample_data_path())
-    ids = sorted(corpus.images)[:2]
-    vocab = Vocabulary(WORDS)
-    torch.manual_seed(0)
-    text = build_text_encoder("gru", vocab, word_dim=8, hidden_dim=16)
-    network = JointEmbedding(text, 49 * 320, "mobilenet_v2", "pre-head", vocab, cells=49, head_dim=1280)
-    model = VSEModel(network)
-    vectors = model.embed_images([corpus.images[i] for i in ids])
-    assert vectors.shape == (2, 16)
-    cached = model.corpus_features(corpus, ids, cache_root=tmp_path, progress=False)
-    np.testing.assert_allclose(vectors, model.embed_features(cached), atol=1e-6)
+    assert_embeds_photos_as_cached(tmp_path, 49 * 320, "pre-head", head_dim=1280)
 
 
 def test_the_shipped_vse_over_pre_head_cells_indexes_photos_as_it_does(tmp_path):

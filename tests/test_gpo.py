@@ -16,11 +16,16 @@ import numpy as np
 import pytest
 import torch
 
+from cell_rows_helpers import (
+    assert_embeds_photos_as_cached,
+    assert_rows_repeat,
+    assert_saves_and_loads_exactly,
+)
 from test_training import _assert_same_run, tiny_corpus
 from train_helpers import tiny_train_config
 from vsekit.data import Vocabulary
 from vsekit.embedding.gpo import GPO, gpo_pool, positional_encoding
-from vsekit.embedding.model import JointEmbedding, load_model, save_model
+from vsekit.embedding.model import JointEmbedding, load_model
 from vsekit.embedding.trainer import TrainConfig, train
 from vsekit.errors import VsekitError
 from vsekit.resources import sample_data_path
@@ -171,11 +176,7 @@ def test_a_gpo_model_saves_and_loads_exactly(tmp_path):
     with torch.no_grad():
         for p in model.image_pool.parameters():
             p.add_(0.1)
-    save_model(model, tmp_path / "m.safetensors")
-    loaded, _, meta = load_model(tmp_path / "m.safetensors")
-    assert isinstance(loaded, JointEmbedding) and loaded.config == model.config
-    rows = torch.randn(5, CELLS * CELL_DIM)
-    torch.testing.assert_close(loaded.embed_images(rows), model.embed_images(rows), rtol=0, atol=0)
+    assert_saves_and_loads_exactly(model, tmp_path)
 
 
 def test_grid_features_need_a_pool_and_pooled_features_none():
@@ -273,31 +274,10 @@ def test_grid_features_are_the_cells_whose_mean_is_the_one_layer_vector(tmp_path
     plain = compute_features(corpus, plain_spec, image_ids=ids, cache=False, device="cpu", progress=False)
     # the same crop: the cells' mean is the pooled vector, up to float16 rounding of the stored values
     np.testing.assert_allclose(grid.reshape(3, 49, 1280).mean(axis=1), plain, atol=2e-3, rtol=2e-3)
-    # cached and uncached are the same numbers; a second read comes from the cache
-    files = [corpus.images[i] for i in ids]
-    uncached = compute_features(files, grid_spec, cache=False, device="cpu", progress=False)
-    np.testing.assert_array_equal(uncached, grid)
-    # either engine: the same numbers up to one float16 step of the largest values (2^-10 of them)
-    by_torch = compute_features(files, grid_spec, cache=False, device="cpu", progress=False, engine="torch")
-    np.testing.assert_allclose(by_torch, grid, rtol=0, atol=2e-3 * np.abs(grid).max())
-    again, _ = image_features(corpus, ids, "mobilenet_v2", "grid", **kw)
-    np.testing.assert_array_equal(again, grid)
+    assert_rows_repeat(corpus, ids, grid_spec, grid, kw)
 
 
 @needs_weights
 def test_a_gpo_model_embeds_photos_from_their_grid(tmp_path):
     """The path of search and ``Index.build``: photos -> grid rows -> projected cells -> GPO -> vector."""
-    from vsekit.data import load_corpus
-    from vsekit.embedding.pipeline import VSEModel
-
-    corpus = load_corpus(sample_data_path())
-    ids = sorted(corpus.images)[:2]
-    vocab = Vocabulary(WORDS)
-    torch.manual_seed(0)
-    text = build_text_encoder("gru", vocab, word_dim=8, hidden_dim=16)
-    network = JointEmbedding(text, 49 * 1280, "mobilenet_v2", "grid", vocab, pool="gpo", cells=49)
-    model = VSEModel(network)
-    vectors = model.embed_images([corpus.images[i] for i in ids])
-    assert vectors.shape == (2, 16)
-    cached = model.corpus_features(corpus, ids, cache_root=tmp_path, progress=False)
-    np.testing.assert_allclose(vectors, model.embed_features(cached), atol=1e-6)
+    assert_embeds_photos_as_cached(tmp_path, 49 * 1280, "grid", pool="gpo")

@@ -132,6 +132,18 @@ def say(message: str) -> None:
         tqdm.write(message)
 
 
+def run_options(resume: bool, progress: bool, device: str, keep_epochs: bool) -> dict[str, Any]:
+    """What every train command hands its trainer (:class:`vsekit.training.RunOptions`): resume, progress
+    bars (only on a terminal), the device, each epoch's line said on the console, and the kept epochs."""
+    return {
+        "resume": resume,
+        "progress": show_progress(progress),
+        "device": device,
+        "log": say,
+        "keep_epochs": keep_epochs,
+    }
+
+
 def fail(exc: Exception) -> None:
     """Print ``exc`` as one red line and exit with status 2 (its text verbatim: ``[x]`` is no markup)."""
     err_console.print(f"[bold red]error:[/] {escape(printable(str(exc)))}", highlight=False, soft_wrap=True)

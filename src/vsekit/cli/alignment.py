@@ -22,8 +22,7 @@ from vsekit.cli._common import (
     console,
     metrics_table,
     plain,
-    say,
-    show_progress,
+    run_options,
     user_errors,
     with_overrides,
     write_json,
@@ -58,17 +57,8 @@ def train_aligner(
             f"{corpus!r}\nrecipe {config.name}: {config.regions} regions, {config.backbone}, "
             f"h={config.embed_dim}"
         )
-        summary = run_training(
-            corpus,
-            config,
-            out,
-            resume=resume,
-            progress=show_progress(progress),
-            device=device,
-            cache_root=cache_root,
-            log=say,
-            keep_epochs=keep_epochs,
-        )
+        options = run_options(resume, progress, device, keep_epochs)
+        summary = run_training(corpus, config, out, cache_root=cache_root, **options)
     if summary["best_dev"] is not None:
         title = f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} (S_kl ranking)"
         console.print(metrics_table(title, summary["best_dev"]))
@@ -121,6 +111,7 @@ def train_region_captioner(
     device: DeviceOption = "auto",
     cache_root: CacheRootOption = None,
     progress: ProgressOption = True,
+    keep_epochs: KeepEpochsOption = False,
 ) -> None:
     """Align the training captions to regions (MRF snippets) and train the m-RNN on the pairs."""
     from vsekit.alignment import Aligner
@@ -135,17 +126,8 @@ def train_region_captioner(
         corpus = load_corpus(data)
         model = Aligner.load(aligner, device=device)
         console.print(f"{corpus!r}\nrecipe {config.name}: aligner {model.path}, beta {config.beta}")
-        summary = run_training(
-            model,
-            corpus,
-            config,
-            out,
-            resume=resume,
-            progress=show_progress(progress),
-            device=device,
-            cache_root=cache_root,
-            log=say,
-        )
+        options = run_options(resume, progress, device, keep_epochs)
+        summary = run_training(model, corpus, config, out, cache_root=cache_root, **options)
     console.print(
         f"{summary['n_train_snippets']} training snippets; best dev epoch {summary['best_epoch']}: "
         f"{summary['best_dev']}"

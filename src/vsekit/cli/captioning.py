@@ -23,7 +23,7 @@ from vsekit.cli._common import (
     console,
     err_console,
     plain,
-    say,
+    run_options,
     scores_table,
     set_cnn_engine,
     show_progress,
@@ -79,16 +79,7 @@ def train_captioner(
             f"{corpus!r}\nrecipe {config.name}: {network} ({config.cell}, hidden {config.hidden_dim}) on "
             f"{config.backbone} {config.image_features} features, {config.epochs} epochs"
         )
-        summary = run_training(
-            corpus,
-            config,
-            out,
-            resume=resume,
-            progress=show_progress(progress),
-            device=device,
-            log=say,
-            keep_epochs=keep_epochs,
-        )
+        summary = run_training(corpus, config, out, **run_options(resume, progress, device, keep_epochs))
     best = summary["best_dev"]
     if best is None:
         console.print(f"no dev evaluation yet; checkpoint in {out}")
@@ -384,6 +375,7 @@ def train_scnlm(
     device: str = typer.Option("auto", "--device", help=DEVICE_HELP),
     engine: str | None = typer.Option(None, "--engine", help=CNN_ENGINE_HELP),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress bars."),
+    keep_epochs: KeepEpochsOption = False,
 ) -> None:
     """Train the structure-content neural language model (Kiros et al. 2014, sec. 2.4) on a corpus.
 
@@ -403,16 +395,8 @@ def train_scnlm(
         corpus = load_corpus(data)
         console.print(f"{corpus!r}\nrecipe {config.name}: SC-NLM, {config.epochs} epochs")
         joint = VSEModel.load(joint_model, device=device).network
-        summary = train_scnlm_run(
-            corpus,
-            config,
-            out,
-            resume=resume,
-            progress=show_progress(progress),
-            device=device,
-            joint_model=joint,
-            log=say,
-        )
+        options = run_options(resume, progress, device, keep_epochs)
+        summary = train_scnlm_run(corpus, config, out, joint_model=joint, **options)
     console.print(
         f"best dev epoch {summary['best_epoch']} of {summary['epochs_completed']} "
         f"(dev perplexity {summary['best_dev_ppl']:.2f})"

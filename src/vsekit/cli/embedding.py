@@ -23,9 +23,8 @@ from vsekit.cli._common import (
     plain,
     read_caption_lines,
     rounded,
-    say,
+    run_options,
     set_cnn_engine,
-    show_progress,
     user_errors,
     with_overrides,
     write_json,
@@ -85,17 +84,8 @@ def train(
             f"{config.backbone} features, K={config.embed_dim}, loss {config.loss}"
             + (f", ensemble of seeds {config.ensemble_seeds}" if config.ensemble_seeds else "")
         )
-        summary = run_training(
-            corpus,
-            config,
-            out,
-            resume=resume,
-            progress=show_progress(progress),
-            device=device,
-            cache_root=cache_root,
-            log=say,
-            keep_epochs=keep_epochs,
-        )
+        options = run_options(resume, progress, device, keep_epochs)
+        summary = run_training(corpus, config, out, cache_root=cache_root, **options)
     _print_training_summary(summary, out)
 
 
