@@ -11,7 +11,11 @@ per photo.
     python bench/cnn_head_probe.py --arm tuned --out /work/runs/head-tuned
     python bench/cnn_head_probe.py --arm tuned --views six-crop [--seed 3] --out /work/runs/head-views-tuned
     python bench/cnn_head_probe.py --extract br bl --views six-crop   # fill views' caches in another process
+    python bench/cnn_head_probe.py --arm tuned --views six-crop [--seed 3] \
+        --recipe bench/recipes/joint-views-ft1-seed1.json --out /work/runs/head-views-ft1-tuned[-seed3]
     python bench/cnn_head_probe.py --report      # write bench/results/cnn_head_probe.json from the logs
+    python bench/cnn_head_probe.py --export RUN1 RUN3 --recipe R --pack PROXY   # library files, a proxy
+    python bench/cnn_head_probe.py --evaluate FILE   # a library model file ranked on val1000
 
 Each arm is member seed 1 of the re-selected `vse` recipe without training views
 (`bench/recipes/joint-onevector-seed1.json`: frozen MiniLM + residual head, hardest negative after two sum
@@ -268,9 +272,25 @@ def arm_row(arm: str, run: Path, epochs: int) -> dict[str, Any] | None:
     }
 
 
+def ft1_controls() -> list[dict[str, Any]]:
+    """The ft1 arms' controls, the same recipe with the head frozen: the text_finetune.json rows of the
+    shipped recipe's members (trained there, not here)."""
+    done = json.loads((REPO / "bench" / "results" / "text_finetune.json").read_text(encoding="utf-8"))
+    rows = []
+    for row in done["views_finetuned"]:
+        suffix = "" if row["seed"] == 1 else f", seed {row['seed']}"
+        arm = "views-ft1-frozen" + ("" if row["seed"] == 1 else f"-seed{row['seed']}")
+        name = f"six-crop views, MiniLM's top layer tuned, head frozen{suffix} (text_finetune.json)"
+        rows.append({**row, "name": name, "arm": arm})
+    return rows
+
+
 def report() -> None:
     config = load_recipe(str(RECIPE))
     rows = [r for arm, run in RUNS.items() if (r := arm_row(arm, run, config.epochs)) is not None]
+    if any(r["arm"].startswith("views-ft1") for r in rows):  # each tuned ft1 arm after its control
+        controls = {r["arm"].replace("frozen", "tuned"): r for r in ft1_controls()}
+        rows = [x for r in rows for x in ([controls[r["arm"]], r] if r["arm"] in controls else [r])]
     write_result(
         "cnn_head_probe.json",
         {
@@ -281,7 +301,8 @@ def report() -> None:
             ),
             "protocol": "train-minus-val1000 / val1000 (flickr8k-val1000 slice); dev not read; seed 1 "
             "(seed 3: the rows that say so); 15 epochs; bench/recipes/joint-onevector-seed1.json with "
-            "the head in front of W_I",
+            "the head in front of W_I (the MiniLM rows: joint-views-ft1-seed1.json, MiniLM's top layer "
+            "tuned, the shipped vse's member recipe)",
             "head_lr": config.lr,
             "rows": rows,
         },
