@@ -120,7 +120,7 @@ def retrained(args: argparse.Namespace, snapshots: list[Path]) -> None:
     chosen on val1000 (read from bench/results/aligner_reselect.json, written before these runs started),
     rank dev once, add the result to that file. The trainer logs dev numbers every epoch; nothing here
     reads them (only each epoch's loss and seconds)."""
-    path = RESULTS / "aligner_reselect.json"
+    path = RESULTS / args.result
     result = json.loads(path.read_text())
     members = [(r, int(e)) for r, e in (m.split(" epoch ") for m in result["chosen"]["members"])]
     runs = {"grid": args.grid, "const": args.const}
@@ -168,6 +168,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--note", default="", help="how the runs were made (recorded as is)")
     parser.add_argument("--retrained", action="store_true", help="runs on all of train: see retrained()")
+    parser.add_argument("--result", default="aligner_reselect.json", help="the results file (bench/results/)")
+    parser.add_argument(
+        "--no-dev",
+        action="store_true",
+        help="leave dev unread for the slice-trained packing (read once, for the retrained one)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.retrained:
@@ -196,8 +202,14 @@ def main() -> None:
                         for r, e in members],
         "val1000": tried[chosen]["val1000"],
     }  # fmt: skip
-    dev = evaluate_pack([models[(r, int(e))] for r, e in members], extra, args.out_model, corpus, "dev")
-    save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+    chosen_models = [models[(r, int(e))] for r, e in members]
+    if args.no_dev:  # the packing is saved as it would ship; dev waits for the retrained members
+        dev = None
+        packed = chosen_models[0] if len(chosen_models) == 1 else pack_aligners(chosen_models)
+        save_aligner(packed, args.out_model, extra=extra, half=True)
+    else:
+        dev = evaluate_pack(chosen_models, extra, args.out_model, corpus, "dev")
+        save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
     print(f"chosen on val1000: {chosen}; dev (read once): {dev}", flush=True)
     shipped = json.loads((RESULTS / "alignment.json").read_text())["shipped"]
     result = {
@@ -220,7 +232,7 @@ def main() -> None:
         "shipped_aligner_dev": _short(shipped) | {"selected_on": "dev"},
         "paper_brnn_flickr8k_test": PAPER_BRNN,
     }
-    print(write_result("aligner_reselect.json", result))
+    print(write_result(args.result, result))
 
 
 if __name__ == "__main__":

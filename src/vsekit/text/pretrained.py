@@ -27,6 +27,7 @@ model stays a few MB. ``.to(device)`` / ``.double()`` still move them (see :meth
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -325,17 +326,17 @@ class MiniLMEncoder(TextEncoder):
         frozen layers' floating-point sums depend (in the last bits) on what a text is padded with: a run
         resumed mid-way then encoded other batches than the uninterrupted run and was no longer bit-exact.
         """
-        del progress  # the encoding has its own bar past a few thousand texts
         distinct = list(dict.fromkeys(texts))
         self._cache.reserve(len(distinct))
         if not self.use_cache or not distinct:
             return
         if self.finetune_last:
-            self._cache.lookup(distinct, self._encode)
+            self._cache.lookup(distinct, functools.partial(self._encode, progress=progress))
             return
         from vsekit.text.sentence_cache import cached_sentence_vectors
 
-        found = cached_sentence_vectors(distinct, self._encode_array, self.identity(), cache_root)
+        encode = functools.partial(self._encode_array, progress=progress)
+        found = cached_sentence_vectors(distinct, encode, self.identity(), cache_root)
         self._cache.update({text: torch.from_numpy(vector) for text, vector in found.items()})
 
     def identity(self) -> dict[str, Any]:
@@ -364,14 +365,16 @@ class MiniLMEncoder(TextEncoder):
         return next(self._frozen.model.parameters()).device
 
     @torch.inference_mode()
-    def _encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        """Frozen transformer over ``texts``, batched by length (less padding), one CPU tensor per text."""
+    def _encode(self, texts: list[str], progress: bool = True) -> dict[str, torch.Tensor]:
+        """Frozen transformer over ``texts``, batched by length (less padding), one CPU tensor per text
+        (a bar past a few thousand texts, unless ``progress`` is off)."""
         model = self._frozen.model
         device = self._device()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: dict[str, torch.Tensor] = {}
         starts = range(0, len(order), self.batch_size)
-        bar = tqdm(starts, desc="MiniLM", unit="batch", leave=False, disable=len(texts) < _PROGRESS_MIN)
+        quiet = not progress or len(texts) < _PROGRESS_MIN
+        bar = tqdm(starts, desc="MiniLM", unit="batch", leave=False, disable=quiet)
         for start in bar:
             batch = [texts[i] for i in order[start : start + self.batch_size]]
             enc = self.tokenizer(
@@ -389,9 +392,9 @@ class MiniLMEncoder(TextEncoder):
         self.encoded_count += len(texts)
         return out
 
-    def _encode_array(self, texts: list[str]) -> np.ndarray:
+    def _encode_array(self, texts: list[str], progress: bool = True) -> np.ndarray:
         """:meth:`_encode` of the frozen encoder as one float32 array ``[len(texts), 384]``, in order."""
-        vectors = self._encode(texts)
+        vectors = self._encode(texts, progress)
         return torch.stack([vectors[text] for text in texts]).float().numpy()
 
     def _run_top(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
