@@ -83,7 +83,7 @@ def test_the_feature_cache_keys_on_the_view(tmp_path):
     # and reading the plain view again gives the plain rows, untouched by the view's cache
     again, _ = image_features(corpus, ids, "mobilenet_v2", **kw)
     np.testing.assert_array_equal(again, plain)
-    with pytest.raises(VsekitError, match="one-layer features only"):
+    with pytest.raises(VsekitError, match="one-layer and pre-head features only"):
         image_features(corpus, ids, "mobilenet_v2", "fne", view="tl", **kw)
 
 
