@@ -51,6 +51,7 @@ from tqdm import tqdm
 
 from _common import REPO, dev_recalls, read_run_log, run_meta, time_v, write_result
 from vsekit.data.corpus import load_corpus
+from vsekit.embedding.cnn_head import CNNHead
 from vsekit.embedding.evaluate import evaluate_model
 from vsekit.embedding.model import EnsembleEmbedding, load_model, save_model
 from vsekit.embedding.recipe import load_recipe
@@ -58,7 +59,7 @@ from vsekit.embedding.train_data import _split_pairs
 from vsekit.embedding.trainer import _build_model, _EmbeddingRun
 from vsekit.training.loop import step_lr
 from vsekit.training.run import selection_corpus
-from vsekit.vision.backbones import load_backbone
+from vsekit.vision.backbones import head_affine, load_backbone
 from vsekit.vision.extract import _load_batch
 from vsekit.vision.spec import FeatureSpec
 
@@ -116,23 +117,6 @@ def pre_head_maps(corpus: Any, ids: list[str], threads: int, view: str = "centre
     return out
 
 
-class HeadPool(nn.Module):
-    """Lite0's head on a cached map: 1 x 1 conv with BatchNorm folded in (a Linear per cell), ReLU6,
-    the mean over the cells; with the ImageNet weights its output is the `one-layer` feature."""
-
-    def __init__(self, conv: nn.Conv2d, bn: nn.BatchNorm2d) -> None:
-        super().__init__()
-        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
-        self.proj = nn.Linear(PRE_DIM, HEAD_DIM)
-        with torch.no_grad():
-            self.proj.weight.copy_(conv.weight[:, :, 0, 0] * scale[:, None])
-            self.proj.bias.copy_(bn.bias - bn.running_mean * scale)
-
-    def forward(self, rows: torch.Tensor) -> torch.Tensor:
-        cells = rows.to(self.proj.weight.dtype).reshape(rows.shape[0], CELLS, PRE_DIM)
-        return torch.clamp(self.proj(cells), 0.0, 6.0).mean(dim=1)
-
-
 class HeadRun(_EmbeddingRun):
     """The recipe's run with the head in front of W_I (the recipe's dropout moved between them)."""
 
@@ -147,7 +131,8 @@ class HeadRun(_EmbeddingRun):
         net = _build_model(
             config, SimpleNamespace(features={"image_dim": HEAD_DIM}, vocab=None), self.device, None
         )
-        head = HeadPool(backbone._conv_head, backbone._bn1).requires_grad_(self.tune)
+        # the library's head (the same Linear per cell, ReLU6 and mean the probe first wrote as HeadPool)
+        head = CNNHead(CELLS, PRE_DIM, HEAD_DIM).load_affine(*head_affine(backbone)).requires_grad_(self.tune)
         net.image_proj = nn.Sequential(head, net.image_dropout, net.image_proj)
         net.image_dropout = nn.Identity()
         net.image_dim = CELLS * PRE_DIM  # what embed_images checks its input against
