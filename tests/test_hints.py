@@ -378,9 +378,7 @@ def test_caption_without_photos_names_the_command_with_them(built):
     assert described.exit_code == 0 and "broken.jpg" in described.output
 
 
-def test_a_feature_cache_names_the_extraction_that_fills_it(tmp_path):
-    from vsekit.vision.store import FeatureStore
-
+def _three_photo_corpus(tmp_path: Path) -> Path:
     corpus = tmp_path / "corpus"
     (corpus / "Images").mkdir(parents=True)
     (corpus / "Flickr8k_text").mkdir()
@@ -393,17 +391,27 @@ def test_a_feature_cache_names_the_extraction_that_fills_it(tmp_path):
     )
     for split, names in (("train", ids[:2]), ("dev", ids[2:])):
         (corpus / "Flickr8k_text" / f"Flickr_8k.{split}Images.txt").write_text("\n".join(names) + "\n")
+    return corpus
+
+
+def _damage(store) -> None:  # noqa: ANN001
+    raw = store._raw_path()
+    data = bytearray(raw.read_bytes())
+    data[10] ^= 0x01
+    raw.write_bytes(bytes(data))
+
+
+def test_a_feature_cache_names_the_extraction_that_fills_it(tmp_path):
+    from vsekit.vision.store import FeatureStore
+
+    corpus = _three_photo_corpus(tmp_path)
     cache = tmp_path / "my cache"
     with pytest.raises(VsekitError) as missing:
         FeatureStore.open(cache)
     (hint,) = hints(str(missing.value))
     assert hint == f"vsekit extract --data CORPUS --cache-dir '{cache}'"
     assert run_hint(hint, CORPUS=corpus).exit_code == 0
-    store = FeatureStore.open(cache)
-    raw = store._raw_path()
-    data = bytearray(raw.read_bytes())
-    data[10] ^= 0x01
-    raw.write_bytes(bytes(data))
+    _damage(FeatureStore.open(cache))
     with pytest.raises(VsekitError) as damaged:
         FeatureStore.open(cache).raw()
     (hint,) = hints(str(damaged.value))
@@ -414,6 +422,27 @@ def test_a_feature_cache_names_the_extraction_that_fills_it(tmp_path):
         FeatureStore.open(cache).fne()
     (hint,) = hints(str(unfitted.value))
     parses(hint, CORPUS=corpus)
+
+
+def test_a_pre_head_cache_names_the_extraction_of_its_own_kind(tmp_path):
+    """A damaged cache of a tuned-head model's cells must name an extraction that refills that cache
+    (it named --fne, which fills another one)."""
+    from vsekit.vision.store import FeatureStore
+
+    corpus, cache = _three_photo_corpus(tmp_path), tmp_path / "cells"
+    extract = ["extract", "--data", str(corpus), "--backbone", "efficientnet_lite0", "--features", "pre-head"]
+    done = CliRunner().invoke(app, [*extract, "--cache-dir", str(cache)])
+    assert done.exit_code == 0 and "pre-head dim 15680" in done.output, done.output
+    _damage(FeatureStore.open(cache))
+    with pytest.raises(VsekitError) as damaged:
+        FeatureStore.open(cache).raw()
+    (hint,) = hints(str(damaged.value))
+    features = "--backbone efficientnet_lite0 --features pre-head"
+    assert hint == f"vsekit extract --data CORPUS {features} --cache-dir {shlex.quote(str(cache))}"
+    assert run_hint(hint, CORPUS=corpus).exit_code == 0
+    assert FeatureStore.open(cache).raw().shape == (3, 15680)
+    both = CliRunner().invoke(app, [*extract, "--fne", "--cache-dir", str(tmp_path / "x")])
+    assert both.exit_code != 0 and "choose one feature kind" in both.output
 
 
 def test_a_missing_shipped_model_names_the_training_that_makes_one(tmp_path, monkeypatch):

@@ -39,6 +39,13 @@ def extract(
     fne: bool = typer.Option(
         False, "--fne", help="Full-Network Embedding: all layers, standardised and ternarised."
     ),
+    features: str = typer.Option(
+        "one-layer",
+        "--features",
+        help="Feature kind: one-layer (the pooled vector most models read), pre-head (the last block's "
+        "cells, read by a joint model that tunes the CNN's head) or grid (the last map's cells, read by "
+        "the aligner and the attention captioner). --fne is the fourth kind.",
+    ),
     fit_split: str = typer.Option("train", help="Split whose images fit the FNE statistics (with --fne)."),
     cache_dir: Path | None = typer.Option(
         None, help="Exact cache directory (default: one per corpus and configuration under --cache-root)."
@@ -72,6 +79,7 @@ def extract(
 
     with user_errors("finished images are saved; run the same command again to resume"):
         set_cnn_engine(engine)
+        layers = _layers(features, fne)
         options = ray_options(
             distributed, ray_address, ray_workers, ray_threads, ray_retries, shard_size=shard_size
         )
@@ -90,19 +98,33 @@ def extract(
         if options is not None:
             from vsekit.distributed.extract import ray_extract
 
-            store = ray_extract(corpus, backbone, fne=fne, fit_split=fit_split, options=options, **common)
+            store = ray_extract(
+                corpus, backbone, fne=fne, layers=layers, fit_split=fit_split, options=options, **common
+            )
         elif fne:
             store = extract_fne(corpus, backbone, fit_split=fit_split, **local)
         else:
-            store = extract_features(corpus, backbone, "one-layer", **local)
+            store = extract_features(corpus, backbone, layers, **local)
         elapsed = time.perf_counter() - start
     n_done = int(store.done_mask().sum())
     engines = ", filled by " + "+".join(store.meta["engines"]) if store.meta.get("engines") else ""
     console.print(
-        f"{n_done}/{len(store.image_ids)} images, {'FNE' if fne else 'one-layer'} dim {store.dim}, "
+        f"{n_done}/{len(store.image_ids)} images, {'FNE' if fne else layers} dim {store.dim}, "
         f"{store.config.backbone}{engines}, {elapsed:.1f} s -> {store.path}"
     )
     if store.failed:
         err_console.print(f"[yellow]{len(store.failed)} image(s) could not be read:[/]")
         for message in list(store.failed.values())[:10]:
             err_console.print(plain(f"  {message}"), highlight=False, soft_wrap=True)
+
+
+def _layers(features: str, fne: bool) -> str:
+    """The store's layer set for ``--features`` (``--fne``: all layers, for the FNE codes)."""
+    from vsekit.errors import VsekitError
+
+    kinds = ("one-layer", "pre-head", "grid")
+    if features not in kinds:
+        raise VsekitError(f"--features {features!r}: unknown feature kind; known: {', '.join(kinds)}")
+    if fne and features != "one-layer":
+        raise VsekitError(f"--fne and --features {features}: choose one feature kind")
+    return "full" if fne else features

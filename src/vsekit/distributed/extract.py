@@ -107,6 +107,7 @@ def ray_extract(
     backbone: str = "mobilenet_v2",
     *,
     fne: bool = False,
+    layers: str = "one-layer",
     fit_split: str = "train",
     options: RayOptions | None = None,
     device: str = "auto",
@@ -117,7 +118,8 @@ def ray_extract(
 ) -> FeatureStore:
     """:func:`~vsekit.vision.features.extract_features` (``fne``: :func:`~vsekit.vision.features.
     extract_fne`, whose statistics and codes the driver fits and writes) with the CNN on a Ray actor pool;
-    the same cache, the same files.
+    the same cache, the same files. ``layers``: the kind without ``fne`` (``one-layer``, ``pre-head``,
+    ``grid``).
 
     ``options``: the cluster and the pool (:class:`RayOptions`). ``worker_factory``: what each actor builds
     (default a :class:`FeatureShardWorker`). ``engine``: the CNN engine of every actor (None: this
@@ -128,7 +130,7 @@ def ray_extract(
     options = options or RayOptions()
     if kwargs.get("weights") is not None:  # actors run in other folders, maybe on other machines
         kwargs["weights"] = Path(kwargs["weights"]).absolute()
-    spec = FeatureSpec(backbone, "fne" if fne else "one-layer", weights=kwargs.get("weights"))
+    spec = FeatureSpec(backbone, "fne" if fne else layers, weights=kwargs.get("weights"))
     engine = engine if engine is not None else default_engine()
     with contextlib.ExitStack() as stack:
         make = _factory(spec, options, device, batch_size, worker_factory, stack, engine)
@@ -137,4 +139,4 @@ def ray_extract(
             if not isinstance(corpus, Corpus):
                 raise VsekitError("FNE statistics are fitted on a corpus split, not on an image collection")
             return extract_fne(corpus, backbone, fit_split=fit_split, **common)
-        return extract_features(corpus, backbone, "one-layer", **common)
+        return extract_features(corpus, backbone, layers, **common)

@@ -346,9 +346,12 @@ class FeatureStore:
 
     def extract_command(self, fne: bool = False) -> str:
         """The ``vsekit extract`` command that fills this cache, as a hint prints it (CORPUS: the corpus of
-        its images; the backbone, the FNE (or ``fne``) and the int8 engine as this cache holds them)."""
+        its images; the backbone, the feature kind (``fne``: the FNE) and the int8 engine as this cache
+        holds them)."""
         words = ["extract", "--data", "CORPUS", "--backbone", self.config.backbone]
-        words += ["--fne"] if fne or self.config.layers != "one-layer" else []
+        layers = "full" if fne else self.config.layers
+        words += ["--fne"] if layers == "full" else []
+        words += ["--features", layers] if layers in ("pre-head", "grid") else []
         words += ["--engine", "onnxruntime-int8"] if self.config.precision == "int8" else []
         return command(*words, "--cache-dir", self.path)
 
