@@ -37,9 +37,9 @@ from vsekit.data import load_corpus
 from vsekit.data.splits import load_validation_slice
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.resources import pretrained_path
-from vsekit.retrieval.concepts import ConceptRoute, concept_scores
+from vsekit.retrieval.concepts import ConceptRoute, concept_scores, photo_classifier
 from vsekit.retrieval.confidence import load_confidence
-from vsekit.vision.classes import TOP_CLASSES, load_classifier, top_classes
+from vsekit.vision.classes import TOP_CLASSES, top_classes
 
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
@@ -57,9 +57,9 @@ KEEP_PRESENT = 0.85
 def route_scores(model: VSEModel, features: np.ndarray, texts: list[str], route: ConceptRoute) -> dict:
     """Joint cosines and concept scores ``[queries, photos]`` of ``texts`` against photos' ``features``."""
     joint = model.embed_texts(texts) @ model.embed_features(features).T
-    ids, probs = top_classes(
-        load_classifier(model.image_spec["backbone"]).probabilities(features), TOP_CLASSES
-    )
+    classifier = photo_classifier(model.image_spec)  # pre-head cells: through the CNN's original head
+    assert classifier is not None, f"{model.path}: no ImageNet classifier over its image features"
+    ids, probs = top_classes(classifier.probabilities(features), TOP_CLASSES)
     concept = concept_scores(route.relevance(texts), ids, probs)
     return {"joint": joint, "concept": concept}
 
