@@ -189,6 +189,37 @@ def test_changed_image_is_recomputed(small_corpus, tmp_path):
     np.testing.assert_allclose(after, store.raw([other.name]), atol=1e-3)
 
 
+def test_photos_restored_in_place_are_not_extracted_again(small_corpus, tmp_path, monkeypatch):
+    """New modification times on the same bytes (a folder restored or copied back in place) keep every
+    row; a photo of the same size with other bytes is read again."""
+    import os
+
+    extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    ids = sorted(small_corpus.images)
+    before = FeatureStore.open(tmp_path / "c").raw()
+    for i in ids:
+        os.utime(small_corpus.images[i], ns=(1_000_000_000, 1_000_000_000))
+    edited = small_corpus.images[ids[2]]
+    data = bytearray(edited.read_bytes())
+    data[-100] ^= 0xFF  # near the end of the scan: same size, other pixels
+    edited.write_bytes(bytes(data))
+    loaded: list[str] = []
+    real_load = extract_module._load_batch
+    monkeypatch.setattr(
+        extract_module,
+        "_load_batch",
+        lambda paths, prep: loaded.extend(i for i, _ in paths) or real_load(paths, prep),
+    )
+    store = extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    assert loaded == [ids[2]]
+    after = store.raw()
+    kept = [k for k, i in enumerate(ids) if i != ids[2]]
+    np.testing.assert_array_equal(after[kept], before[kept])
+    loaded.clear()
+    extract_features(small_corpus, cache_dir=tmp_path / "c", progress=False)
+    assert loaded == []  # the new times were recorded: nothing is hashed into a re-extraction again
+
+
 def test_corrupt_image_stops_with_its_name_and_keeps_finished_rows(small_corpus, tmp_path):
     ids = sorted(small_corpus.images)
     bad = small_corpus.images[ids[7]]

@@ -12,7 +12,8 @@ directory and copies its rows out. Filling a store through the CNN is :mod:`vsek
 
 Layout of a cache directory::
 
-    meta.json         configuration, image ids and file identities, dims, failed images, generation
+    meta.json         configuration, image ids and file identities (size, mtime; a content digest for
+                      files whose times move), dims, failed images, generation
     raw.f16           float16 memmap [n_images, dim] (one-layer: pooled_dim; full: sum of tap dims;
                       grid: cells x pooled_dim, the last conv map's cells row-major, channels last;
                       pre-head: cells x pre_head_dim, the same for the last block's map)
@@ -453,12 +454,46 @@ def _reconcile(
     except DamagedMatrixError as exc:  # one line, then this generation's rows are extracted again
         warnings.warn(f"{exc}: extracting its {len(old.image_ids)} rows again", stacklevel=4)
         old.forget_rows()
-    kept: dict[str, tuple[str, list[int]]] = {}
-    for image_id, file_path in old.meta.get("paths", {}).items():
-        if Path(file_path).is_file() and _file_identity(Path(file_path)) == old.meta["identities"][image_id]:
-            kept[image_id] = (file_path, old.meta["identities"][image_id])
+    kept = _unchanged_files(old)
     fits = all(kept.get(i) == requested[i] for i in requested) and len(kept) == len(old.image_ids)
     return old, kept, fits
+
+
+def _unchanged_files(store: FeatureStore) -> dict[str, tuple[str, list[int]]]:
+    """The store's rows whose file is unchanged: the same size and modification time, or the same size
+    and the same bytes as when its content digest was recorded (a folder restored or copied back in place
+    gets new times, not new photos: its rows are kept, not extracted again). Digests are recorded, and
+    times moved on, in ``meta.json`` (the caller holds the cache lock)."""
+    identities, digests = store.meta["identities"], store.meta.setdefault("digests", {})
+    kept: dict[str, tuple[str, list[int]]] = {}
+    changed = False
+    for image_id, file_path in store.meta.get("paths", {}).items():
+        path = Path(file_path)
+        if not path.is_file():
+            continue
+        now, then = _file_identity(path), identities[image_id]
+        if now != then and (now[0] != then[0] or digests.get(image_id) != _content_digest(path)):
+            continue
+        if now != then or image_id not in digests:
+            identities[image_id], digests[image_id], changed = now, _content_digest(path), True
+        kept[image_id] = (file_path, now)
+    if changed:
+        store._write_meta()
+    return kept
+
+
+def _digests(
+    entries: dict[str, tuple[str, list[int]]], known: dict[str, str], kept: dict[str, tuple[str, list[int]]]
+) -> dict[str, str]:
+    """Each entry's content digest: the recorded one while its file is unchanged, else read now."""
+    return {
+        i: known[i] if i in kept and i in known else _content_digest(Path(p)) for i, (p, _) in entries.items()
+    }
+
+
+def _content_digest(path: Path) -> str:
+    """sha256 of a file's bytes (128 bits, hex): whether a file with new times holds the same photo."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:32]
 
 
 def _prepare_store(
@@ -471,8 +506,9 @@ def _prepare_store(
     """Create the cache, or reconcile an existing one with the requested image files.
 
     The store keeps the union of what it had and what is asked for: a row survives while its file is
-    unchanged (same size and modification time), so extracting one split and then the whole corpus
-    recomputes nothing twice. A row whose file changed or vanished is dropped.
+    unchanged (same size and modification time, or same bytes: :func:`_unchanged_files`), so extracting
+    one split and then the whole corpus recomputes nothing twice. A row whose file changed or vanished
+    is dropped.
     """
     dim = dims["dim"]
     old, kept, fits = reconciled
@@ -491,6 +527,7 @@ def _prepare_store(
         "image_ids": all_ids,
         "paths": {i: entries[i][0] for i in all_ids},
         "identities": {i: entries[i][1] for i in all_ids},
+        "digests": _digests(entries, old.meta.get("digests", {}) if old is not None else {}, kept),
         "dim": dim,
         "tap_names": dims.get("tap_names"),
         "tap_dims": dims.get("tap_dims"),
