@@ -1681,6 +1681,19 @@ def t_vse_views_ft1_candidate() -> str:
     )
 
 
+def t_vse_views_ft1_head_candidate() -> str:
+    """The same recipe with Lite0's head conv tuned too (pre-head cells), retrained; dev read once."""
+    return _candidate_table(
+        "vse_views_ft1_head_candidate.json",
+        "views + tuned MiniLM + tuned CNN head",
+        ": the candidate, not shipped",
+        "the shipped `vse` (the same without the head; since 2026-11-26)",
+        "`python ship/pack_members.py --run RUN --seeds 1 3 --selected-on val1000 --out PACKED`, `python "
+        "ship/ship_models.py vse PACKED --out CANDIDATE` (dev read once, float16), `python "
+        "ship/vse_candidate.py --run RUN --model CANDIDATE --evidence views-ft1-head`",
+    )
+
+
 def t_confidence() -> str:
     d = load("confidence.json")
     rows = [["shipped: " + d["made_with"]["rule"].split("; ")[1].split(" (")[0], f3(d["weak_below"])]]
@@ -2088,6 +2101,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "scst-protocol": t_scst_protocol,
     "vse-views-candidate": t_vse_views_candidate,
     "vse-views-ft1-candidate": t_vse_views_ft1_candidate,
+    "vse-views-ft1-head-candidate": t_vse_views_ft1_head_candidate,
     "joint-space": t_joint_space,
     "gpo": t_gpo,
     "aligner-backbone": t_aligner_backbone,

@@ -89,6 +89,16 @@ def everyday_metrics(scores: np.ndarray, queries: list[dict], names: list[str]) 
     return everyday.ranking_metrics(rankings, [q for _, q in present])
 
 
+def fitting_queries(scores: np.ndarray, queries: list[dict], names: list[str]) -> list[str]:
+    """The queries with a fitting photo in their top 5 (two models compared query by query)."""
+    return [
+        q["query"]
+        for i, q in enumerate(queries)
+        if q["relevant"]
+        and set(names[j] for j in np.argsort(-scores[i], kind="stable")[:5]) & set(q["relevant"])
+    ]
+
+
 def val1000_metrics(scores: np.ndarray, truth: np.ndarray) -> dict:
     """Text->image recall of each caption's own photo."""
     own = scores[np.arange(len(truth)), truth]
@@ -184,8 +194,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--proxy", type=Path, required=True, help="vse recipe trained without val1000")
     parser.add_argument("--ship", action="store_true", help="write src/vsekit/pretrained/vse-routes.json")
+    parser.add_argument(
+        "--model",
+        default="vse",
+        help="the vse whose routes are chosen (default: the shipped one; a candidate file: what its "
+        "routes would be, without --ship)",
+    )
+    parser.add_argument("--result", default="concept_route.json", help="the results file (bench/results/)")
     args = parser.parse_args()
-    shipped, proxy = VSEModel.load("vse"), VSEModel.load(args.proxy)
+    if args.ship and args.model != "vse":
+        parser.error("--ship writes the shipped vse's routes: leave --model out")
+    shipped, proxy = VSEModel.load(args.model), VSEModel.load(args.proxy)
     route = ConceptRoute.create(shipped.network.text_encoder, MARGIN)
     every, queries, names = everyday_scores(shipped, route)
     val, truth = val1000_scores(proxy, ConceptRoute.create(proxy.network.text_encoder, MARGIN))
@@ -193,7 +212,8 @@ def main() -> None:
     a, b, g = chosen["scale"], chosen["offset"], chosen["gate"]
     weak = choose_thresholds(every, val, queries)
     after = {
-        "everyday": everyday_metrics(fused(every, a, b, g), queries, names),
+        "everyday": everyday_metrics(fused(every, a, b, g), queries, names)
+        | {"fit_queries": fitting_queries(fused(every, a, b, g), queries, names)},
         "val1000": val1000_metrics(fused(val, a, b, g), truth),
         "weak": weak,
     }
@@ -217,8 +237,11 @@ def main() -> None:
         "before": before(every, val, queries, names, truth),
         "after": after,
         "proxy": args.proxy.name,
+        "model": Path(shipped.path).name,
     }
-    write_result("concept_route.json", result)
+    if args.model != "vse":  # a candidate: query by query against the shipped vse under its shipped routes
+        result["against_shipped"] = against_shipped(after["everyday"]["fit_queries"])
+    write_result(args.result, result)
     print(json.dumps({"fusion": result["fusion"], "before": result["before"], "after": after}, indent=1))
     if args.ship:
         ship(shipped, result["fusion"], weak)
@@ -246,6 +269,22 @@ def ship(model: VSEModel, fusion: dict, weak: dict) -> None:
     path = pretrained_path("vse").with_name("vse-routes.json")
     path.write_text(json.dumps(policy, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {path}")
+
+
+def against_shipped(fits: list[str]) -> dict:
+    """The shipped vse with its shipped fusion on the everyday set, and the queries a candidate whose top 5
+    fit ``fits`` loses and gains against it."""
+    model = VSEModel.load("vse")
+    every, queries, names = everyday_scores(model, ConceptRoute.create(model.network.text_encoder, MARGIN))
+    rule = json.loads(pretrained_path("vse").with_name("vse-routes.json").read_text())["fusion"]
+    scores = fused(every, rule["scale"], rule["offset"], rule["gate"])
+    shipped = fitting_queries(scores, queries, names)
+    return {
+        "fusion": rule,
+        "everyday": everyday_metrics(scores, queries, names),
+        "lost": sorted(set(shipped) - set(fits)),
+        "gained": sorted(set(fits) - set(shipped)),
+    }
 
 
 def _sha(model: VSEModel) -> str:

@@ -17,7 +17,9 @@ packed by ``ship/pack_members.py`` and scored on dev once, either by ``ship/ship
 CANDIDATE`` (the float16 file that would ship, its dev numbers in its header: pass it as ``--model``) or
 by ``vsekit eval --split dev --json DEV.json`` (``--ensemble-dev``);
 its val1000 evidence is bench/results/text_finetune.json's views rows (issue 35 item 3) and it writes
-``vse_views_ft1_candidate.json``.
+``vse_views_ft1_candidate.json``; with ``--evidence views-ft1-head`` (the same members with Lite0's head
+tuned, ``"image_features": "pre-head"``) the evidence is bench/results/cnn_head_probe.json's ft1 arms and
+it writes ``vse_views_ft1_head_candidate.json``.
 """
 
 from __future__ import annotations
@@ -69,9 +71,23 @@ def _ft1_evidence() -> list[dict]:
     ]
 
 
+def _head_evidence() -> list[dict]:
+    """Per seed: the best val1000 rsum of the ft1 member with Lite0's head tuned and frozen."""
+    rows = {r["arm"]: r for r in json.loads((RESULTS_DIR / "cnn_head_probe.json").read_text())["rows"]}
+    return [
+        {
+            "seed": seed,
+            "views_ft1_head": rows[f"views-ft1-tuned{tail}"]["best"]["rsum"],
+            "views_ft1": rows[f"views-ft1-frozen{tail}"]["best"]["rsum"],
+        }
+        for seed, tail in ((1, ""), (3, "-seed3"))
+    ]
+
+
 EVIDENCE = {
     "views": (_val1000_evidence, RESULTS),
     "views-ft1": (_ft1_evidence, "vse_views_ft1_candidate.json"),
+    "views-ft1-head": (_head_evidence, "vse_views_ft1_head_candidate.json"),
 }
 
 
