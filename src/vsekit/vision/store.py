@@ -472,10 +472,13 @@ def _unchanged_files(store: FeatureStore) -> dict[str, tuple[str, list[int]]]:
         if not path.is_file():
             continue
         now, then = _file_identity(path), identities[image_id]
-        if now != then and (now[0] != then[0] or digests.get(image_id) != _content_digest(path)):
-            continue
-        if now != then or image_id not in digests:
-            identities[image_id], digests[image_id], changed = now, _content_digest(path), True
+        if now != then and now[0] != then[0]:
+            continue  # another size: another photo
+        if now != then or image_id not in digests:  # times moved (same bytes?), or no digest yet
+            digest = _content_digest(path)
+            if now != then and digests.get(image_id) != digest:
+                continue
+            identities[image_id], digests[image_id], changed = now, digest, True
         kept[image_id] = (file_path, now)
     if changed:
         store._write_meta()
