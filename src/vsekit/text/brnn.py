@@ -130,9 +130,9 @@ class BRNNWordEncoder(nn.Module):
             raise VsekitError(f"sentence {text!r}: none of its words is in the aligner's vocabulary")
         return [self.vocab.word(i) for i in ids]
 
-    def precompute(self, texts: Sequence[str]) -> None:
+    def precompute(self, texts: Sequence[str], progress: bool = True) -> None:
         """Nothing to keep per text (its inputs are word ids); the interface of the MiniLM word encoder."""
-        del texts
+        del texts, progress
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         """``tokens [B, T]`` padded with <pad> and ``lengths [B]`` (CPU int64)."""

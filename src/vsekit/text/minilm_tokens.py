@@ -10,6 +10,10 @@ hidden states of its word pieces. A trained head maps it to ``s_t``:
     s_t = f(W_d f(W_e x_t + b_e) + b_d)      ("mlp", f = ReLU, as Eq. 3 and Eq. 6)
     s_t = W_e x_t + b_e                      ("linear")
 
+With ``finetune_last = N`` the top N transformer layers train with the head (as
+:class:`~vsekit.text.pretrained.MiniLMEncoder` tunes them for the joint space): the frozen bottom's piece
+states are cached per text, and every forward runs the top layers over them before the pooling per word.
+
 The transformer runs once per distinct sentence (cached per text, float16 ``[n_words, 384]``: only what
 the head needs, in a bounded LRU of :data:`CACHE_SIZE` sentences that a trainer widens to its corpus with
 :meth:`MiniLMWordEncoder.precompute`); its weights live outside the module tree, so a saved aligner holds
@@ -18,6 +22,7 @@ only the head.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 
@@ -29,9 +34,15 @@ from vsekit.data.vocab import tokenize
 from vsekit.errors import VsekitError
 from vsekit.text.brnn import PackedWords
 from vsekit.text.lru import LRUCache
-from vsekit.text.pretrained import _Frozen, _load_transformer, minilm_model_dir
+from vsekit.text.pretrained import (
+    _Frozen,
+    _load_transformer,
+    minilm_model_dir,
+    run_layers,
+    split_top_layers,
+)
 
-__all__ = ["CACHE_SIZE", "WORD_HEADS", "MiniLMWordEncoder", "pool_pieces"]
+__all__ = ["CACHE_SIZE", "WORD_HEADS", "MiniLMWordEncoder", "pool_packed", "pool_pieces"]
 
 WORD_HEADS: tuple[str, ...] = ("mlp", "linear")
 _DIM = 384  # all-MiniLM-L6-v2 hidden size
@@ -52,8 +63,22 @@ def pool_pieces(states: torch.Tensor, word_ids: Sequence[int | None], n_words: i
     return sums / counts[:, None]
 
 
+def pool_packed(states: torch.Tensor, word_index: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """:func:`pool_pieces` for a padded batch: ``states [B, T, D]``, ``word_index [B, T]`` (the word of
+    each piece, -1 for [CLS]/[SEP]/padding) and ``lengths [B]`` words per sentence give the packed
+    ``[sum(lengths), D]`` word vectors, sentence then word order."""
+    offsets = torch.cumsum(lengths, 0) - lengths
+    keep = word_index >= 0
+    target = (word_index + offsets[:, None])[keep]
+    total = int(lengths.sum())
+    sums = states.new_zeros(total, states.shape[-1]).index_add_(0, target, states[keep])
+    counts = torch.bincount(target, minlength=total).clamp(min=1).to(states.dtype)
+    return sums / counts[:, None]
+
+
 class MiniLMWordEncoder(nn.Module):
-    """Frozen MiniLM token states pooled per word, then a trained head to ``hidden_dim`` (``s_t``)."""
+    """MiniLM token states pooled per word, then a trained head to ``hidden_dim`` (``s_t``); the
+    transformer frozen, or its top ``finetune_last`` layers trained too."""
 
     def __init__(
         self,
@@ -64,10 +89,13 @@ class MiniLMWordEncoder(nn.Module):
         cache: bool = True,
         cache_half: bool = True,
         cache_size: int = CACHE_SIZE,
+        finetune_last: int = 0,
     ) -> None:
         super().__init__()
         if hidden_dim < 1 or not 0 <= dropout < 1 or batch_size < 1:
             raise ValueError(f"bad MiniLM word sizes: hidden_dim={hidden_dim}, dropout={dropout}")
+        if not 0 <= finetune_last <= 6:
+            raise ValueError(f"finetune_last must be in [0, 6], got {finetune_last}")
         if head not in WORD_HEADS:
             raise ValueError(f"unknown MiniLM word head {head!r}; known: {', '.join(WORD_HEADS)}")
         path = minilm_model_dir()
@@ -75,6 +103,8 @@ class MiniLMWordEncoder(nn.Module):
         if int(json.loads((path / "config.json").read_text())["hidden_size"]) != _DIM:
             raise VsekitError(f"{path}: expected a {_DIM}-d MiniLM")
         self._frozen = _Frozen(model)
+        self.finetune_last = int(finetune_last)
+        self.layers = split_top_layers(model, self.finetune_last)  # registered: trained and saved
         self.hidden_dim, self.head_kind, self.dropout_p = int(hidden_dim), head, float(dropout)
         self.batch_size, self.use_cache, self.cache_half = int(batch_size), bool(cache), bool(cache_half)
         self._cache: LRUCache[str, torch.Tensor] = LRUCache(cache_size if self.use_cache else 0)
@@ -93,7 +123,8 @@ class MiniLMWordEncoder(nn.Module):
         return self.hidden_dim
 
     def config(self) -> dict:
-        return {"kind": "minilm", "head": self.head_kind, "dropout": self.dropout_p}
+        tuned = {"finetune_last": self.finetune_last} if self.finetune_last else {}
+        return {"kind": "minilm", "head": self.head_kind, "dropout": self.dropout_p} | tuned
 
     # -- words ----------------------------------------------------------------------------------------
 
@@ -109,19 +140,44 @@ class MiniLMWordEncoder(nn.Module):
         return self.words(text)
 
     def prepare(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        """``states [n_words, 384]`` (float32, the pooled piece states of every word, packed in sentence
-        then word order) and ``lengths [B]``."""
+        """Frozen: ``states [n_words, 384]`` (float32, the pooled piece states of every word, packed in
+        sentence then word order) and ``lengths [B]``. With ``finetune_last``: the frozen bottom's piece
+        states ``[B, T, 384]`` padded, their ``mask`` and ``word_index [B, T]``, and ``lengths``."""
         if isinstance(texts, str):
             raise TypeError("prepare() takes a sequence of texts, not a single string")
         texts = list(texts)
-        for text in texts:
-            self.words(text)  # the clear error before any transformer work
+        lengths = torch.tensor([len(self.words(t)) for t in texts], dtype=torch.int64)  # errors first
         items = self._cache.lookup(texts, self._encode)
-        lengths = torch.tensor([len(x) for x in items], dtype=torch.int64)
+        if self.finetune_last:
+            return self._pad(items) | {"lengths": lengths}
         states = torch.cat(items).float() if items else torch.empty(0, _DIM)
         return {"states": states, "lengths": lengths}
 
-    def forward(self, states: torch.Tensor, lengths: torch.Tensor) -> PackedWords:
+    @staticmethod
+    def _pad(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Cached ``[T, 385]`` rows (piece states, then each piece's word index) as a padded batch."""
+        length = max((item.shape[0] for item in items), default=0)
+        states = torch.zeros(len(items), length, _DIM)
+        word_index = torch.full((len(items), length), -1, dtype=torch.int64)
+        mask = torch.zeros(len(items), length, dtype=torch.int64)
+        for row, item in enumerate(items):
+            states[row, : len(item)] = item[:, :_DIM].float()
+            word_index[row, : len(item)] = item[:, _DIM].long()
+            mask[row, : len(item)] = 1
+        return {"states": states, "mask": mask, "word_index": word_index}
+
+    def forward(
+        self,
+        states: torch.Tensor,
+        lengths: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        word_index: torch.Tensor | None = None,
+    ) -> PackedWords:
+        if self.layers is not None:
+            if mask is None or word_index is None:
+                raise ValueError("a tuned MiniLMWordEncoder needs 'mask' and 'word_index' from prepare()")
+            top = run_layers(self.layers, states.to(self.w_e.weight.dtype), mask)
+            states = pool_packed(top, word_index, lengths.to(top.device))
         x = self.drop(self.norm(states.to(self.w_e.weight.dtype)))
         s = self.w_e(x)
         if self.w_d is not None:
@@ -141,14 +197,20 @@ class MiniLMWordEncoder(nn.Module):
         self._frozen.model.eval()
         return self
 
-    def precompute(self, texts: Sequence[str]) -> None:
+    def precompute(self, texts: Sequence[str], progress: bool = True) -> None:
         """Make the cache room for every distinct text of ``texts`` (a trainer's captions, seen every
-        epoch), so no epoch evicts one the next needs; they are encoded on first use."""
-        self._cache.reserve(len(dict.fromkeys(texts)))
+        epoch), so no epoch evicts one the next needs. Frozen, they are encoded on first use; with tuned
+        top layers all at once, in batches that depend on ``texts`` alone, so a resumed run reads the
+        same piece states as an uninterrupted one (see ``MiniLMEncoder.precompute``)."""
+        distinct = list(dict.fromkeys(texts))
+        self._cache.reserve(len(distinct))
+        if self.finetune_last and self.use_cache:
+            self._cache.lookup(distinct, functools.partial(self._encode, progress=progress))
 
     @torch.inference_mode()
     def piece_states(self, texts: list[str]) -> list[tuple[torch.Tensor, list[int | None]]]:
-        """For each text: the last hidden states of its pieces ``[T, 384]`` and each piece's word index."""
+        """For each text: the hidden states of its pieces ``[T, 384]`` (padding dropped) and each piece's
+        word index, from the top of the transformer this encoder holds frozen."""
         out = []
         for start in range(0, len(texts), self.batch_size):
             out.extend(self._run(texts[start : start + self.batch_size]))
@@ -166,19 +228,31 @@ class MiniLMWordEncoder(nn.Module):
             return_tensors="pt",
         )
         hidden = model(**{k: v.to(device) for k, v in enc.items()}).last_hidden_state.float().cpu()
-        return [(hidden[b], enc.word_ids(b)) for b in range(len(batch))]
+        real = enc["attention_mask"].sum(dim=1).tolist()  # padding dropped: its pieces belong to no word
+        return [(hidden[b, : real[b]], enc.word_ids(b)[: real[b]]) for b in range(len(batch))]
 
     @torch.inference_mode()
-    def _encode(self, texts: list[str]) -> dict[str, torch.Tensor]:
-        """Pooled word states of each text, batched by length (less padding)."""
+    def _encode(self, texts: list[str], progress: bool = True) -> dict[str, torch.Tensor]:
+        """Each text's cached row (:meth:`_cached_row`), batched by length (less padding); a bar past a few
+        thousand texts unless ``progress`` is off."""
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out: dict[str, torch.Tensor] = {}
         starts = range(0, len(order), self.batch_size)
-        bar = tqdm(starts, desc="MiniLM words", unit="batch", leave=False, disable=len(texts) < _PROGRESS_MIN)
+        quiet = not progress or len(texts) < _PROGRESS_MIN
+        bar = tqdm(starts, desc="MiniLM words", unit="batch", leave=False, disable=quiet)
         for start in bar:
             batch = [texts[i] for i in order[start : start + self.batch_size]]
             for text, (states, word_ids) in zip(batch, self._run(batch), strict=True):
-                pooled = pool_pieces(states, word_ids, len(self.words(text)))
-                out[text] = pooled.half() if self.cache_half else pooled
+                out[text] = self._cached_row(text, states, word_ids)
         self.encoded_count += len(texts)
         return out
+
+    def _cached_row(self, text: str, states: torch.Tensor, word_ids: list[int | None]) -> torch.Tensor:
+        """Frozen: the pooled ``[n_words, 384]``. Tuned top layers: the real pieces' states with each
+        piece's word index (-1 for [CLS]/[SEP]) as a last column, ``[T, 385]``."""
+        if self.finetune_last:
+            index = torch.tensor([-1 if w is None else w for w in word_ids], dtype=states.dtype)
+            row = torch.cat([states, index[:, None]], dim=1)
+        else:
+            row = pool_pieces(states, word_ids, len(self.words(text)))
+        return row.half() if self.cache_half else row

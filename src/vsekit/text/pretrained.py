@@ -53,6 +53,7 @@ __all__ = [
     "MiniLMEncoder",
     "minilm_model_dir",
     "run_layers",
+    "split_top_layers",
 ]
 
 #: Head architectures accepted by :class:`MiniLMEncoder`.
@@ -185,12 +186,7 @@ class MiniLMEncoder(TextEncoder):
         # The frozen bottom of the transformer lives outside the module tree; the fine-tuned top layers
         # are registered, so they train, move and save like any other parameter.
         self._frozen = _Frozen(model)
-        if self.finetune_last:
-            top = list(model.encoder.layer[n_layers - self.finetune_last :])
-            model.encoder.layer = model.encoder.layer[: n_layers - self.finetune_last]
-            self.layers: nn.ModuleList | None = nn.ModuleList(top).requires_grad_(True)
-        else:
-            self.layers = None
+        self.layers: nn.ModuleList | None = split_top_layers(model, self.finetune_last)
 
         in_dim = model.config.hidden_size
         drop = nn.Dropout(self.dropout) if self.dropout else nn.Identity()
@@ -401,6 +397,17 @@ class MiniLMEncoder(TextEncoder):
         """The trainable top layers over the frozen part's token states."""
         assert self.layers is not None
         return run_layers(self.layers, states, mask)
+
+
+def split_top_layers(model: nn.Module, n: int) -> nn.ModuleList | None:
+    """Take the top ``n`` BERT layers out of ``model`` (which keeps the frozen bottom) and return them
+    trainable, or None for ``n`` = 0."""
+    if not n:
+        return None
+    layers = model.encoder.layer  # type: ignore[union-attr]
+    top = list(layers[len(layers) - n :])
+    model.encoder.layer = layers[: len(layers) - n]  # type: ignore[union-attr]
+    return nn.ModuleList(top).requires_grad_(True)
 
 
 def run_layers(layers: Iterable[nn.Module], states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
