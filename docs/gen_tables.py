@@ -1504,9 +1504,9 @@ def t_gpo() -> str:
     return table(["image side", *_RUN_HEADER], rows) + "\n\n" + source("gpo.json", d["meta"], None, note)
 
 
-def t_aligner_backbone() -> str:
-    """The aligner's grid regions from Lite0 against MobileNetV2, same recipe and seed, on val1000."""
-    d = load("aligner_backbone.json")
+def _aligner_runs(d: dict[str, Any], first: str, script: str) -> str:
+    """Aligner runs on val1000 (bench/aligner_backbone.py's rows): best epochs, then rsum by epoch against
+    the first row."""
     rows = []
     for r in d["rows"]:
         b = r["best"]
@@ -1515,18 +1515,29 @@ def t_aligner_backbone() -> str:
         rss = f"{r['peak_rss_mb'] / 1024:.1f}" if r["peak_rss_mb"] else "-"
         rows.append([r["name"], f"{r['epochs_done']}/{r['epochs']}", str(b["epoch"]), *recalls, f1(b["rsum"]),
                      f"{sum(later) / len(later):.0f}", rss])  # fmt: skip
-    header = ["regions from", "epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10",
+    header = [first, "epochs", "best epoch", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10",
               "val1000 rsum", "s / epoch (2-12)", "peak RSS (GiB)"]  # fmt: skip
     curves = [[e["rsum"] for e in r["val1000"]] for r in d["rows"]]
-    curve_rows = [[str(k + 1), *(f1(c[k]) for c in curves), f"{curves[1][k] - curves[0][k]:+.1f}"]
-                  for k in range(min(len(c) for c in curves))]  # fmt: skip
-    curve = table(
-        ["epoch", *(f"{r['name'].split(' (')[0]} rsum" for r in d["rows"]), "difference"], curve_rows
-    )
-    note = f"{d['protocol']}; `python bench/aligner_backbone.py`"
-    return (
-        table(header, rows) + "\n\n" + curve + "\n\n" + source("aligner_backbone.json", d["meta"], None, note)
-    )
+    curve_rows = [
+        [str(k + 1), *(f1(c[k]) for c in curves), *(f"{c[k] - curves[0][k]:+.1f}" for c in curves[1:])]
+        for k in range(min(len(c) for c in curves))
+    ]
+    names = [r["name"].split(" (")[0] for r in d["rows"]]
+    differences = ["difference"] if len(curves) == 2 else [f"{n}: difference" for n in names[1:]]
+    curve = table(["epoch", *(f"{n} rsum" for n in names), *differences], curve_rows)
+    note = f"{d['protocol']}; `python bench/{script}`"
+    where = source(f"{Path(script).stem}.json", d["meta"], None, note)
+    return table(header, rows) + "\n\n" + curve + "\n\n" + where
+
+
+def t_aligner_backbone() -> str:
+    """The aligner's grid regions from Lite0 against MobileNetV2, same recipe and seed, on val1000."""
+    return _aligner_runs(load("aligner_backbone.json"), "regions from", "aligner_backbone.py")
+
+
+def t_aligner_text_finetune() -> str:
+    """The aligner with MiniLM's top layer tuned against the frozen encoder, same recipe, on val1000."""
+    return _aligner_runs(load("aligner_text_finetune.json"), "word states", "aligner_text_finetune.py")
 
 
 def t_cnn_head_probe() -> str:
@@ -2105,6 +2116,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "joint-space": t_joint_space,
     "gpo": t_gpo,
     "aligner-backbone": t_aligner_backbone,
+    "aligner-text-finetune": t_aligner_text_finetune,
     "cnn-head-probe": t_cnn_head_probe,
     "attention-captioner": t_attention_captioner,
     "int8": t_int8,
