@@ -404,10 +404,10 @@ def split_top_layers(model: nn.Module, n: int) -> nn.ModuleList | None:
     trainable, or None for ``n`` = 0."""
     if not n:
         return None
-    layers = model.encoder.layer  # type: ignore[union-attr]
-    top = list(layers[len(layers) - n :])
-    model.encoder.layer = layers[: len(layers) - n]  # type: ignore[union-attr]
-    return nn.ModuleList(top).requires_grad_(True)
+    layers: nn.ModuleList = model.encoder.layer  # type: ignore[union-attr,assignment]
+    keep = len(layers) - n
+    model.encoder.layer = layers[:keep]  # type: ignore[union-attr]
+    return nn.ModuleList(list(layers[keep:])).requires_grad_(True)
 
 
 def run_layers(layers: Iterable[nn.Module], states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
