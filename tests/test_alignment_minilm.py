@@ -165,7 +165,6 @@ def test_a_tuned_top_layer_starts_where_the_frozen_transformer_is(encoder):
 @needs_minilm
 def test_an_aligner_with_a_tuned_layer_trains_resumes_exactly_and_round_trips(tmp_path, one_torch_thread):
     from test_alignment_training import SCENES, _features, fake_regions, scenes_corpus
-    from vsekit.alignment.pack import pack_aligners
 
     (tmp_path / "c").mkdir()
     corpus = scenes_corpus(tmp_path / "c", both_captions=False)
@@ -192,8 +191,6 @@ def test_an_aligner_with_a_tuned_layer_trains_resumes_exactly_and_round_trips(tm
     again, _ = load_aligner(tmp_path / "again.safetensors")
     assert again.config["words"]["finetune_last"] == 1
     np.testing.assert_array_equal(Aligner(again).score_matrix(feats, texts), scores)
-    with pytest.raises(VsekitError, match="tuned"):
-        pack_aligners([a, b])
 
 
 def _pretrained_top_layer() -> dict:
@@ -201,3 +198,43 @@ def _pretrained_top_layer() -> dict:
     from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
     return MiniLMWordEncoder(8, finetune_last=1).layers.state_dict()
+
+
+@needs_minilm
+def test_packed_tuned_aligners_sum_the_members_word_region_dots(tmp_path):
+    from vsekit.alignment.model import RegionAligner
+    from vsekit.alignment.pack import pack_aligners
+    from vsekit.alignment.score import word_region_dots
+    from vsekit.data.vocab import Vocabulary
+    from vsekit.vision.regions import RegionSpec
+
+    torch.manual_seed(0)
+    regions = RegionSpec(grid=(2,)).to_config()
+
+    def tuned(h: int) -> RegionAligner:
+        m = RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=h, words="minilm", finetune_last=1)
+        with torch.no_grad():  # each member's own tuned layer and LayerNorm
+            for param in m.words.layers.parameters():
+                param.add_(0.02 * torch.randn_like(param))
+            torch.nn.init.normal_(m.words.norm.weight, 1.0, 0.3)
+            torch.nn.init.normal_(m.words.norm.bias, 0.0, 0.3)
+        return m.eval()
+
+    members = [tuned(4), tuned(6), tuned(3)]
+    feats, texts = torch.randn(3, 5, 12), ["a dog runs", "two men play chess on a bench"]
+
+    def dots(model: RegionAligner) -> torch.Tensor:
+        with torch.no_grad():
+            return word_region_dots(model.embed_regions(feats), model.embed_words(texts).vectors)
+
+    packed = pack_aligners(members[:2])
+    assert packed.config["words"]["towers"] == 2 and packed.config["embed_dim"] == 10
+    torch.testing.assert_close(dots(packed), dots(members[0]) + dots(members[1]), atol=1e-4, rtol=1e-4)
+    again = pack_aligners([packed, members[2]])  # a packed aligner packs again: its towers carry over
+    expected = dots(members[0]) + dots(members[1]) + dots(members[2])
+    torch.testing.assert_close(dots(again), expected, atol=1e-4, rtol=1e-4)
+    loaded, _ = load_aligner(save_aligner(again, tmp_path / "packed.safetensors"))
+    torch.testing.assert_close(dots(loaded), dots(again))
+    frozen = RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=4, words="minilm")
+    with pytest.raises(VsekitError, match="tunes another number"):
+        pack_aligners([members[0], frozen])

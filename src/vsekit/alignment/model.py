@@ -56,6 +56,7 @@ class RegionAligner(nn.Module):
         words: str = "brnn",
         word_head: str = "mlp",
         finetune_last: int = 0,
+        word_towers: int = 1,
     ) -> None:
         super().__init__()
         if score not in SCORES:
@@ -74,7 +75,7 @@ class RegionAligner(nn.Module):
             from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
             self.words = MiniLMWordEncoder(
-                embed_dim, head=word_head, dropout=dropout, finetune_last=finetune_last
+                embed_dim, head=word_head, dropout=dropout, finetune_last=finetune_last, towers=word_towers
             )
         else:
             self.words = BRNNWordEncoder(vocab, embed_dim, word_dim, glove, freeze_words, dropout)
@@ -160,6 +161,7 @@ def _word_kwargs(words: dict[str, Any]) -> dict[str, Any]:
             "word_head": words["head"],
             "dropout": words["dropout"],
             "finetune_last": words.get("finetune_last", 0),
+            "word_towers": words.get("towers", 1),
         }
     return {k: words[k] for k in ("word_dim", "glove", "freeze_words", "dropout")}
 

@@ -11,6 +11,12 @@ evidence (not the average of the members' S_kl). Each member's LayerNorm affine 
 ``W_e`` (``W_e (g * xhat + b) + b_e = (W_e diag g) xhat + (W_e b + b_e)``), so the packed model keeps one
 LayerNorm with unit gain and zero bias; ``W_d`` becomes block diagonal. Only the MiniLM-token "mlp" head
 packs this way (a BRNN's recurrence does not split into blocks through one module).
+
+Members whose MiniLM top layers were tuned (``finetune_last``) read different word states ``x^m_t``: the
+packed word encoder keeps each member's tuned layers as a *tower* over the shared frozen bottom, normalises
+each tower's pooled states, and its ``W_e`` is block diagonal over the towers' concatenated states (frozen
+members share one ``x_t``, so their ``W_e`` rows are stacked instead). The dots are the members' sums
+either way.
 """
 
 from __future__ import annotations
@@ -39,8 +45,8 @@ def _check(models: Sequence[RegionAligner]) -> None:
         words = model.config["words"]
         if words.get("kind") != "minilm" or words.get("head") != "mlp":
             raise VsekitError(f"aligner {k}: only MiniLM-token aligners with the mlp head can be packed")
-        if words.get("finetune_last"):
-            raise VsekitError(f"aligner {k}: its MiniLM top layers were tuned; only frozen ones pack")
+        if words.get("finetune_last", 0) != first["words"].get("finetune_last", 0):
+            raise VsekitError(f"aligner {k}: tunes another number of MiniLM layers than the first aligner")
         for key in ("regions", "image_dim", "score"):
             if model.config[key] != first[key]:
                 raise VsekitError(f"aligner {k}: field '{key}' differs from the first aligner's")
@@ -60,6 +66,8 @@ def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
     _check(models)
     first = models[0]
     width = sum(m.config["embed_dim"] for m in models)
+    tuned = int(first.config["words"].get("finetune_last", 0))
+    towers = sum(_head(m.words)[0].towers for m in models) if tuned else 1
     with no_pretrained_init():
         packed = RegionAligner(
             first.vocab,
@@ -69,6 +77,8 @@ def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
             score=first.config["score"],
             words="minilm",
             word_head="mlp",
+            finetune_last=tuned,
+            word_towers=towers,
         )
     packed.project.weight.copy_(torch.cat([m.project.weight for m in models]))
     packed.project.bias.copy_(torch.cat([m.project.bias for m in models]))
@@ -77,12 +87,17 @@ def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
     words.norm.weight.fill_(1.0)
     words.norm.bias.zero_()
     w_e, b_e = [], []
-    for m, _ in heads:
-        gain, shift = m.norm.weight, m.norm.bias
+    for m, _ in heads:  # a member's LayerNorm acts on each of its towers' 384 values alike
+        gain, shift = m.norm.weight.repeat(m.towers), m.norm.bias.repeat(m.towers)
         w_e.append(m.w_e.weight * gain[None, :])
         b_e.append(m.w_e.weight @ shift + m.w_e.bias)
-    words.w_e.weight.copy_(torch.cat(w_e))
+    words.w_e.weight.copy_(torch.block_diag(*w_e) if tuned else torch.cat(w_e))
     words.w_e.bias.copy_(torch.cat(b_e))
+    if tuned:  # the members' tuned layers, tower after tower
+        assert words.layers is not None
+        mine = [layer for m, _ in heads for layer in m.layers or ()]
+        for target, layer in zip(words.layers, mine, strict=True):
+            target.load_state_dict(layer.state_dict())
     w_d.weight.copy_(torch.block_diag(*[d.weight for _, d in heads]))
     w_d.bias.copy_(torch.cat([d.bias for _, d in heads]))
     return packed.eval()

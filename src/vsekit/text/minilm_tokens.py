@@ -22,6 +22,7 @@ only the head.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Sequence
@@ -90,12 +91,15 @@ class MiniLMWordEncoder(nn.Module):
         cache_half: bool = True,
         cache_size: int = CACHE_SIZE,
         finetune_last: int = 0,
+        towers: int = 1,
     ) -> None:
         super().__init__()
         if hidden_dim < 1 or not 0 <= dropout < 1 or batch_size < 1:
             raise ValueError(f"bad MiniLM word sizes: hidden_dim={hidden_dim}, dropout={dropout}")
         if not 0 <= finetune_last <= 6:
             raise ValueError(f"finetune_last must be in [0, 6], got {finetune_last}")
+        if towers < 1 or (towers > 1 and not finetune_last):
+            raise ValueError(f"towers > 1 (packed tuned members) needs finetune_last > 0, got {towers}")
         if head not in WORD_HEADS:
             raise ValueError(f"unknown MiniLM word head {head!r}; known: {', '.join(WORD_HEADS)}")
         path = minilm_model_dir()
@@ -103,15 +107,18 @@ class MiniLMWordEncoder(nn.Module):
         if int(json.loads((path / "config.json").read_text())["hidden_size"]) != _DIM:
             raise VsekitError(f"{path}: expected a {_DIM}-d MiniLM")
         self._frozen = _Frozen(model)
-        self.finetune_last = int(finetune_last)
-        self.layers = split_top_layers(model, self.finetune_last)  # registered: trained and saved
+        self.finetune_last, self.towers = int(finetune_last), int(towers)
+        top = split_top_layers(model, self.finetune_last)  # registered: trained and saved
+        if top is not None and self.towers > 1:  # one copy of the tuned layers per packed member
+            top = nn.ModuleList([copy.deepcopy(layer) for _ in range(self.towers) for layer in top])
+        self.layers = top
         self.hidden_dim, self.head_kind, self.dropout_p = int(hidden_dim), head, float(dropout)
         self.batch_size, self.use_cache, self.cache_half = int(batch_size), bool(cache), bool(cache_half)
         self._cache: LRUCache[str, torch.Tensor] = LRUCache(cache_size if self.use_cache else 0)
         self.encoded_count = 0  # sentences that went through the transformer (tests, benchmarks)
         self.norm = nn.LayerNorm(_DIM)
         self.drop = nn.Dropout(self.dropout_p)
-        self.w_e = nn.Linear(_DIM, self.hidden_dim)
+        self.w_e = nn.Linear(_DIM * self.towers, self.hidden_dim)
         self.w_d = nn.Linear(self.hidden_dim, self.hidden_dim) if head == "mlp" else None
         if self.w_d is not None:
             with torch.no_grad():  # ReLU units that start alive, as the BRNN does
@@ -124,6 +131,8 @@ class MiniLMWordEncoder(nn.Module):
 
     def config(self) -> dict:
         tuned = {"finetune_last": self.finetune_last} if self.finetune_last else {}
+        if self.towers > 1:
+            tuned["towers"] = self.towers
         return {"kind": "minilm", "head": self.head_kind, "dropout": self.dropout_p} | tuned
 
     # -- words ----------------------------------------------------------------------------------------
@@ -176,14 +185,23 @@ class MiniLMWordEncoder(nn.Module):
         if self.layers is not None:
             if mask is None or word_index is None:
                 raise ValueError("a tuned MiniLMWordEncoder needs 'mask' and 'word_index' from prepare()")
-            top = run_layers(self.layers, states.to(self.w_e.weight.dtype), mask)
-            states = pool_packed(top, word_index, lengths.to(top.device))
-        x = self.drop(self.norm(states.to(self.w_e.weight.dtype)))
+            states, lengths = states.to(self.w_e.weight.dtype), lengths.to(states.device)
+            x = torch.cat([self.norm(pool_packed(run_layers(t, states, mask), word_index, lengths))
+                           for t in self._towers()], dim=1)  # fmt: skip
+        else:
+            x = self.norm(states.to(self.w_e.weight.dtype))
+        x = self.drop(x)
         s = self.w_e(x)
         if self.w_d is not None:
             s = torch.relu(self.w_d(self.drop(torch.relu(s))))
         sentence = torch.repeat_interleave(torch.arange(len(lengths), device=s.device), lengths.to(s.device))
         return PackedWords(s, sentence, lengths.to(s.device))
+
+    def _towers(self) -> list[nn.ModuleList]:
+        """The tuned layers of each packed member (one member unless packed: :mod:`vsekit.alignment.pack`)."""
+        assert self.layers is not None
+        n = self.finetune_last
+        return [self.layers[k * n : (k + 1) * n] for k in range(self.towers)]  # type: ignore[misc]
 
     # -- the frozen part ------------------------------------------------------------------------------
 
