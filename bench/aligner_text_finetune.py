@@ -22,6 +22,12 @@ Then the epoch chosen there, trained on all of train (``bench/recipes/aligner-mi
         --out-model /work/runs/aligner-ft1-candidate.safetensors
 
 saves it in float16 (as an aligner ships), ranks dev with that file and adds both to the JSON.
+
+``--packings`` ranks candidate packings of the kept epochs on val1000 (the two tuned runs' best epochs, each
+with the same run's other good epochs, the frozen run's best): a packing's word-region dots are its members'
+sums (:mod:`vsekit.alignment.pack`), so each member's region and word vectors are computed once, in the
+float16 weights a packed file holds, and a packing's S_kl is taken over their concatenation; the chosen
+packing is then made with ``pack_aligners``, saved in float16 and ranked from that file, as a check.
 """
 
 from __future__ import annotations
@@ -84,11 +90,139 @@ def retrained(run: Path, out_model: Path) -> dict:
     }
 
 
+def _retrained_member(run: Path) -> dict:
+    """A retrained member's recipe, epochs, training seconds, wall time and peak RSS."""
+    log = read_run_log(run)
+    name = json.loads((run / "config.json").read_text())["name"]
+    seconds = round(sum(e["time_s"] for e in log), 1)
+    return {"recipe": f"bench/recipes/{name}.json", "name": name, "run": str(run), "epochs": len(log),
+            "training_s": seconds, **time_v(run.with_suffix(".time"))}  # fmt: skip
+
+
+def retrained_pack(runs: list[Path], out_model: Path) -> dict:
+    """The retrained members (each run's last epoch: the epochs chosen on val1000) packed in float16, dev
+    ranked once with that file."""
+    from vsekit.alignment import Aligner, load_aligner, save_aligner
+    from vsekit.alignment.evaluate import evaluate_aligner
+    from vsekit.alignment.pack import pack_aligners
+    from vsekit.data import load_corpus
+
+    rows = [_retrained_member(run) for run in runs]
+    extra = {
+        "recipe": "packed",
+        "selection": "flickr8k-val1000 (each member's run and epoch chosen there; trained on all of train)",
+        "packed_from": [{"recipe": r["name"], "epoch": r["epochs"]} for r in rows],
+    }
+    members = [load_aligner(run / "aligner.safetensors")[0] for run in runs]
+    save_aligner(pack_aligners(members), out_model, extra=extra, half=True)
+    dev = evaluate_aligner(Aligner(load_aligner(out_model)[0]), load_corpus(SHARED), "dev", progress=False)
+    note = "the second member's retrain beside a vse training"
+    return {
+        "members": rows,
+        "model": str(out_model),
+        "file_bytes": out_model.stat().st_size,
+        "dev_float16": dev_recalls(dev),
+        "meta": run_meta(threads="1-2 (--num-threads)", note=note),
+    }
+
+
+def kept_epoch(run: Path, epoch: int):  # noqa: ANN201 - a RegionAligner, imported lazily
+    """Epoch ``epoch`` of ``run`` (``--keep-epochs``'s ``epochs/ep<N>.pt``) in the run's aligner."""
+    from vsekit.alignment import load_aligner
+    from vsekit.training import read_checkpoint
+
+    model, _ = load_aligner(run / "aligner.safetensors")
+    model.load_state_dict(read_checkpoint(run / "epochs" / f"ep{epoch}.pt", "aligner")["model"])
+    return model.eval()
+
+
+PACKINGS = [
+    ["ft1 e8"],
+    ["ft1 e8", "ft1 e11"],
+    ["ft1 e8", "ft1 e10"],
+    ["ft1 e8", "ft1 e7"],
+    ["ft1 e8", "slow e11"],
+    ["ft1 e8", "ft1 e11", "slow e11"],
+    ["ft1 e8", "ft1 e10", "slow e11"],
+    ["ft1 e8", "ft1 e7", "slow e11"],
+    ["ft1 e8", "frozen e10"],
+]
+MEMBERS = {
+    "ft1 e8": ("aligner-minilm-ft1-val1000", 8),
+    "ft1 e11": ("aligner-minilm-ft1-val1000", 11),
+    "ft1 e10": ("aligner-minilm-ft1-val1000", 10),
+    "ft1 e7": ("aligner-minilm-ft1-val1000", 7),
+    "slow e11": ("aligner-minilm-ft1-slow-val1000", 11),
+    "frozen e10": ("align-minilm-grid-val1000", 10),
+}
+
+
+def packings(out_model: Path) -> dict:
+    """Every candidate packing of :data:`PACKINGS` ranked on val1000; the best made and ranked as a file."""
+    import torch
+
+    from vsekit.alignment import Aligner, load_aligner, save_aligner
+    from vsekit.alignment.evaluate import evaluate_aligner
+    from vsekit.alignment.pack import pack_aligners
+    from vsekit.alignment.score import alignment_scores
+    from vsekit.data import load_corpus
+    from vsekit.data.splits import apply_validation_slice, load_validation_slice
+    from vsekit.embedding.evaluate import captioned_images
+    from vsekit.metrics.ranking import positives_from_ids, ranking_metrics
+
+    corpus = apply_validation_slice(load_corpus(SHARED), load_validation_slice("flickr8k-val1000"))
+    part, ids = captioned_images(corpus, "val1000")
+    captions = [c for c in part.captions if c.image_id in set(ids)]
+    positives = positives_from_ids(ids, [c.image_id for c in captions])
+    models, vectors, feats = {}, {}, None
+    for name, (run, epoch) in MEMBERS.items():
+        model = models[name] = kept_epoch(RUNS / run, epoch)
+        with torch.no_grad():
+            for param in model.parameters():  # the float16 weights a packed file holds
+                param.copy_(param.half().float())
+        aligner = Aligner(model)
+        feats = aligner.regions(corpus, image_ids=ids).features if feats is None else feats
+        vectors[name] = (aligner.region_vectors(feats), aligner.word_vectors([c.text for c in captions]))
+    ranked = {}
+    for names in PACKINGS:
+        regions = torch.cat([vectors[n][0] for n in names], dim=-1)
+        words = vectors[names[0]][1]
+        stacked = torch.cat([vectors[n][1].vectors for n in names], dim=-1)
+        with torch.no_grad():
+            scores = alignment_scores(regions, stacked, words.sentence, len(words.lengths), "max")
+        ranked[" + ".join(names)] = dev_recalls(ranking_metrics(scores.numpy(), positives))
+    best = max(ranked, key=lambda k: ranked[k]["rsum"])
+    members = [kept_epoch(RUNS / MEMBERS[n][0], MEMBERS[n][1]) for n in best.split(" + ")]
+    extra = {"recipe": "packed", "selection": "flickr8k-val1000", "packed_from": best.split(" + ")}
+    save_aligner(
+        pack_aligners(members) if len(members) > 1 else members[0], out_model, extra=extra, half=True
+    )
+    check = dev_recalls(evaluate_aligner(Aligner(load_aligner(out_model)[0]), corpus, "val1000"))
+    return {"members": {k: {"run": v[0], "epoch": v[1]} for k, v in MEMBERS.items()}, "val1000": ranked,
+            "chosen": best, "chosen_as_packed_file": check}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--retrained", type=Path, help="the retrain's run directory (reads dev once)")
     parser.add_argument("--out-model", type=Path, help="where the float16 candidate goes")
+    parser.add_argument("--packings", action="store_true", help="rank packings of kept epochs on val1000")
+    parser.add_argument("--retrained-pack", type=Path, nargs="+", help="retrained members' runs to pack")
     args = parser.parse_args()
+    if args.packings:
+        path = RESULTS / "aligner_text_finetune.json"
+        result = json.loads(path.read_text())
+        result["packings"] = packings(args.out_model) | {"meta": run_meta(threads=1)}
+        write_result(path.name, result)
+        print(json.dumps(result["packings"]["val1000"], indent=1))
+        return
+    if args.retrained_pack:
+        path = RESULTS / "aligner_text_finetune.json"
+        result = json.loads(path.read_text())
+        result["retrained_pack"] = retrained_pack(args.retrained_pack, args.out_model)
+        write_result(path.name, result)
+        print(json.dumps(result["retrained_pack"], indent=1))
+        return
     if args.retrained:
         path = RESULTS / "aligner_text_finetune.json"
         result = json.loads(path.read_text())

@@ -1536,14 +1536,34 @@ def t_aligner_backbone() -> str:
 
 
 def t_aligner_text_finetune() -> str:
-    """The aligner with MiniLM's top layer tuned against the frozen encoder, same recipe, on val1000; then
-    the chosen epoch retrained on all of train, dev read once, beside the shipped aligner and the paper."""
+    """The aligner with MiniLM's top layer tuned against the frozen encoder, same recipe, on val1000; its
+    packings on val1000; the chosen ones retrained on all of train, dev read once, beside the shipped
+    aligner and the paper."""
     d = load("aligner_text_finetune.json")
-    runs = _aligner_runs(d, "word states", "aligner_text_finetune.py")
-    if "retrained" not in d:
-        return runs
-    r, shipped = d["retrained"], load("alignment.json")["shipped"]
+    parts = [_aligner_runs(d, "word states", "aligner_text_finetune.py")]
     cells = lambda m: [f1(m[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]  # noqa: E731
+    header = ["i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rsum"]
+    if "packings" in d:
+        p = d["packings"]
+        rows = [
+            [f"**{k}**" if k == p["chosen"] else k, *cells(v), f1(v["rsum"])] for k, v in p["val1000"].items()
+        ]
+        check = p["chosen_as_packed_file"]
+        rows.append(
+            [f"{p['chosen']}, packed and saved in float16 (a check)", *cells(check), f1(check["rsum"])]
+        )
+        note = "members: epochs of the runs above (ft1: the recipe's rate, slow: a fifth of it, frozen); "
+        note += "`python bench/aligner_text_finetune.py --packings --out-model FILE`"
+        parts += [table(["packing, val1000", *header], rows)]
+        parts += [source("aligner_text_finetune.json", p["meta"], "packings", note)]
+    if "retrained" in d:
+        parts.append(_aligner_retrained(d, cells, header))
+    return "\n\n".join(parts)
+
+
+def _aligner_retrained(d: dict[str, Any], cells: Any, header: list[str]) -> str:
+    """Dev, read once: the retrained tuned aligner (and its packing) beside the shipped one and BRNN."""
+    r, shipped = d["retrained"], load("alignment.json")["shipped"]
     flat = {f"{side}_{k}": shipped[side][k] for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")}
     rows = [
         ["Karpathy 2015 BRNN (paper, test)", "16.5", "40.6", "54.2", "11.8", "32.1", "44.7", "199.9"],
@@ -1551,14 +1571,25 @@ def t_aligner_text_finetune() -> str:
         [f"tuned top layer, epoch {r['epochs']}, trained on all of train (float16)", *cells(r["dev_float16"]),
          f1(r["dev_float16"]["rsum"])],
     ]  # fmt: skip
-    header = ["Flickr8K dev, read once", "i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rsum"]
+    meta, key = r["meta"], "retrained"
     note = (
         f"`{r['recipe']}`; {r['training_s'] / 60:.0f} min of epochs ({r['wall_seconds'] / 60:.0f} min wall), "
-        f"peak RSS {r['peak_rss_gb']:.1f} GB; the shipped row: `bench/results/alignment.json`, key "
-        "`shipped`; `python bench/aligner_text_finetune.py --retrained RUN --out-model FILE`"
+        f"peak RSS {r['peak_rss_gb']:.1f} GB (`--retrained RUN --out-model FILE`)"
     )
-    where = source("aligner_text_finetune.json", r["meta"], "retrained", note)
-    return runs + "\n\n" + table(header, rows) + "\n\n" + where
+    if "retrained_pack" in d:
+        pack = d["retrained_pack"]
+        names = " + ".join(f"{m['name']} epoch {m['epochs']}" for m in pack["members"])
+        rows.append([f"packed: {names} (float16, {pack['file_bytes'] / 2**20:.1f} MiB)",
+                     *cells(pack["dev_float16"]), f1(pack["dev_float16"]["rsum"])])  # fmt: skip
+        second = pack["members"][1]
+        minutes = second["training_s"] / 60
+        note += f"; the second member `{second['recipe']}`: {minutes:.0f} min of epochs, peak RSS "
+        note += f"{second['peak_rss_gb']:.1f} GB; `--retrained-pack RUN RUN --out-model FILE`"
+        meta, key = pack["meta"], "retrained_pack"
+    note += "; the shipped row: `bench/results/alignment.json`, key `shipped`; "
+    note += "`python bench/aligner_text_finetune.py`"
+    where = source("aligner_text_finetune.json", meta, key, note)
+    return table(["Flickr8K dev, read once", *header], rows) + "\n\n" + where
 
 
 def t_cnn_head_probe() -> str:
