@@ -201,7 +201,7 @@ class MiniLMWordEncoder(nn.Module):
         """The tuned layers of each packed member (one member unless packed: :mod:`vsekit.alignment.pack`)."""
         assert self.layers is not None
         n = self.finetune_last
-        return [self.layers[k * n : (k + 1) * n] for k in range(self.towers)]  # type: ignore[misc]
+        return [self.layers[k * n : (k + 1) * n] for k in range(self.towers)]
 
     # -- the frozen part ------------------------------------------------------------------------------
 
