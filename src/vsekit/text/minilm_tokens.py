@@ -16,8 +16,8 @@ states are cached per text, and every forward runs the top layers over them befo
 
 The transformer runs once per distinct sentence (cached per text, float16 ``[n_words, 384]``: only what
 the head needs, in a bounded LRU of :data:`CACHE_SIZE` sentences that a trainer widens to its corpus with
-:meth:`MiniLMWordEncoder.precompute`); its weights live outside the module tree, so a saved aligner holds
-only the head.
+:meth:`MiniLMWordEncoder.precompute`); its frozen weights live outside the module tree, so a saved aligner
+holds only the head (and the tuned top layers, if any; a packed aligner one set per member, its *towers*).
 """
 
 from __future__ import annotations
