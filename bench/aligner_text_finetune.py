@@ -126,16 +126,6 @@ def retrained_pack(runs: list[Path], out_model: Path) -> dict:
     }
 
 
-def kept_epoch(run: Path, epoch: int):  # noqa: ANN201 - a RegionAligner, imported lazily
-    """Epoch ``epoch`` of ``run`` (``--keep-epochs``'s ``epochs/ep<N>.pt``) in the run's aligner."""
-    from vsekit.alignment import load_aligner
-    from vsekit.training import read_checkpoint
-
-    model, _ = load_aligner(run / "aligner.safetensors")
-    model.load_state_dict(read_checkpoint(run / "epochs" / f"ep{epoch}.pt", "aligner")["model"])
-    return model.eval()
-
-
 PACKINGS = [
     ["ft1 e8"],
     ["ft1 e8", "ft1 e11"],
@@ -163,7 +153,7 @@ def packings(out_model: Path) -> dict:
 
     from vsekit.alignment import Aligner, load_aligner, save_aligner
     from vsekit.alignment.evaluate import evaluate_aligner
-    from vsekit.alignment.pack import pack_aligners
+    from vsekit.alignment.pack import kept_epoch, pack_aligners
     from vsekit.alignment.score import alignment_scores
     from vsekit.data import load_corpus
     from vsekit.data.splits import apply_validation_slice, load_validation_slice

@@ -33,10 +33,9 @@ import torch
 from _common import RESULTS, SHARED, read_run_log, run_meta, time_v, write_result
 from vsekit.alignment import Aligner, load_aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
-from vsekit.alignment.pack import pack_aligners
+from vsekit.alignment.pack import kept_epoch, pack_aligners
 from vsekit.data import load_corpus
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
-from vsekit.training import read_checkpoint
 
 PAPER_BRNN = {"i2t": {"r1": 16.5, "r5": 40.6, "r10": 54.2}, "t2i": {"r1": 11.8, "r5": 32.1, "r10": 44.7}}
 KEYS = ("r1", "r5", "r10", "medr")
@@ -60,21 +59,6 @@ def curve(run: Path) -> list[dict[str, Any]]:
 def best_epochs(points: list[dict[str, Any]]) -> list[int]:
     """Epochs by val1000 rsum, best first."""
     return [p["epoch"] for p in sorted(points, key=lambda p: -p["val1000"]["rsum"])]
-
-
-def member(run: Path, epoch: int, snapshots: list[Path]) -> torch.nn.Module:
-    """Epoch ``epoch`` of ``run``: its aligner file's architecture with the weights of the checkpoint copy
-    ``epochs/ep<epoch>.pt`` (looked up in ``run`` then in ``snapshots``: a branched run's early epochs)."""
-    model, _ = load_aligner(run / "aligner.safetensors")
-    for where in (run, *snapshots):
-        path = where / "epochs" / f"ep{epoch}.pt"
-        if path.is_file():
-            ckpt = read_checkpoint(path, "aligner")
-            if ckpt["epoch"] != epoch:
-                raise SystemExit(f"{path}: holds epoch {ckpt['epoch']}, not {epoch}")
-            model.load_state_dict(ckpt["model"])
-            return model.eval()
-    raise SystemExit(f"{run}: no copy of epoch {epoch}'s checkpoint (epochs/ep{epoch}.pt)")
 
 
 def evaluate_pack(models: list, extra: dict, path: Path, corpus, split: str) -> dict[str, Any]:
@@ -124,7 +108,7 @@ def retrained(args: argparse.Namespace, snapshots: list[Path]) -> None:
     result = json.loads(path.read_text())
     members = [(r, int(e)) for r, e in (m.split(" epoch ") for m in result["chosen"]["members"])]
     runs = {"grid": args.grid, "const": args.const}
-    models = [member(runs[r], e, snapshots) for r, e in members]
+    models = [kept_epoch(runs[r], e, snapshots) for r, e in members]
     recipes = {name: json.loads((run / "config.json").read_text())["name"] for name, run in runs.items()}
     extra = {
         "recipe": "packed",
@@ -187,7 +171,7 @@ def main() -> None:
     for label, members in candidates(ranked["grid"], curves["grid"][-1]["epoch"], ranked["const"]).items():
         for key in members:
             if key not in models:
-                models[key] = member(runs[key[0]], key[1], snapshots)
+                models[key] = kept_epoch(runs[key[0]], key[1], snapshots)
         extra = {"recipe": "packed", "members": [f"{r} epoch {e}" for r, e in members]}
         tmp = args.out_model.with_suffix(".candidate.safetensors")
         tried[label] = {"members": extra["members"]}

@@ -84,10 +84,11 @@ def _train(corpus, out, **kw):
     quiet = dict(progress=False, device="cpu", region_fn=fake_regions, log=lambda s: None)
     return train_aligner(
         corpus,
-        _config(**{k: v for k, v in kw.items() if k != "resume"}),
+        _config(**{k: v for k, v in kw.items() if k not in ("resume", "keep_epochs")}),
         out,
         **quiet,
         resume=kw.get("resume", False),
+        keep_epochs=kw.get("keep_epochs", False),
     )
 
 
@@ -145,6 +146,33 @@ def test_eval_every_epochs_ranks_dev_once_and_keeps_the_last_epoch(scenes, tmp_p
     _train(scenes, tmp_path / "run", epochs=4, eval_every=1, resume=True)
     with pytest.raises(VsekitError, match="eval_every"):
         _config(eval_every=0).validate()
+
+
+def test_kept_epoch_gives_that_epochs_weights_and_refuses_a_missing_or_mislabelled_copy(
+    scenes, tmp_path, one_torch_thread
+):
+    """Members to pack are picked as (run, epoch): the kept checkpoint copy's weights in the run's
+    architecture, looked up in the run and then in earlier snapshots of a branched run."""
+    import shutil
+
+    from vsekit.alignment.pack import kept_epoch
+
+    _train(scenes, tmp_path / "run", epochs=3, keep_epochs=True)
+    expected = read_checkpoint(tmp_path / "run" / "epochs" / "ep2.pt", "aligner")["model"]
+    got = kept_epoch(tmp_path / "run", 2).state_dict()
+    assert all(torch.equal(got[k], v) for k, v in expected.items())
+    last = kept_epoch(tmp_path / "run", 3).state_dict()
+    assert not all(torch.equal(last[k], got[k]) for k in got)
+    snapshot = tmp_path / "snapshot"
+    (snapshot / "epochs").mkdir(parents=True)
+    shutil.move(tmp_path / "run" / "epochs" / "ep1.pt", snapshot / "epochs" / "ep1.pt")
+    with pytest.raises(VsekitError, match="no kept copy of epoch 1"):
+        kept_epoch(tmp_path / "run", 1)
+    first = kept_epoch(tmp_path / "run", 1, snapshots=[snapshot]).state_dict()
+    assert not all(torch.equal(first[k], got[k]) for k in got)
+    shutil.copy(tmp_path / "run" / "epochs" / "ep3.pt", tmp_path / "run" / "epochs" / "ep1.pt")
+    with pytest.raises(VsekitError, match="holds epoch 3, not 1"):
+        kept_epoch(tmp_path / "run", 1, snapshots=[snapshot])
 
 
 def test_evaluate_aligner_gives_the_ranking_keys(scenes, tmp_path, one_torch_thread):

@@ -21,20 +21,42 @@ either way.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from vsekit.alignment.model import RegionAligner
+from vsekit.alignment.model import RegionAligner, load_aligner
 from vsekit.errors import VsekitError
 from vsekit.text.encoders import no_pretrained_init
+from vsekit.training import EPOCHS_DIR, read_checkpoint
 
 if TYPE_CHECKING:
     from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
-__all__ = ["pack_aligners"]
+__all__ = ["kept_epoch", "pack_aligners"]
+
+
+def kept_epoch(
+    run: str | os.PathLike[str], epoch: int, snapshots: Sequence[str | os.PathLike[str]] = ()
+) -> RegionAligner:
+    """Epoch ``epoch`` of the aligner run ``run`` (trained with ``--keep-epochs``), a member to pack: the
+    run's aligner file's architecture with the weights of the kept checkpoint ``epochs/ep<epoch>.pt``,
+    looked up in ``run`` and then in ``snapshots`` (earlier copies of a branched run's epochs)."""
+    model, _ = load_aligner(Path(run) / "aligner.safetensors")
+    for where in (run, *snapshots):
+        path = Path(where) / EPOCHS_DIR / f"ep{epoch}.pt"
+        if path.is_file():
+            ckpt = read_checkpoint(path, "aligner")
+            if ckpt["epoch"] != epoch:
+                raise VsekitError(f"{path}: holds epoch {ckpt['epoch']}, not {epoch}")
+            model.load_state_dict(ckpt["model"])
+            return model.eval()
+    where = f"{EPOCHS_DIR}/ep{epoch}.pt"
+    raise VsekitError(f"{run}: no kept copy of epoch {epoch} ({where}; train with --keep-epochs)")
 
 
 def _check(models: Sequence[RegionAligner]) -> None:

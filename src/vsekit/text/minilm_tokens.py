@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 from tqdm.auto import tqdm
 
 from vsekit.data.vocab import tokenize
@@ -165,15 +166,14 @@ class MiniLMWordEncoder(nn.Module):
     @staticmethod
     def _pad(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Cached ``[T, 385]`` rows (piece states, then each piece's word index) as a padded batch."""
-        length = max((item.shape[0] for item in items), default=0)
-        states = torch.zeros(len(items), length, _DIM)
-        word_index = torch.full((len(items), length), -1, dtype=torch.int64)
-        mask = torch.zeros(len(items), length, dtype=torch.int64)
-        for row, item in enumerate(items):
-            states[row, : len(item)] = item[:, :_DIM].float()
-            word_index[row, : len(item)] = item[:, _DIM].long()
-            mask[row, : len(item)] = 1
-        return {"states": states, "mask": mask, "word_index": word_index}
+        if not items:
+            empty = torch.zeros(0, 0, dtype=torch.int64)
+            return {"states": torch.zeros(0, 0, _DIM), "mask": empty, "word_index": empty}
+        padded = pad_sequence(items, batch_first=True)  # zeros past each caption's pieces
+        sizes = torch.tensor([item.shape[0] for item in items])
+        mask = (torch.arange(padded.shape[1]) < sizes[:, None]).long()
+        word_index = padded[..., _DIM].long().masked_fill(mask == 0, -1)
+        return {"states": padded[..., :_DIM].float(), "mask": mask, "word_index": word_index}
 
     def forward(
         self,

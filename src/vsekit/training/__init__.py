@@ -36,13 +36,14 @@ from vsekit.training.distributed import (
 from vsekit.training.loop import Selection, TrainState, epoch_bar, fit, resume_message, step_lr
 from vsekit.training.recipe import Recipe, field_error, list_recipe_names, load_recipe_file
 from vsekit.training.run import RunOptions, TrainingRun, selection_corpus
-from vsekit.training.rundir import CHECKPOINT_NAME, CONFIG_NAME, LOG_NAME, RunDir, read_log
+from vsekit.training.rundir import CHECKPOINT_NAME, CONFIG_NAME, EPOCHS_DIR, LOG_NAME, RunDir, read_log
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_NAME",
     "CHECKPOINT_VERSION",
     "CONFIG_NAME",
+    "EPOCHS_DIR",
     "LOG_NAME",
     "Recipe",
     "RunDir",
