@@ -792,6 +792,58 @@ def _aligner_val1000(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _aligner_tuned(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
+    """The aligner with MiniLM's top layer tuned (issue 35 item 5, bench/aligner_text_finetune.py): each
+    member's run and epoch chosen on val1000 from runs on train minus val1000, the members retrained on all
+    of train for those epochs (bench/recipes/), packed as towers; dev read once for the packed file."""
+    from dataclasses import asdict
+
+    from vsekit.alignment.trainer import load_aligner_recipe
+
+    r = load("aligner_text_finetune.json")
+    full, chosen = r["retrained_pack"], r["packings"]["chosen"]
+    parts = h["extra"]["packed_from"]
+    members = [(p["recipe"], p["epoch"]) for p in parts]
+    if members != [(m["name"], m["epochs"]) for m in full["members"]]:
+        raise SystemExit(f"model_cards.py: the aligner packs {members}, aligner_text_finetune.json retrained "
+                         f"{[(m['name'], m['epochs']) for m in full['members']]}")  # fmt: skip
+    if [e for _, e in members] != [r["packings"]["members"][n]["epoch"] for n in chosen.split(" + ")]:
+        raise SystemExit(f"model_cards.py: the aligner packs {members}, val1000 chose {chosen}")
+    same(
+        "aligner dev rsum (aligner_text_finetune.json)",
+        h["extra"]["dev"]["rsum"],
+        full["dev_float16"]["rsum"],
+    )
+    recipe = asdict(load_aligner_recipe(ROOT / "bench" / "recipes" / f"{parts[0]['recipe']}.json"))
+    val = r["packings"]["chosen_as_packed_file"]
+    seconds = sum(m["training_s"] for m in full["members"])
+    return {
+        "recipe": recipe,
+        "selected_on": "val1000",
+        "selection": f"val1000-selected: the packed members ({chosen}: each tuned run's best epoch) chosen "
+        f"on {split('val1000')} among {len(r['packings']['val1000'])} packings of runs on "
+        f"{split('train-minus-val1000')}; then retrained with those settings on {split('train')}; dev read "
+        "once, for the report",
+        "validation": {
+            **{side: {k: val[f"{side}_{k}"] for k in ("r1", "r5", "r10")} for side in ("i2t", "t2i")},
+            "rsum": val["rsum"],
+            "headline": f"chosen packing: R@1 {val['i2t_r1']:.1f} / {val['t2i_r1']:.1f}, "
+            f"rsum {val['rsum']:.1f}",
+        },
+        "training": {
+            "wall": f"{minutes(seconds)} (the two members' epochs, each on one or two threads under load)",
+            "peak_rss_mb": round(max(m["peak_rss_mb"] for m in full["members"])),
+            "note": f"MiniLM's top layer tuned per member; the selection runs on train minus val1000 took "
+            f"{minutes(sum(row['training_s'] for row in r['rows'][1:]))} more; grid regions of train + dev: "
+            f"{d['regions']['grid']['train_dev_minutes']:.1f} min more",
+        },
+        "sources": [
+            "bench/results/aligner_text_finetune.json (rows, packings, retrained_pack)",
+            "bench/results/alignment.json (shipped, regions, fusion)",
+        ],
+    }
+
+
 def card_aligner() -> dict[str, Any]:
     path = PRETRAINED / "aligner.safetensors"
     h = header(path)
@@ -799,8 +851,16 @@ def card_aligner() -> dict[str, Any]:
     shipped = d["shipped"]
     parts = h["extra"]["packed_from"]
     same("aligner dev rsum", h["extra"]["dev"]["rsum"], shipped["rsum"])
-    measured = _aligner_val1000(h, d) if "selection" in h["extra"] else _aligner_dev_selected(h, d)
+    tuned = h["config"]["words"].get("finetune_last", 0)
+    if tuned:
+        measured = _aligner_tuned(h, d)
+    elif "selection" in h["extra"]:
+        measured = _aligner_val1000(h, d)
+    else:
+        measured = _aligner_dev_selected(h, d)
     recipe = measured["recipe"]
+    words = f"top {tuned} layer tuned per member" if tuned else "frozen"
+    packed = "tuned members packed as towers" if tuned else "snapshots packed"
     fusion_path = PRETRAINED / "fusion-vse-aligner.json"
     fusion = json.loads(fusion_path.read_text(encoding="utf-8"))
     same("fusion weight", fusion["weight"], d["fusion"]["weight"], 1e-9)
@@ -815,9 +875,9 @@ def card_aligner() -> dict[str, Any]:
         "kind": "region-word aligner",
         "what": "which words refer to which region (`vsekit align`); re-ranks search with `vse`",
         "method": f"Karpathy & Fei-Fei 2015 S_kl (Eq. 8) + Eq. 9 loss over whole image + {grid} grid cells; "
-        f"{len(parts)} snapshots packed (epochs: {epochs})",
+        f"{len(parts)} {packed} (epochs: {epochs})",
         "backbone": BACKBONES[recipe["backbone"]][0] + ", grid regions",
-        "text_encoder": "all-MiniLM-L6-v2 tokens (frozen) + trained 2-layer head",
+        "text_encoder": f"all-MiniLM-L6-v2 tokens ({words}) + trained 2-layer head",
         "recipe": recipe["name"],
         "data": split(recipe["train_split"]),
         "selected_on": measured["selected_on"],

@@ -129,15 +129,24 @@ def test_a_model_file_and_a_bench_json_that_disagree_are_refused(gen, monkeypatc
         gen.build_cards()
 
 
-def test_the_aligner_card_refuses_a_reselection_json_of_another_file(gen, monkeypatch):
-    """The aligner chosen on val1000: its header's dev numbers and members must be the ones that
-    bench/results/aligner_reselect.json records for the retrained packing."""
+def test_the_aligner_card_refuses_a_selection_json_of_another_file(gen, monkeypatch):
+    """The tuned aligner chosen on val1000: its header's dev numbers and members must be the ones that
+    bench/results/aligner_text_finetune.json records for the retrained pair and the val1000 choice."""
 
-    def edit(data):
-        data["retrained_on_train"]["dev_once"]["rsum"] -= 5.0
+    def lower_dev(data):
+        data["retrained_pack"]["dev_float16"]["rsum"] -= 5.0
 
-    edit_bench_json(gen, monkeypatch, "aligner_reselect.json", edit)
-    with pytest.raises(SystemExit, match=r"aligner dev rsum \(aligner_reselect\.json\): the model file says"):
+    edit_bench_json(gen, monkeypatch, "aligner_text_finetune.json", lower_dev)
+    pattern = r"aligner dev rsum \(aligner_text_finetune\.json\): the model file says 239\.82"
+    with pytest.raises(SystemExit, match=pattern):
+        gen.card_aligner()
+
+    def other_choice(data):
+        data["packings"]["chosen"] = "ft1 e8 + ft1 e10"
+
+    monkeypatch.undo()
+    edit_bench_json(gen, monkeypatch, "aligner_text_finetune.json", other_choice)
+    with pytest.raises(SystemExit, match=r"val1000 chose ft1 e8 \+ ft1 e10"):
         gen.card_aligner()
 
 
