@@ -834,7 +834,8 @@ def _aligner_tuned(h: dict[str, Any], d: dict[str, Any]) -> dict[str, Any]:
             "wall": f"{minutes(seconds)} (the two members' epochs, each on one or two threads under load)",
             "peak_rss_mb": round(max(m["peak_rss_mb"] for m in full["members"])),
             "note": f"MiniLM's top layer tuned per member; the selection runs on train minus val1000 took "
-            f"{minutes(sum(row['training_s'] for row in r['rows'][1:]))} more; grid regions of train + dev: "
+            f"{minutes(sum(row['training_s'] for row in r['rows'] if 'tuned' in row['name']))} more; grid "
+            "regions of train + dev: "
             f"{d['regions']['grid']['train_dev_minutes']:.1f} min more",
         },
         "sources": [
