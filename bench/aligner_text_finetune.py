@@ -169,9 +169,9 @@ def packings(out_model: Path) -> dict:
     part, ids = captioned_images(corpus, "val1000")
     captions = [c for c in part.captions if c.image_id in set(ids)]
     positives = positives_from_ids(ids, [c.image_id for c in captions])
-    models, vectors, feats = {}, {}, None
+    vectors, feats = {}, None
     for name, (run, epoch) in MEMBERS.items():
-        model = models[name] = kept_epoch(RUNS / run, epoch)
+        model = kept_epoch(RUNS / run, epoch)
         with torch.no_grad():
             for param in model.parameters():  # the float16 weights a packed file holds
                 param.copy_(param.half().float())

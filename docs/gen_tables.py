@@ -1531,14 +1531,21 @@ def t_aligner_backbone() -> str:
     return _aligner_runs(load("aligner_backbone.json"), "regions from", "aligner_backbone.py")
 
 
+_FLAT_HEADER = ["i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rsum"]
+
+
+def _flat_cells(m: dict[str, Any]) -> list[str]:
+    """R@1/5/10 both ways from a bench script's flat recall keys (``i2t_r1``, ...)."""
+    return [f1(m[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]
+
+
 def t_aligner_text_finetune() -> str:
     """The aligner with MiniLM's top layer tuned against the frozen encoder, same recipe, on val1000; its
     packings on val1000; the chosen ones retrained on all of train, dev read once, beside the shipped
     aligner and the paper."""
     d = load("aligner_text_finetune.json")
     parts = [_aligner_runs(d, "word states", "aligner_text_finetune.py")]
-    cells = lambda m: [f1(m[f"{side}_{k}"]) for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")]  # noqa: E731
-    header = ["i2t R@1", "R@5", "R@10", "t2i R@1", "R@5", "R@10", "rsum"]
+    cells, header = _flat_cells, _FLAT_HEADER
     if "packings" in d:
         p = d["packings"]
         rows = [
@@ -1553,12 +1560,13 @@ def t_aligner_text_finetune() -> str:
         parts += [table(["packing, val1000", *header], rows)]
         parts += [source("aligner_text_finetune.json", p["meta"], "packings", note)]
     if "retrained" in d:
-        parts.append(_aligner_retrained(d, cells, header))
+        parts.append(_aligner_retrained(d))
     return "\n\n".join(parts)
 
 
-def _aligner_retrained(d: dict[str, Any], cells: Any, header: list[str]) -> str:
+def _aligner_retrained(d: dict[str, Any]) -> str:
     """Dev, read once: the retrained tuned aligner (and its packing) beside the shipped one and BRNN."""
+    cells, header = _flat_cells, _FLAT_HEADER
     r, before = d["retrained"], load("aligner_reselect.json")["retrained_on_train"]["dev_once"]
     flat = {f"{side}_{k}": before[side][k] for side in ("i2t", "t2i") for k in ("r1", "r5", "r10")}
     rows = [
