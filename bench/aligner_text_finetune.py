@@ -104,7 +104,7 @@ def retrained_pack(runs: list[Path], out_model: Path) -> dict:
     ranked once with that file."""
     from vsekit.alignment import Aligner, load_aligner, save_aligner
     from vsekit.alignment.evaluate import evaluate_aligner
-    from vsekit.alignment.pack import pack_aligners
+    from vsekit.alignment.pack import as_half_file
     from vsekit.data import load_corpus
 
     rows = [_retrained_member(run) for run in runs]
@@ -113,13 +113,9 @@ def retrained_pack(runs: list[Path], out_model: Path) -> dict:
         "selection": "flickr8k-val1000 (each member's run and epoch chosen there; trained on all of train)",
         "packed_from": [{"recipe": r["name"], "epoch": r["epochs"]} for r in rows],
     }
-    members = [load_aligner(run / "aligner.safetensors")[0] for run in runs]
-    save_aligner(pack_aligners(members), out_model, extra=extra, half=True)
-    packed = load_aligner(out_model)[0]
+    packed = as_half_file([load_aligner(run / "aligner.safetensors")[0] for run in runs])
     dev = evaluate_aligner(Aligner(packed), load_corpus(SHARED), "dev", progress=False)
-    # the dev numbers go into the file's header, as the shipped aligners' (float16 -> float32 -> float16
-    # is exact, so the weights are those just ranked)
-    extra["dev"] = {k: dev[k] for k in ("i2t", "t2i", "rsum")}
+    extra["dev"] = {k: dev[k] for k in ("i2t", "t2i", "rsum")}  # in the header, as the shipped aligners'
     save_aligner(packed, out_model, extra=extra, half=True)
     note = "the second member's retrain beside a vse training"
     return {
@@ -158,7 +154,7 @@ def packings(out_model: Path) -> dict:
 
     from vsekit.alignment import Aligner, load_aligner, save_aligner
     from vsekit.alignment.evaluate import evaluate_aligner
-    from vsekit.alignment.pack import kept_epoch, pack_aligners
+    from vsekit.alignment.pack import as_half_file, kept_epoch
     from vsekit.alignment.score import alignment_scores
     from vsekit.data import load_corpus
     from vsekit.data.splits import apply_validation_slice, load_validation_slice
@@ -171,11 +167,7 @@ def packings(out_model: Path) -> dict:
     positives = positives_from_ids(ids, [c.image_id for c in captions])
     vectors, feats = {}, None
     for name, (run, epoch) in MEMBERS.items():
-        model = kept_epoch(RUNS / run, epoch)
-        with torch.no_grad():
-            for param in model.parameters():  # the float16 weights a packed file holds
-                param.copy_(param.half().float())
-        aligner = Aligner(model)
+        aligner = Aligner(as_half_file([kept_epoch(RUNS / run, epoch)]))  # the weights a float16 file holds
         feats = aligner.regions(corpus, image_ids=ids).features if feats is None else feats
         vectors[name] = (aligner.region_vectors(feats), aligner.word_vectors([c.text for c in captions]))
     ranked = {}
@@ -189,9 +181,7 @@ def packings(out_model: Path) -> dict:
     best = max(ranked, key=lambda k: ranked[k]["rsum"])
     members = [kept_epoch(RUNS / MEMBERS[n][0], MEMBERS[n][1]) for n in best.split(" + ")]
     extra = {"recipe": "packed", "selection": "flickr8k-val1000", "packed_from": best.split(" + ")}
-    save_aligner(
-        pack_aligners(members) if len(members) > 1 else members[0], out_model, extra=extra, half=True
-    )
+    save_aligner(as_half_file(members), out_model, extra=extra, half=True)
     check = dev_recalls(evaluate_aligner(Aligner(load_aligner(out_model)[0]), corpus, "val1000"))
     return {"members": {k: {"run": v[0], "epoch": v[1]} for k, v in MEMBERS.items()}, "val1000": ranked,
             "chosen": best, "chosen_as_packed_file": check}  # fmt: skip

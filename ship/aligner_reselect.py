@@ -31,9 +31,9 @@ from typing import Any
 import torch
 
 from _common import RESULTS, SHARED, read_run_log, run_meta, time_v, write_result
-from vsekit.alignment import Aligner, load_aligner, save_aligner
+from vsekit.alignment import Aligner, save_aligner
 from vsekit.alignment.evaluate import evaluate_aligner
-from vsekit.alignment.pack import kept_epoch, pack_aligners
+from vsekit.alignment.pack import as_half_file, kept_epoch
 from vsekit.data import load_corpus
 from vsekit.data.splits import apply_validation_slice, load_validation_slice
 
@@ -61,13 +61,17 @@ def best_epochs(points: list[dict[str, Any]]) -> list[int]:
     return [p["epoch"] for p in sorted(points, key=lambda p: -p["val1000"]["rsum"])]
 
 
-def evaluate_pack(models: list, extra: dict, path: Path, corpus, split: str) -> dict[str, Any]:
-    """Save ``models`` packed in float16 (what would ship) to ``path``, read it back, rank ``split``."""
-    packed = models[0] if len(models) == 1 else pack_aligners(models)
-    save_aligner(packed, path, extra=extra, half=True)
+def evaluate_pack(
+    models: list, extra: dict, path: Path, corpus, split: str, record: str | None = None
+) -> dict[str, Any]:
+    """Rank ``split`` with ``models`` packed in float16 (the weights that would ship), then save them to
+    ``path``, with the numbers in the file's header under ``record`` when given."""
+    packed = as_half_file(models)
     start = time.perf_counter()
-    metrics = evaluate_aligner(Aligner(load_aligner(path)[0]), corpus, split, progress=False)
-    return {**_short(metrics), "seconds": round(time.perf_counter() - start, 1)}
+    metrics = evaluate_aligner(Aligner(packed), corpus, split, progress=False)
+    out = {**_short(metrics), "seconds": round(time.perf_counter() - start, 1)}
+    save_aligner(packed, path, extra=extra | ({record: out} if record else {}), half=True)
+    return out
 
 
 def candidates(grid: list[int], last: int, const: list[int]) -> dict[str, list[tuple[str, int]]]:
@@ -115,8 +119,7 @@ def retrained(args: argparse.Namespace, snapshots: list[Path]) -> None:
         "selection": "flickr8k-val1000 (members chosen there; these trained on all of train)",
         "packed_from": [{"recipe": recipes[r], "epoch": e} for r, e in members],
     }
-    dev = evaluate_pack(models, extra, args.out_model, load_corpus(SHARED), "dev")
-    save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+    dev = evaluate_pack(models, extra, args.out_model, load_corpus(SHARED), "dev", record="dev")
     print(f"retrained on train, members {members}; dev (read once): {dev}", flush=True)
     losses = {
         name: [{k: p[k] for k in ("epoch", "loss", "lr", "seconds")} for p in curve(run)]
@@ -189,11 +192,9 @@ def main() -> None:
     chosen_models = [models[(r, int(e))] for r, e in members]
     if args.no_dev:  # the packing is saved as it would ship; dev waits for the retrained members
         dev = None
-        packed = chosen_models[0] if len(chosen_models) == 1 else pack_aligners(chosen_models)
-        save_aligner(packed, args.out_model, extra=extra, half=True)
+        save_aligner(as_half_file(chosen_models), args.out_model, extra=extra, half=True)
     else:
-        dev = evaluate_pack(chosen_models, extra, args.out_model, corpus, "dev")
-        save_aligner(load_aligner(args.out_model)[0], args.out_model, extra={**extra, "dev": dev}, half=True)
+        dev = evaluate_pack(chosen_models, extra, args.out_model, corpus, "dev", record="dev")
     print(f"chosen on val1000: {chosen}; dev (read once): {dev}", flush=True)
     shipped = json.loads((RESULTS / "alignment.json").read_text())["shipped"]
     result = {

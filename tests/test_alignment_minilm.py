@@ -238,3 +238,28 @@ def test_packed_tuned_aligners_sum_the_members_word_region_dots(tmp_path):
     frozen = RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=4, words="minilm")
     with pytest.raises(VsekitError, match="tunes another number"):
         pack_aligners([members[0], frozen])
+
+
+@needs_minilm
+def test_as_half_file_is_what_a_float16_file_gives_back(tmp_path):
+    from vsekit.alignment.model import RegionAligner
+    from vsekit.alignment.pack import as_half_file
+    from vsekit.data.vocab import Vocabulary
+    from vsekit.vision.regions import RegionSpec
+
+    torch.manual_seed(0)
+    regions = RegionSpec(grid=(2,)).to_config()
+    members = [
+        RegionAligner(Vocabulary(["dog"]), regions, 12, embed_dim=h, words="minilm", finetune_last=1)
+        for h in (4, 6)
+    ]
+    full = members[0].project.weight.clone()
+    for model in (as_half_file(members), as_half_file(members[:1])):
+        loaded, _ = load_aligner(save_aligner(model, tmp_path / "half.safetensors", half=True))
+        want = loaded.state_dict()
+        got = model.state_dict()
+        assert got.keys() == want.keys()
+        for key in got:
+            assert torch.equal(got[key], want[key]), key
+    assert torch.equal(members[0].project.weight, full)  # the members are left as they were
+    assert not torch.equal(full, full.half().float())  # (which rounding would have changed)

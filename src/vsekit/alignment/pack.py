@@ -21,6 +21,7 @@ either way.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,7 +38,7 @@ from vsekit.training import EPOCHS_DIR, read_checkpoint
 if TYPE_CHECKING:
     from vsekit.text.minilm_tokens import MiniLMWordEncoder
 
-__all__ = ["kept_epoch", "pack_aligners"]
+__all__ = ["as_half_file", "kept_epoch", "pack_aligners"]
 
 
 def kept_epoch(
@@ -123,3 +124,15 @@ def pack_aligners(models: Sequence[RegionAligner]) -> RegionAligner:
     w_d.weight.copy_(torch.block_diag(*[d.weight for _, d in heads]))
     w_d.bias.copy_(torch.cat([d.bias for _, d in heads]))
     return packed.eval()
+
+
+@torch.no_grad()
+def as_half_file(models: Sequence[RegionAligner]) -> RegionAligner:
+    """The aligner a float16 file of ``models`` gives back: packed (one model copied), each weight its file
+    keeps rounded to float16, exactly what ``save_aligner(half=True)`` and then ``load_aligner`` return. A
+    split ranked on it is ranked on the file before the file is written, so its numbers go into the file's
+    header in one write. ``models`` are left as they are."""
+    model = pack_aligners(models) if len(models) > 1 else copy.deepcopy(models[0])
+    state = model.state_dict()
+    model.load_state_dict({k: v.half().float() if v.is_floating_point() else v for k, v in state.items()})
+    return model.eval()
