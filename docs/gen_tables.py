@@ -1116,6 +1116,14 @@ def t_rerank() -> str:
     return out
 
 
+def _fusion_rule(fusion: dict) -> str:
+    """The shipped two-route fusion in words: ``max(cos, a x concept + b + c x named), concept >= g``."""
+    lift = f" + {fusion['lift']:g} x named" if fusion.get("lift") else ""
+    return (
+        f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}{lift}), concept >= {fusion['gate']:g}"
+    )
+
+
 def t_concept_route() -> str:
     d = load("concept_route.json")
     before, after = d["before"], d["after"]
@@ -1124,8 +1132,7 @@ def t_concept_route() -> str:
     for label, run, weak in (
         ("joint space alone (0.1.0)", before, before),
         (
-            f"both routes: max(cos, {d['fusion']['scale']:g} x concept + {d['fusion']['offset']:g}), "
-            f"concept >= {d['fusion']['gate']:g}",
+            f"both routes: {_fusion_rule(d['fusion'])}",
             after,
             after["weak"],
         ),

@@ -14,8 +14,9 @@ Two validation sets, never dev or test:
   that trained on the photo.
 
 The concept route (shipped EfficientNet-Lite0 classifier, MiniLM, :mod:`vsekit.retrieval.concepts`) has no
-training of its own. Chosen here: the fusion ``max(cos, a * concept + b)``'s ``a`` and ``b`` (the best
-everyday results whose val1000 text->image R@1 stays within 0.5 of the joint space alone), then the two weak
+training of its own. Chosen here: the fusion ``max(cos, a * concept + b + c * named)``'s ``a``, ``b`` and
+``c`` (``named``: the query's best class relevance, :mod:`vsekit.retrieval.answer`; the best everyday results
+whose val1000 text->image R@1 stays within 0.5 of the joint space alone), then the two weak
 thresholds (the pair that flags the most absent-subject everyday queries while at least 85% of present
 queries on both sets stay unflagged). The weighted sum ``cos + w * concept`` is measured too, for the record
 (with this proxy, w <= 1 keeps val1000's R@1 and helps everyday photos less than the max; w = 2 costs 3
@@ -44,6 +45,7 @@ from vsekit.vision.classes import TOP_CLASSES, top_classes
 WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 OFFSETS = (0.0, 0.05, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25)
+LIFTS = (0.0, 0.25, 0.5, 1.0, 2.0)  # c: the offset's rise with the query's best class relevance
 #: The least concept evidence that counts, fixed (not chosen): 0.05 is one class at 10% probability that the
 #: query names with relevance 0.5. Below it a trace of a vaguely related class lifted a photo by ``b`` over
 #: the joint space's order (a scooter above the dog for "a dog runs on the grass" on six Flickr8K photos);
@@ -55,13 +57,14 @@ KEEP_PRESENT = 0.85
 
 
 def route_scores(model: VSEModel, features: np.ndarray, texts: list[str], route: ConceptRoute) -> dict:
-    """Joint cosines and concept scores ``[queries, photos]`` of ``texts`` against photos' ``features``."""
+    """Joint cosines and concept scores ``[queries, photos]`` of ``texts`` against photos' ``features``, and
+    each query's best class relevance ``named`` ``[queries]``."""
     joint = model.embed_texts(texts) @ model.embed_features(features).T
     classifier = photo_classifier(model.image_spec)  # pre-head cells: through the CNN's original head
     assert classifier is not None, f"{model.path}: no ImageNet classifier over its image features"
     ids, probs = top_classes(classifier.probabilities(features), TOP_CLASSES)
-    concept = concept_scores(route.relevance(texts), ids, probs)
-    return {"joint": joint, "concept": concept}
+    relevance = route.relevance(texts)
+    return {"joint": joint, "concept": concept_scores(relevance, ids, probs), "named": relevance.max(axis=1)}
 
 
 def everyday_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, list[dict], list[str]]:
@@ -111,10 +114,12 @@ def weak_rates(best_joint: np.ndarray, best_concept: np.ndarray, present: np.nda
     return float(weak[~present].mean()) if (~present).any() else None, float(1 - weak[present].mean())
 
 
-def fused(scores: dict, a: float, b: float, g: float) -> np.ndarray:
-    """``max(cos, a * concept + b)`` (the concept term only where concept >= g > 0), ties by the cosine."""
+def fused(scores: dict, a: float, b: float, g: float, c: float = 0.0) -> np.ndarray:
+    """``max(cos, a * concept + b + c * named)`` (the concept term only where concept >= g > 0), ties by the
+    cosine; ``named`` (the queries' best class relevance) is needed only when ``c`` is not 0."""
     counts = (scores["concept"] > 0) & (scores["concept"] >= g)
-    term = np.where(counts, a * scores["concept"] + b, -np.inf)
+    offset = b + c * scores["named"][:, None] if c else b
+    term = np.where(counts, a * scores["concept"] + offset, -np.inf)
     return np.maximum(scores["joint"], term) + 1e-6 * scores["joint"]
 
 
@@ -133,10 +138,11 @@ def weighted_sum_sweep(every: dict, val: dict, queries, names, truth) -> list[di
 def choose_fusion(every: dict, val: dict, queries, names, truth) -> tuple[dict, list[dict]]:
     base = val1000_metrics(val["joint"], truth)["t2i_r1"]
     table = []
-    for a, b, g in itertools.product(SCALES, OFFSETS, (GATE, 0.0)):
-        row = {"scale": a, "offset": b, "gate": g}
-        row["everyday"] = everyday_metrics(fused(every, a, b, g), queries, names)
-        row["val1000"] = val1000_metrics(fused(val, a, b, g), truth)
+    lifts = LIFTS if "named" in every and "named" in val else (0.0,)  # (concept_regions.py: no lift)
+    for a, b, g, c in itertools.product(SCALES, OFFSETS, (GATE, 0.0), lifts):
+        row = {"scale": a, "offset": b, "gate": g, "lift": c}
+        row["everyday"] = everyday_metrics(fused(every, a, b, g, c), queries, names)
+        row["val1000"] = val1000_metrics(fused(val, a, b, g, c), truth)
         row["allowed"] = row["val1000"]["t2i_r1"] >= base - R1_NOISE
         table.append(row)
     key = lambda r: (  # noqa: E731
@@ -209,12 +215,12 @@ def main() -> None:
     every, queries, names = everyday_scores(shipped, route)
     val, truth = val1000_scores(proxy, ConceptRoute.create(proxy.network.text_encoder, MARGIN))
     chosen, table = choose_fusion(every, val, queries, names, truth)
-    a, b, g = chosen["scale"], chosen["offset"], chosen["gate"]
+    a, b, g, c = chosen["scale"], chosen["offset"], chosen["gate"], chosen["lift"]
     weak = choose_thresholds(every, val, queries)
     after = {
-        "everyday": everyday_metrics(fused(every, a, b, g), queries, names)
-        | {"fit_queries": fitting_queries(fused(every, a, b, g), queries, names)},
-        "val1000": val1000_metrics(fused(val, a, b, g), truth),
+        "everyday": everyday_metrics(fused(every, a, b, g, c), queries, names)
+        | {"fit_queries": fitting_queries(fused(every, a, b, g, c), queries, names)},
+        "val1000": val1000_metrics(fused(val, a, b, g, c), truth),
         "weak": weak,
     }
     result = run_meta() | {
@@ -227,10 +233,12 @@ def main() -> None:
         "margin": MARGIN,
         "top_classes": TOP_CLASSES,
         "fusion": {
-            "rule": "max(cos, scale * concept + offset) where concept >= gate",
+            "rule": "max(cos, scale * concept + offset + lift * named) where concept >= gate; named: the "
+            "query's best class relevance",
             "scale": a,
             "offset": b,
             "gate": g,
+            "lift": c,
         },  # fmt: skip
         "fusions": table,
         "weighted_sum": weighted_sum_sweep(every, val, queries, names, truth),
@@ -262,8 +270,9 @@ def ship(model: VSEModel, fusion: dict, weak: dict) -> None:
             "data": "the everyday validation set (bench/everyday/) and flickr8k-val1000 (joint space scored "
             "by a "
             "model trained without it); results in bench/results/concept_route.json",
-            "rule": "fused score max(cos, scale * concept + offset); weak when the best joint cosine is "
-            "below joint_below and the best concept score below concept_below",
+            "rule": "fused score max(cos, scale * concept + offset + lift * named), named the query's best "
+            "relevance to a class; weak when the best joint cosine is below joint_below and the best concept "
+            "score below concept_below",
         },
     }
     path = pretrained_path("vse").with_name("vse-routes.json")
@@ -277,7 +286,7 @@ def against_shipped(fits: list[str]) -> dict:
     model = VSEModel.load("vse")
     every, queries, names = everyday_scores(model, ConceptRoute.create(model.network.text_encoder, MARGIN))
     rule = json.loads(pretrained_path("vse").with_name("vse-routes.json").read_text())["fusion"]
-    scores = fused(every, rule["scale"], rule["offset"], rule["gate"])
+    scores = fused(every, rule["scale"], rule["offset"], rule["gate"], rule.get("lift", 0.0))
     shipped = fitting_queries(scores, queries, names)
     return {
         "fusion": rule,

@@ -393,17 +393,21 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     routes = json.loads(routes_path.read_text(encoding="utf-8"))
     bench = load("concept_route.json")
     fusion, weak = routes["fusion"], routes["weak"]
-    for key in ("scale", "offset", "gate"):
-        same(f"vse-routes fusion {key}", fusion[key], bench["fusion"][key], 1e-9)
-    gate = fusion.get("gate", 0)
-    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}), concept >= {gate:g}"
+    for key in ("scale", "offset", "gate", "lift"):
+        same(f"vse-routes fusion {key}", fusion.get(key, 0.0), bench["fusion"].get(key, 0.0), 1e-9)
+    gate, lift = fusion.get("gate", 0), fusion.get("lift", 0)
+    named = f" + {lift:g} x named" if lift else ""
+    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}{named}), concept >= {gate:g}"
     return {
         **file_facts(routes_path),
         "short": f"two-route fusion {rule}",
         "what": f"search fuses the joint space and the concept route ({rule}); weak when the best cosine < "
         f"{weak['joint_below']} and the best concept score < {weak['concept_below']}",
         "made_with": routes["made_with"]["data"],
-        "validation": {"everyday": bench["after"]["everyday"], "val1000": bench["after"]["val1000"]},
+        "validation": {
+            "everyday": {k: v for k, v in bench["after"]["everyday"].items() if k != "fit_queries"},
+            "val1000": bench["after"]["val1000"],
+        },
         **_vse_pin(routes["model_sha256"], path),
     }
 

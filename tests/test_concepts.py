@@ -73,6 +73,23 @@ def test_a_trace_of_a_class_below_the_gate_lifts_nothing():
     assert order.tolist() == [0, 1] and fused.tolist() == pytest.approx([0.20, 0.05]) and routes[1] == "joint"
 
 
+def test_a_query_that_names_a_class_lifts_the_concept_term_by_how_plainly_it_names_it():
+    lifted = RoutePolicy(
+        scale=0.5, offset=0.1, margin=0.25, joint_below=0.3, concept_below=0.15, gate=0.02, lift=0.5
+    )
+    scores = _scores(
+        [0.30, 0.10], [0.0, 0.30]
+    )  # photo 1: the classifier's cat; photo 0: the joint space's best
+    # "a kiwi fruit" names a class plainly (best relevance 0.4): 0.5 * 0.3 + 0.1 + 0.5 * 0.4 = 0.45 wins
+    order, fused, routes = fuse(scores, lifted.for_query(np.array([0.0, 0.4, 0.1])))
+    assert order.tolist() == [1, 0] and routes[1] == "concept" and fused[1] == pytest.approx(0.45)
+    # a Flickr8K-style sentence names none (best relevance 0.05): 0.15 + 0.1 + 0.025 = 0.275 < 0.30
+    order, fused, routes = fuse(scores, lifted.for_query(np.array([0.0, 0.05, 0.0])))
+    assert order.tolist() == [0, 1] and fused.tolist() == pytest.approx([0.30, 0.275])
+    assert lifted.for_query(np.array([0.4])).lift == 0.0  # applied once: the weak verdict is untouched
+    assert lifted.for_query(np.array([0.4])).weak(scores) == lifted.weak(scores)
+
+
 def test_weak_when_neither_route_finds_the_subject():
     assert POLICY.weak(_scores([0.25, 0.2], [0.1, 0.05]))
     assert not POLICY.weak(_scores([0.25, 0.2], [0.2, 0.05]))  # the concept route found it

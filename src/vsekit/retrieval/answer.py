@@ -8,15 +8,19 @@ A sentence is searched by two routes (docs/concepts.md, "Two routes to meaning")
 
 Fused score (both routes' candidates, re-scored by both): the more confident route decides::
 
-    fused(x, q) = max(cos(q, x), a * concept(x, q) + b)   (the concept term only where concept >= g > 0)
+    fused(x, q) = max(cos(q, x), a * concept(x, q) + b + c * named(q))   (concept term where concept >= g > 0)
 
 so a photo the joint space knows well keeps its cosine, and one that only the classifier recognises is
-lifted above the joint space's noise floor by its concept evidence. (A weighted sum, ``cos + w * concept``,
+lifted above the joint space's noise floor by its concept evidence. ``named(q)``, the query's best
+relevance to any class (``max_c max(0, cos(q, e(c)) - margin)``), says how plainly the query names a thing
+the classifier knows: "a kiwi fruit" names one, "a man in a red shirt climbs a rock" none, so the concept
+route's word counts for more in the first (a query-dependent weight of the routes, as Yan et al. 2004 learn
+per query class for video retrieval). (A weighted sum, ``cos + w * concept``,
 was measured beside it: its best weight that keeps Flickr8K val1000's text->image R@1 helps everyday photos
 less, and larger weights cost R@1, the classes of a photo of people and dogs adding noise to distinctions
 the joint space makes; bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a
 search is weak when the best cosine is below ``joint_below`` and the best concept score below
-``concept_below``. ``a``, ``b`` and the two thresholds are chosen on the validation sets only
+``concept_below``. ``a``, ``b``, ``c`` and the two thresholds are chosen on the validation sets only
 (flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
 ``ship/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
 is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused
@@ -70,9 +74,10 @@ CANDIDATES = 100
 
 @dataclass(frozen=True)
 class RoutePolicy:
-    """The shipped fusion of a model: the concept term's ``scale`` and ``offset`` (``a`` and ``b``) and the
-    least concept evidence that counts (``gate``, ``g``), the concept route's ``margin`` and the two weak
-    thresholds (module docstring)."""
+    """The shipped fusion of a model: the concept term's ``scale`` and ``offset`` (``a`` and ``b``), the
+    least concept evidence that counts (``gate``, ``g``), the offset's rise with the query's best class
+    relevance (``lift``, ``c``), the concept route's ``margin`` and the two weak thresholds (module
+    docstring)."""
 
     scale: float
     offset: float
@@ -80,6 +85,13 @@ class RoutePolicy:
     joint_below: float
     concept_below: float
     gate: float = 0.0
+    lift: float = 0.0
+
+    def for_query(self, relevance: np.ndarray) -> RoutePolicy:
+        """The fusion for one query whose relevance to the classes is ``relevance`` ``[classes]``: the
+        offset raised by ``lift * max(relevance)`` (``c * named(q)``, module docstring)."""
+        named = float(np.max(relevance)) if np.size(relevance) else 0.0
+        return replace(self, offset=self.offset + self.lift * named, lift=0.0)
 
     def fused(self, joint: np.ndarray, concept: np.ndarray) -> np.ndarray:
         """``max(cos, a * concept + b)``, the concept term only where the concept evidence counts: a trace
@@ -123,6 +135,7 @@ def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
         float(weak["joint_below"]),
         float(weak["concept_below"]),
         float(fusion.get("gate", 0.0)),
+        float(fusion.get("lift", 0.0)),
     )
 
 
@@ -304,10 +317,10 @@ def _fused(
 ) -> list[SearchHit]:
     """Both routes' candidates, fused and labelled (module docstring); sets ``result``'s verdict."""
     route: ConceptRoute = index.concept_route(policy.margin)
-    query = index.embed_texts([text])[0]
+    query, relevance = index.embed_texts([text])[0], route.relevance([text])[0]
     filters = {key: options[key] for key in ("folder", "taken_after", "taken_before") if options.get(key)}
-    scores = index.route_scores(query, route.relevance([text])[0], _top(index), CANDIDATES, **filters)
-    order, fused, routes = fuse(scores, policy)
+    scores = index.route_scores(query, relevance, _top(index), CANDIDATES, **filters)
+    order, fused, routes = fuse(scores, policy.for_query(relevance))
     paths, hits = index.paths, []
     for i in order[:k]:
         joint, concept = float(scores.joint[i]), float(scores.concept[i])
@@ -347,9 +360,9 @@ def photo_concept(index: Any, text: str, photo: int) -> PhotoConcept | None:
     if policy is None or not _has_concepts(index):
         return None
     route: ConceptRoute = index.concept_route(policy.margin)
-    query = index.embed_texts([text])[0]
-    scores = index.photo_route_scores(query, route.relevance([text])[0], _top(index), photo)
-    found = policy.route(float(scores.joint[0]), float(scores.concept[0]))
+    query, relevance = index.embed_texts([text])[0], route.relevance([text])[0]
+    scores = index.photo_route_scores(query, relevance, _top(index), photo)
+    found = policy.for_query(relevance).route(float(scores.joint[0]), float(scores.concept[0]))
     if not _labelled(found, float(scores.concept[0])):
         return None
     class_id = int(scores.classes[0])
