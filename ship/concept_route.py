@@ -16,9 +16,10 @@ Two validation sets, never dev or test:
 The concept route (shipped EfficientNet-Lite0 classifier, MiniLM, :mod:`vsekit.retrieval.concepts`) has no
 training of its own. Chosen here: the fusion ``max(cos, a * concept + b + c * named)``'s ``a``, ``b`` and
 ``c`` (``named``: the query's best class relevance, :mod:`vsekit.retrieval.answer`; the best everyday results
-whose val1000 text->image R@1 stays within 0.5 of the joint space alone), then the two weak
-thresholds (the pair that flags the most absent-subject everyday queries while at least 85% of present
-queries on both sets stay unflagged). The weighted sum ``cos + w * concept`` is measured too, for the record
+whose val1000 text->image R@1 stays within 0.5 of the joint space alone), then the weak verdict's
+thresholds, a cosine below ``joint_below + joint_lift * named`` and a concept score below ``concept_below``
+(the three that flag the most absent-subject everyday queries while at least 85% of present queries on
+both sets stay unflagged). The weighted sum ``cos + w * concept`` is measured too, for the record
 (with this proxy, w <= 1 keeps val1000's R@1 and helps everyday photos less than the max; w = 2 costs 3
 points).
 """
@@ -46,6 +47,7 @@ WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
 SCALES = (0.5, 0.75, 1.0, 1.25, 1.5)
 OFFSETS = (0.0, 0.05, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25)
 LIFTS = (0.0, 0.25, 0.5, 1.0, 2.0)  # c: the offset's rise with the query's best class relevance
+JOINT_LIFTS = tuple(np.round(np.arange(-0.3, 0.31, 0.05), 2))  # u: the weak verdict's joint threshold's rise
 #: The least concept evidence that counts, fixed (not chosen): 0.05 is one class at 10% probability that the
 #: query names with relevance 0.5. Below it a trace of a vaguely related class lifted a photo by ``b`` over
 #: the joint space's order (a scooter above the dog for "a dog runs on the grass" on six Flickr8K photos);
@@ -154,28 +156,35 @@ def choose_fusion(every: dict, val: dict, queries, names, truth) -> tuple[dict, 
 
 
 def choose_thresholds(every: dict, val: dict, queries: list[dict]) -> dict:
+    """The weak verdict's thresholds: a cosine below ``joint_below + joint_lift * named`` and a concept score
+    below ``concept_below`` (``joint_lift`` 0 for scores without ``named``: concept_regions.py)."""
     present = np.array([bool(q["relevant"]) for q in queries])
     ej, ec = every["joint"].max(axis=1), every["concept"].max(axis=1)
     vj, vc = val["joint"].max(axis=1), val["concept"].max(axis=1)
+    en, vn = every.get("named", np.zeros(len(ej))), val.get("named", np.zeros(len(vj)))
+    lifts = JOINT_LIFTS if "named" in every and "named" in val else (0.0,)
     best = None
-    for tj in np.round(np.arange(0.20, 0.45, 0.005), 3):
-        for tc in np.round(np.arange(0.0, 0.40, 0.005), 3):
-            absent_flagged, present_kept = weak_rates(ej, ec, present, tj, tc)
-            _, val_kept = weak_rates(vj, vc, np.ones(len(vj), bool), tj, tc)
-            if present_kept < KEEP_PRESENT or val_kept < KEEP_PRESENT:
-                continue
-            score = (absent_flagged, present_kept + val_kept)
-            if best is None or score > best[0]:
-                best = (score, {"joint_below": float(tj), "concept_below": float(tc)})
+    for tj, tc, u in itertools.product(
+        np.round(np.arange(0.20, 0.45, 0.005), 3), np.round(np.arange(0.0, 0.40, 0.005), 3), lifts
+    ):
+        absent_flagged, present_kept = weak_rates(ej, ec, present, tj + u * en, tc)
+        _, val_kept = weak_rates(vj, vc, np.ones(len(vj), bool), tj + u * vn, tc)
+        if present_kept < KEEP_PRESENT or val_kept < KEEP_PRESENT:
+            continue
+        score = (absent_flagged, present_kept + val_kept)
+        if best is None or score > best[0]:
+            best = (score, {"joint_below": float(tj), "concept_below": float(tc), "joint_lift": float(u)})
     assert best is not None
-    tj, tc = best[1]["joint_below"], best[1]["concept_below"]
-    absent_flagged, present_kept = weak_rates(ej, ec, present, tj, tc)
+    tj, tc, u = best[1]["joint_below"], best[1]["concept_below"], best[1]["joint_lift"]
+    absent_flagged, present_kept = weak_rates(ej, ec, present, tj + u * en, tc)
     return best[1] | {
         "everyday": {
             "absent_flagged": round(absent_flagged, 4),
             "present_not_flagged": round(present_kept, 4),
         },
-        "val1000": {"present_not_flagged": round(weak_rates(vj, vc, np.ones(len(vj), bool), tj, tc)[1], 4)},
+        "val1000": {
+            "present_not_flagged": round(weak_rates(vj, vc, np.ones(len(vj), bool), tj + u * vn, tc)[1], 4)
+        },
     }
 
 
@@ -264,15 +273,15 @@ def ship(model: VSEModel, fusion: dict, weak: dict) -> None:
         "model_sha256": _sha(model),
         "fusion": fusion,
         "margin": MARGIN,
-        "weak": {"joint_below": weak["joint_below"], "concept_below": weak["concept_below"]},
+        "weak": {k: weak[k] for k in ("joint_below", "joint_lift", "concept_below")},
         "made_with": {
             "script": "ship/concept_route.py",
             "data": "the everyday validation set (bench/everyday/) and flickr8k-val1000 (joint space scored "
             "by a "
             "model trained without it); results in bench/results/concept_route.json",
             "rule": "fused score max(cos, scale * concept + offset + lift * named), named the query's best "
-            "relevance to a class; weak when the best joint cosine is below joint_below and the best concept "
-            "score below concept_below",
+            "relevance to a class; weak when the best joint cosine is below joint_below + joint_lift * named "
+            "and the best concept score below concept_below",
         },
     }
     path = pretrained_path("vse").with_name("vse-routes.json")

@@ -397,12 +397,13 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
         same(f"vse-routes fusion {key}", fusion.get(key, 0.0), bench["fusion"].get(key, 0.0), 1e-9)
     gate, lift = fusion.get("gate", 0), fusion.get("lift", 0)
     named = f" + {lift:g} x named" if lift else ""
+    joint_lift = f" + {weak['joint_lift']:g} x named" if weak.get("joint_lift") else ""
     rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}{named}), concept >= {gate:g}"
     return {
         **file_facts(routes_path),
         "short": f"two-route fusion {rule}",
         "what": f"search fuses the joint space and the concept route ({rule}); weak when the best cosine < "
-        f"{weak['joint_below']} and the best concept score < {weak['concept_below']}",
+        f"{weak['joint_below']}{joint_lift} and the best concept score < {weak['concept_below']}",
         "made_with": routes["made_with"]["data"],
         "validation": {
             "everyday": {k: v for k, v in bench["after"]["everyday"].items() if k != "fit_queries"},

@@ -86,8 +86,20 @@ def test_a_query_that_names_a_class_lifts_the_concept_term_by_how_plainly_it_nam
     # a Flickr8K-style sentence names none (best relevance 0.05): 0.15 + 0.1 + 0.025 = 0.275 < 0.30
     order, fused, routes = fuse(scores, lifted.for_query(np.array([0.0, 0.05, 0.0])))
     assert order.tolist() == [0, 1] and fused.tolist() == pytest.approx([0.30, 0.275])
-    assert lifted.for_query(np.array([0.4])).lift == 0.0  # applied once: the weak verdict is untouched
-    assert lifted.for_query(np.array([0.4])).weak(scores) == lifted.weak(scores)
+    assert lifted.for_query(np.array([0.4])).lift == 0.0  # applied once
+    assert lifted.for_query(np.array([0.4])).weak(scores) == lifted.weak(scores)  # (no joint_lift here)
+
+
+def test_a_query_that_names_a_class_needs_a_higher_cosine_to_be_found_by_the_joint_space():
+    policy = RoutePolicy(
+        scale=1, offset=0.2, margin=0.25, joint_below=0.285, concept_below=0.22, joint_lift=0.2
+    )
+    scores = _scores([0.33, 0.2], [0.1, 0.0])  # the joint space's best 0.33, a faint concept match
+    assert not policy.for_query(np.array([0.0, 0.1])).weak(scores)  # threshold 0.285 + 0.02: found
+    assert policy.for_query(np.array([0.0, 0.4])).weak(scores)  # "a cat": 0.285 + 0.08 = 0.365, not found
+    assert policy.for_query(np.array([0.0, 0.4])).joint_below == pytest.approx(0.365)
+    assert policy.for_query(np.array([0.0, 0.4])).route(0.33, 0.25) == "concept"  # not "both": 0.33 < 0.365
+    assert policy.route(0.33, 0.25) == "both"
 
 
 def test_weak_when_neither_route_finds_the_subject():

@@ -19,8 +19,11 @@ per query class for video retrieval). (A weighted sum, ``cos + w * concept``,
 was measured beside it: its best weight that keeps Flickr8K val1000's text->image R@1 helps everyday photos
 less, and larger weights cost R@1, the classes of a photo of people and dogs adding noise to distinctions
 the joint space makes; bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a
-search is weak when the best cosine is below ``joint_below`` and the best concept score below
-``concept_below``. ``a``, ``b``, ``c`` and the two thresholds are chosen on the validation sets only
+search is weak when the best cosine is below ``joint_below + u * named(q)`` and the best concept score
+below ``concept_below``: a query that plainly names a class the classifier knows needs a higher cosine to
+count as found by the joint space (which learned few such objects from Flickr8K, and gives everyday nouns
+middling cosines with many photos), and its concept score decides. ``a``, ``b``, ``c``, ``u`` and the two
+thresholds are chosen on the validation sets only
 (flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
 ``ship/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
 is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused
@@ -86,12 +89,20 @@ class RoutePolicy:
     concept_below: float
     gate: float = 0.0
     lift: float = 0.0
+    joint_lift: float = 0.0
 
     def for_query(self, relevance: np.ndarray) -> RoutePolicy:
-        """The fusion for one query whose relevance to the classes is ``relevance`` ``[classes]``: the
-        offset raised by ``lift * max(relevance)`` (``c * named(q)``, module docstring)."""
+        """The policy for one query whose relevance to the classes is ``relevance`` ``[classes]``: the
+        offset raised by ``lift * named`` and the weak verdict's joint threshold by ``joint_lift * named``,
+        ``named = max(relevance)`` (``c`` and ``u``, module docstring)."""
         named = float(np.max(relevance)) if np.size(relevance) else 0.0
-        return replace(self, offset=self.offset + self.lift * named, lift=0.0)
+        return replace(
+            self,
+            offset=self.offset + self.lift * named,
+            joint_below=self.joint_below + self.joint_lift * named,
+            lift=0.0,
+            joint_lift=0.0,
+        )
 
     def fused(self, joint: np.ndarray, concept: np.ndarray) -> np.ndarray:
         """``max(cos, a * concept + b)``, the concept term only where the concept evidence counts: a trace
@@ -136,6 +147,7 @@ def load_policy(model: str, model_sha256: str) -> RoutePolicy | None:
         float(weak["concept_below"]),
         float(fusion.get("gate", 0.0)),
         float(fusion.get("lift", 0.0)),
+        float(weak.get("joint_lift", 0.0)),
     )
 
 
@@ -320,7 +332,8 @@ def _fused(
     query, relevance = index.embed_texts([text])[0], route.relevance([text])[0]
     filters = {key: options[key] for key in ("folder", "taken_after", "taken_before") if options.get(key)}
     scores = index.route_scores(query, relevance, _top(index), CANDIDATES, **filters)
-    order, fused, routes = fuse(scores, policy.for_query(relevance))
+    policy = policy.for_query(relevance)
+    order, fused, routes = fuse(scores, policy)
     paths, hits = index.paths, []
     for i in order[:k]:
         joint, concept = float(scores.joint[i]), float(scores.concept[i])
