@@ -10,25 +10,24 @@ Fused score (both routes' candidates, re-scored by both): the more confident rou
 
     fused(x, q) = max(cos(q, x), a * concept(x, q) + b + c * named(q))   (concept term where concept >= g > 0)
 
-so a photo the joint space knows well keeps its cosine, and one that only the classifier recognises is
-lifted above the joint space's noise floor by its concept evidence. ``named(q)``, the query's best
-relevance to any class (``max_c max(0, cos(q, e(c)) - margin)``), says how plainly the query names a thing
-the classifier knows: "a kiwi fruit" names one, "a man in a red shirt climbs a rock" none, so the concept
+so a photo the joint space knows well keeps its cosine, and one that only the classifier recognises is lifted
+above the joint space's noise floor by its concept evidence. ``named(q)``, the query's best relevance to any
+class (``max_c max(0, cos(q, e(c)) - margin)``), says how plainly the query names a thing the classifier
+knows: "a cat" names one (0.40), "a dog runs on the grass" hardly (0.15, through "lawn mower"), so the concept
 route's word counts for more in the first (a query-dependent weight of the routes, as Yan et al. 2004 learn
-per query class for video retrieval). (A weighted sum, ``cos + w * concept``,
-was measured beside it: its best weight that keeps Flickr8K val1000's text->image R@1 helps everyday photos
-less, and larger weights cost R@1, the classes of a photo of people and dogs adding noise to distinctions
-the joint space makes; bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a
-search is weak when the best cosine is below ``joint_below + u * named(q)`` and the best concept score
-below ``concept_below``: a query that plainly names a class the classifier knows needs a higher cosine to
-count as found by the joint space (which learned few such objects from Flickr8K, and gives everyday nouns
-middling cosines with many photos), and its concept score decides. ``a``, ``b``, ``c``, ``u`` and the two
-thresholds are chosen on the validation sets only
-(flickr8k-val1000 scored by a model trained without it, and the everyday set of bench/everyday/), by
-``ship/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model file; the gate ``g``
-is fixed (see that script). A hit says which route found it (``route``: the route whose term is its fused
-score, ``both`` when
-both routes pass their own weak thresholds) and, for a concept, which class (``label``).
+per query class for video retrieval). (A weighted sum, ``cos + w * concept``, was measured beside it: its best
+weight that keeps Flickr8K val1000's text->image R@1 helps everyday photos less, and larger weights cost R@1,
+the classes of a photo of people and dogs adding noise to distinctions the joint space makes;
+bench/results/concept_route.json keeps both.) The weak verdict asks both routes: a search is weak when the
+best cosine is below ``joint_below + u * named(q)`` and the best concept score below ``concept_below``: a
+query that plainly names a class the classifier knows needs a higher cosine to count as found by the joint
+space (which learned few such objects from Flickr8K, and gives everyday nouns middling cosines with many
+photos), and its concept score decides. ``a``, ``b``, ``c``, ``u`` and the two thresholds are chosen on the
+validation sets only (flickr8k-val1000 scored by a model trained without it, and the everyday set of
+bench/everyday/), by ``ship/concept_route.py``, and shipped as ``<model>-routes.json`` pinned to the model
+file; the gate ``g`` is fixed (see that script). A hit says which route found it (``route``: the route whose
+term is its fused score, ``both`` when both routes pass their own weak thresholds) and, for a concept, which
+class (``label``).
 
 A photo query ("more like this") and arithmetic (Kiros et al. 2014, Eq. 15) stay in the joint space, where
 those operations are defined. Arithmetic weighs and reads its words by the rule shipped for the model
@@ -79,8 +78,8 @@ CANDIDATES = 100
 class RoutePolicy:
     """The shipped fusion of a model: the concept term's ``scale`` and ``offset`` (``a`` and ``b``), the
     least concept evidence that counts (``gate``, ``g``), the offset's rise with the query's best class
-    relevance (``lift``, ``c``), the concept route's ``margin`` and the two weak thresholds (module
-    docstring)."""
+    relevance (``lift``, ``c``), the concept route's ``margin``, the two weak thresholds and the joint
+    threshold's rise with that relevance (``joint_lift``, ``u``; module docstring)."""
 
     scale: float
     offset: float
