@@ -1138,16 +1138,19 @@ def t_concept_route() -> str:
         ),
     ):
         e, v, we, wv = run["everyday"], run["val1000"], weak["everyday"], weak["val1000"]
+        absent = pct(wv["absent_flagged"]) if "absent_flagged" in wv else ""
         rows.append([label, pct(e["fit_in_top5"]), f2(e["precision_at_5"]), f2(e["recall_at_10"]),
                      pct(we["absent_flagged"]), pct(we["present_not_flagged"]),
-                     f2(v["t2i_r1"]), f2(v["t2i_r10"]), pct(wv["present_not_flagged"])])  # fmt: skip
+                     f2(v["t2i_r1"]), f2(v["t2i_r10"]), pct(wv["present_not_flagged"]), absent])  # fmt: skip
     header = ["search", "everyday: fit in top 5", "P@5", "R@10", "absent flagged weak", "present not flagged",
-              "val1000: t2i R@1", "t2i R@10", "present not flagged"]  # fmt: skip
+              "val1000: t2i R@1", "t2i R@10", "present not flagged", "absent flagged"]  # fmt: skip
     note = (
         f"validation sets only: everyday ({d['sets']['everyday']['photos']} photos, "
         f"{d['sets']['everyday']['queries']} queries) and flickr8k-val1000 "
         f"({d['sets']['val1000']['captions']:,} captions; joint space scored by {d['proxy']}, trained "
-        f"without it); backbone {d['backbone']}; the fusion and the thresholds were chosen on these "
+        f"without it; absent: the {len(d['sets']['val1000'].get('absent_queries', []))} everyday queries "
+        "whose nouns no val1000 caption says, searching its photos); backbone "
+        f"{d['backbone']}; the fusion and the thresholds were chosen on these "
         "numbers, so they are validation numbers, not held-out ones; `python ship/concept_route.py`"
     )
     return table(header, rows) + "\n\n" + source("concept_route.json", d, extra=note)
