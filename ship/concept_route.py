@@ -79,11 +79,16 @@ def everyday_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, list[di
     return route_scores(model, features, [q["query"] for q in queries], route), queries, names
 
 
-def val1000_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, np.ndarray]:
+def val1000_photos(model: VSEModel) -> tuple[list, list[str], np.ndarray]:
+    """val1000's captions, its photo ids and their features for ``model``."""
     corpus, ids = load_corpus(SHARED), list(load_validation_slice("flickr8k-val1000").image_ids)
     held = set(ids)
     captions = [c for c in corpus.captions if c.image_id in held]
-    features = model.corpus_features(corpus, ids, progress=True)
+    return captions, ids, model.corpus_features(corpus, ids, progress=True)
+
+
+def val1000_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, np.ndarray]:
+    captions, ids, features = val1000_photos(model)
     where = {image: i for i, image in enumerate(ids)}
     truth = np.array([where[c.image_id] for c in captions])
     return route_scores(model, features, [c.text for c in captions], route), truth
@@ -95,21 +100,18 @@ def val1000_absent(model: VSEModel, route: ConceptRoute, queries: list[dict]) ->
     by any of the 5,000 captions ("a giraffe", "the Eiffel Tower"); scored against val1000's photos. A
     search for them there should be weak. (By the captions: a church in the background no caption names
     counts as absent; the record lists the queries.)"""
-    corpus, ids = load_corpus(SHARED), list(load_validation_slice("flickr8k-val1000").image_ids)
-    held = set(ids)
-    said = {w for c in corpus.captions if c.image_id in held for w in re.findall(r"[a-z]+", c.text.lower())}
+    captions, _, features = val1000_photos(model)
+    said = {w for c in captions for w in re.findall(r"[a-z]+", c.text.lower())}
     nlp = load_spacy(("tok2vec", "tagger"))
 
     def unsaid(noun: str) -> bool:
-        forms = {noun, noun + "s", noun + "es", noun.removesuffix("s")}
-        return not forms & said
+        return not {noun, noun + "s", noun + "es", noun.removesuffix("s")} & said
 
     absent = []
     for q in queries:
         nouns = [t.text.lower() for t in nlp(q["query"]) if t.tag_.startswith("NN")]
         if nouns and all(unsaid(n) for n in nouns):
             absent.append(q["query"])
-    features = model.corpus_features(corpus, ids, progress=False)
     return route_scores(model, features, absent, route), absent
 
 
