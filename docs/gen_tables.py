@@ -1116,15 +1116,9 @@ def t_rerank() -> str:
     return out
 
 
-def _fusion_rule(fusion: dict) -> str:
-    """The shipped two-route fusion in words: ``max(cos, a x concept + b + c x named), concept >= g``."""
-    lift = f" + {fusion['lift']:g} x named" if fusion.get("lift") else ""
-    return (
-        f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}{lift}), concept >= {fusion['gate']:g}"
-    )
-
-
 def t_concept_route() -> str:
+    from vsekit.retrieval.answer import fusion_rule
+
     d = load("concept_route.json")
     before, after = d["before"], d["after"]
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
@@ -1132,7 +1126,7 @@ def t_concept_route() -> str:
     for label, run, weak in (
         ("joint space alone (0.1.0)", before, before),
         (
-            f"both routes: {_fusion_rule(d['fusion'])}",
+            f"both routes: {fusion_rule(d['fusion'])}",
             after,
             after["weak"],
         ),

@@ -37,8 +37,6 @@ import torch
 import concept_route as route
 from _common import run_meta, write_result
 from everyday import dataset as everyday
-from vsekit.data import load_corpus
-from vsekit.data.splits import load_validation_slice
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.resources import pretrained_path
 from vsekit.retrieval.build import embed_chunk
@@ -144,16 +142,13 @@ def everyday_set(shipped: VSEModel, relevance_route: ConceptRoute) -> dict:
 
 
 def val1000_set(proxy: VSEModel, relevance_route: ConceptRoute) -> dict:
-    scores, truth = route.val1000_scores(proxy, relevance_route)
-    corpus = load_corpus(route.FLICKR)
-    ids = list(load_validation_slice("flickr8k-val1000").image_ids)
-    held = set(ids)
-    texts = [c.text for c in corpus.captions if c.image_id in held]
+    photos = route.val1000_photos(proxy)
+    scores, truth = route.val1000_scores(proxy, relevance_route, photos)
     return {
         "scores": scores,
         "truth": truth,
-        "paths": [Path(corpus.images[i]) for i in ids],
-        "relevance": relevance_route.relevance(texts),
+        "paths": [Path(photos.corpus.images[i]) for i in photos.ids],
+        "relevance": relevance_route.relevance([c.text for c in photos.captions]),
     }
 
 
@@ -172,13 +167,8 @@ def evaluate(every: dict, val: dict, every_concept: np.ndarray, val_concept: np.
     a, b, g = chosen["scale"], chosen["offset"], chosen["gate"]
     present = np.array([bool(q["relevant"]) for q in queries])
     shipped_weak = json.loads((pretrained_path("vse").with_name("vse-routes.json")).read_text())["weak"]
-    flagged, kept = route.weak_rates(
-        e["joint"].max(axis=1),
-        e["concept"].max(axis=1),
-        present,
-        shipped_weak["joint_below"],
-        shipped_weak["concept_below"],
-    )
+    weak_now = route.weak_verdicts(route.bests(e), shipped_weak["joint_below"], shipped_weak["concept_below"])
+    flagged, kept = float(weak_now[~present].mean()), float(1 - weak_now[present].mean())
     return {
         "refit": {
             "fusion": {"scale": a, "offset": b, "gate": g},

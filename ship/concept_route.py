@@ -31,13 +31,14 @@ import argparse
 import itertools
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from _common import SHARED, run_meta, write_result
 from everyday import dataset as everyday
-from vsekit.data import load_corpus
+from vsekit.data import Corpus, load_corpus
 from vsekit.data.splits import load_validation_slice
 from vsekit.embedding.pipeline import VSEModel
 from vsekit.resources import pretrained_path
@@ -79,29 +80,41 @@ def everyday_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, list[di
     return route_scores(model, features, [q["query"] for q in queries], route), queries, names
 
 
-def val1000_photos(model: VSEModel) -> tuple[list, list[str], np.ndarray]:
-    """val1000's captions, its photo ids and their features for ``model``."""
+@dataclass
+class Val1000:
+    """val1000's corpus, photo ids, captions and the photos' features for one model, read once."""
+
+    corpus: Corpus
+    ids: list[str]
+    captions: list
+    features: np.ndarray
+
+
+def val1000_photos(model: VSEModel) -> Val1000:
     corpus, ids = load_corpus(SHARED), list(load_validation_slice("flickr8k-val1000").image_ids)
     held = set(ids)
     captions = [c for c in corpus.captions if c.image_id in held]
-    return captions, ids, model.corpus_features(corpus, ids, progress=True)
+    return Val1000(corpus, ids, captions, model.corpus_features(corpus, ids, progress=True))
 
 
-def val1000_scores(model: VSEModel, route: ConceptRoute) -> tuple[dict, np.ndarray]:
-    captions, ids, features = val1000_photos(model)
-    where = {image: i for i, image in enumerate(ids)}
-    truth = np.array([where[c.image_id] for c in captions])
-    return route_scores(model, features, [c.text for c in captions], route), truth
+def val1000_scores(
+    model: VSEModel, route: ConceptRoute, photos: Val1000 | None = None
+) -> tuple[dict, np.ndarray]:
+    photos = photos or val1000_photos(model)
+    where = {image: i for i, image in enumerate(photos.ids)}
+    truth = np.array([where[c.image_id] for c in photos.captions])
+    return route_scores(model, photos.features, [c.text for c in photos.captions], route), truth
 
 
-def val1000_absent(model: VSEModel, route: ConceptRoute, queries: list[dict]) -> tuple[dict, list[str]]:
+def val1000_absent(
+    model: VSEModel, route: ConceptRoute, queries: list[dict], photos: Val1000
+) -> tuple[dict, list[str]]:
     """The everyday queries (all 130, with a fitting everyday photo or not) whose subject val1000's photos do
     not show, judged by their captions: no noun of the query (spaCy's tagger), singular or plural, is said
     by any of the 5,000 captions ("a giraffe", "the Eiffel Tower"); scored against val1000's photos. A
     search for them there should be weak. (By the captions: a church in the background no caption names
     counts as absent; the record lists the queries.)"""
-    captions, _, features = val1000_photos(model)
-    said = {w for c in captions for w in re.findall(r"[a-z]+", c.text.lower())}
+    said = {w for c in photos.captions for w in re.findall(r"[a-z]+", c.text.lower())}
     nlp = load_spacy(("tok2vec", "tagger"))
 
     def unsaid(noun: str) -> bool:
@@ -112,7 +125,7 @@ def val1000_absent(model: VSEModel, route: ConceptRoute, queries: list[dict]) ->
         nouns = [t.text.lower() for t in nlp(q["query"]) if t.tag_.startswith("NN")]
         if nouns and all(unsaid(n) for n in nouns):
             absent.append(q["query"])
-    return route_scores(model, features, absent, route), absent
+    return route_scores(model, photos.features, absent, route), absent
 
 
 def everyday_metrics(scores: np.ndarray, queries: list[dict], names: list[str]) -> dict:
@@ -137,11 +150,6 @@ def val1000_metrics(scores: np.ndarray, truth: np.ndarray) -> dict:
     own = scores[np.arange(len(truth)), truth]
     rank = (scores > own[:, None]).sum(axis=1) + 1
     return {f"t2i_r{k}": round(float((rank <= k).mean() * 100), 2) for k in (1, 5, 10)}
-
-
-def weak_rates(best_joint: np.ndarray, best_concept: np.ndarray, present: np.ndarray, tj: float, tc: float):
-    weak = (best_joint < tj) & (best_concept < tc)
-    return float(weak[~present].mean()) if (~present).any() else None, float(1 - weak[present].mean())
 
 
 def fused(scores: dict, a: float, b: float, g: float, c: float = 0.0) -> np.ndarray:
@@ -190,21 +198,21 @@ def choose_thresholds(every: dict, val: dict, queries: list[dict], absent: dict 
     while at least 85% of the present ones on both sets stay unflagged."""
     present = np.array([bool(q["relevant"]) for q in queries])
     lifts = JOINT_LIFTS if "named" in every and "named" in val else (0.0,)
-    e, v, a = _bests(every), _bests(val), _bests(absent) if absent else None
+    e, v, a = bests(every), bests(val), bests(absent) if absent else None
     best = None
     for tj, tc, u in itertools.product(
         np.round(np.arange(0.20, 0.45, 0.005), 3), np.round(np.arange(0.0, 0.40, 0.005), 3), lifts
     ):
-        weak, val_weak = _weak(e, tj, tc, u), _weak(v, tj, tc, u)
+        weak, val_weak = weak_verdicts(e, tj, tc, u), weak_verdicts(v, tj, tc, u)
         kept = (1 - weak[present].mean(), 1 - val_weak.mean())
         if min(kept) < KEEP_PRESENT:
             continue
-        score = (weak[~present].sum() + (_weak(a, tj, tc, u).sum() if a else 0), sum(kept))
+        score = (weak[~present].sum() + (weak_verdicts(a, tj, tc, u).sum() if a else 0), sum(kept))
         if best is None or score > best[0]:
             best = (score, {"joint_below": float(tj), "concept_below": float(tc), "joint_lift": float(u)})
     assert best is not None
     tj, tc, u = best[1]["joint_below"], best[1]["concept_below"], best[1]["joint_lift"]
-    weak, val_weak = _weak(e, tj, tc, u), _weak(v, tj, tc, u)
+    weak, val_weak = weak_verdicts(e, tj, tc, u), weak_verdicts(v, tj, tc, u)
     out = best[1] | {
         "everyday": {
             "absent_flagged": round(float(weak[~present].mean()), 4),
@@ -213,19 +221,22 @@ def choose_thresholds(every: dict, val: dict, queries: list[dict], absent: dict 
         "val1000": {"present_not_flagged": round(float(1 - val_weak.mean()), 4)},
     }
     if a:
-        out["val1000"]["absent_flagged"] = round(float(_weak(a, tj, tc, u).mean()), 4)
+        out["val1000"]["absent_flagged"] = round(float(weak_verdicts(a, tj, tc, u).mean()), 4)
     return out
 
 
-def _bests(scores: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def bests(scores: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each query's best cosine, best concept score and best class relevance (``named``, 0 without it)."""
     joint = scores["joint"].max(axis=1)
     return joint, scores["concept"].max(axis=1), scores.get("named", np.zeros_like(joint))
 
 
-def _weak(bests: tuple[np.ndarray, np.ndarray, np.ndarray], tj: float, tc: float, u: float) -> np.ndarray:
-    """Each query's weak verdict: best cosine below ``tj + u * named`` and best concept score below ``tc``."""
-    joint, concept, named = bests
+def weak_verdicts(
+    best: tuple[np.ndarray, np.ndarray, np.ndarray], tj: float, tc: float, u: float = 0.0
+) -> np.ndarray:
+    """Each query's weak verdict from its :func:`bests`: best cosine below ``tj + u * named`` and best concept
+    score below ``tc``."""
+    joint, concept, named = best
     return (joint < tj + u * named) & (concept < tc)
 
 
@@ -269,8 +280,9 @@ def main() -> None:
     route = ConceptRoute.create(shipped.network.text_encoder, MARGIN)
     every, queries, names = everyday_scores(shipped, route)
     proxy_route = ConceptRoute.create(proxy.network.text_encoder, MARGIN)
-    val, truth = val1000_scores(proxy, proxy_route)
-    absent, absent_queries = val1000_absent(proxy, proxy_route, queries)
+    photos = val1000_photos(proxy)
+    val, truth = val1000_scores(proxy, proxy_route, photos)
+    absent, absent_queries = val1000_absent(proxy, proxy_route, queries, photos)
     chosen, table = choose_fusion(every, val, queries, names, truth)
     a, b, g, c = chosen["scale"], chosen["offset"], chosen["gate"], chosen["lift"]
     weak = choose_thresholds(every, val, queries, absent)

@@ -23,6 +23,7 @@ from typing import Any
 from vsekit.fileio import content_fingerprint, file_sha256, fingerprint_matches
 from vsekit.resources import PRETRAINED as SHIPPED
 from vsekit.resources import previous_models
+from vsekit.retrieval.answer import fusion_rule
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
@@ -395,10 +396,8 @@ def _routes_attachment(path: Path) -> dict[str, Any]:
     fusion, weak = routes["fusion"], routes["weak"]
     for key in ("scale", "offset", "gate", "lift"):
         same(f"vse-routes fusion {key}", fusion.get(key, 0.0), bench["fusion"].get(key, 0.0), 1e-9)
-    gate, lift = fusion.get("gate", 0), fusion.get("lift", 0)
-    named = f" + {lift:g} x named" if lift else ""
     joint_lift = f" + {weak['joint_lift']:g} x named" if weak.get("joint_lift") else ""
-    rule = f"max(cos, {fusion['scale']:g} x concept + {fusion['offset']:g}{named}), concept >= {gate:g}"
+    rule = fusion_rule(fusion)
     return {
         **file_facts(routes_path),
         "short": f"two-route fusion {rule}",

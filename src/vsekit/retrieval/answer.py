@@ -62,6 +62,7 @@ __all__ = [
     "RoutePolicy",
     "answer",
     "fuse",
+    "fusion_rule",
     "joint_answer",
     "load_policy",
     "photo_concept",
@@ -129,6 +130,14 @@ def fuse(scores: RouteScores, policy: RoutePolicy) -> tuple[np.ndarray, np.ndarr
     order = np.lexsort((-scores.joint, -fused))
     routes = [policy.route(float(j), float(c)) for j, c in zip(scores.joint, scores.concept, strict=True)]
     return order, fused, routes
+
+
+def fusion_rule(fusion: dict[str, Any]) -> str:
+    """A routes file's ``fusion`` in words, as the docs and the model card print it:
+    ``max(cos, a x concept + b + c x named), concept >= g`` (the lift only when there is one)."""
+    lift = f" + {fusion['lift']:g} x named" if fusion.get("lift") else ""
+    terms = f"{fusion['scale']:g} x concept + {fusion['offset']:g}{lift}"
+    return f"max(cos, {terms}), concept >= {fusion.get('gate', 0):g}"
 
 
 @functools.lru_cache(maxsize=16)  # read once per model file, not on every search
