@@ -177,3 +177,11 @@ def test_a_cat_is_found_through_the_concept_route(tmp_path):
     assert found.hits[0].path == "ocv-001.jpg" and found.hits[0].route in ("concept", "both")
     assert found.hits[0].label is not None and "cat" in found.hits[0].label.lower() + " tabby cat"
     assert not found.weak
+
+
+def test_a_routes_files_fusion_reads_as_the_docs_print_it():
+    from vsekit.retrieval.answer import fusion_rule
+
+    lifted = {"scale": 0.5, "offset": 0.175, "gate": 0.05, "lift": 0.5}
+    assert fusion_rule(lifted) == "max(cos, 0.5 x concept + 0.175 + 0.5 x named), concept >= 0.05"
+    assert fusion_rule({"scale": 1.0, "offset": 0.25}) == "max(cos, 1 x concept + 0.25), concept >= 0"
